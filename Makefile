@@ -1,0 +1,34 @@
+# make test  : create .venv if missing, install, run the test suite (README's test command)
+# make bench : run every benchmark's --quick mode (or one: make bench BENCH=speed)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+BENCH  ?=
+
+.PHONY: test bench lint docs clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU build on this machine's disk; an unpinned torch pulls a CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --markdown-docs -p no:cacheprovider README.md docs
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py --quick $(if $(BENCH),--only $(BENCH),)
+
+lint: $(STAMP)
+	$(PY) -m ruff check pe_toolkit domains benchmarks tests
+
+docs: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	$(VENV)/bin/mkdocs build --strict
+
+clean:
+	rm -rf $(VENV) results lightning_logs .pytest_cache

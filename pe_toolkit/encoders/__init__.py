@@ -1,0 +1,16 @@
+"""Sequence positional encodings; importing this package registers them all."""
+
+from pe_toolkit.encoders.absolute import LearnedEncoding, ScaledSinusoidalEncoding, SinusoidalEncoding
+from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding
+from pe_toolkit.encoders.bayesian import BAM
+from pe_toolkit.encoders.bias import ALiBi, FIRE, KERPLE, Sandwich, T5RelativeBias
+from pe_toolkit.encoders.contextual import CoPE
+from pe_toolkit.encoders.rotary import RotaryEncoding
+
+NoPE = PositionalEncoding
+
+__all__ = [
+    "ALiBi", "BAM", "CoPE", "FIRE", "KERPLE", "LearnedEncoding", "NoPE", "PositionBiasEncoding",
+    "PositionalEncoding", "RotaryEncoding", "Sandwich", "ScaledSinusoidalEncoding", "SinusoidalEncoding",
+    "T5RelativeBias",
+]

@@ -1,0 +1,256 @@
+"""The base class of every positional encoding: three hooks, all identity by default.
+
+A Transformer touches positions at three points (see ARCHITECTURE.md):
+
+* ``embed(x, positions) -> x`` once on the input features,
+* ``rotate(q, k, q_pos, k_pos) -> (q, k)`` on queries and keys in each attention layer,
+* ``bias(q, k, q_pos, k_pos) -> Tensor | None`` added to the scaled attention logits.
+
+The base class implements all three as identity / ``None``, so it *is* NoPE (Kazemnejad et al. 2023,
+arXiv:2305.19466: the causal mask alone carries position). Encoders override only what they need.
+
+Shapes:
+    x: ``(B, L, dim)``; q: ``(B, H, Lq, head_dim)``; k: ``(B, H_kv, Lk, head_dim)``;
+    positions: ``(L,)`` or ``(B, L)`` (plus trailing feature dims for vector positions);
+    bias: broadcastable to ``(B, H, Lq, Lk)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from pe_toolkit.registry import register_encoder
+
+
+def check_int(name: str, value: Any, *, minimum: int = 1) -> int:
+    """Return ``value`` if it is an int >= ``minimum``, else raise TypeError / ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_float(name: str, value: Any, *, positive: bool = True, minimum: float | None = None) -> float:
+    """Return ``value`` as a finite float; ``positive`` requires > 0, ``minimum`` requires >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: tuple) -> Any:
+    """Return ``value`` if it is one of ``choices``, else raise ValueError listing them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def default_positions(length: int, offset: int = 0, device: torch.device | None = None) -> Tensor:
+    """``arange(offset, offset + length)``: the default integer positions, shape ``(length,)``."""
+    return torch.arange(offset, offset + length, device=device)
+
+
+def check_positions(name: str, positions: Tensor, length: int, batch: int, *, vector_dims: int = 0) -> Tensor:
+    """Validate positions of shape ``(L,)`` or ``(B, L)`` (plus ``vector_dims`` trailing dims).
+
+    Raises:
+        TypeError: if ``positions`` is not a real-valued tensor.
+        ValueError: if its shape does not match ``length`` / ``batch``, or it holds NaN / inf.
+    """
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"{name} must hold integer or float positions, got dtype {positions.dtype}")
+    core = positions.dim() - vector_dims
+    shape = tuple(positions.shape)
+    if core == 1:
+        ok = shape[0] == length
+    elif core == 2:
+        ok = shape[0] == batch and shape[1] == length
+    else:
+        ok = False
+    if not ok:
+        want = f"({length},) or ({batch}, {length})" + (" + vector dims" if vector_dims else "")
+        raise ValueError(f"{name} has shape {shape}, expected {want}")
+    if positions.is_floating_point() and not torch.isfinite(positions).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return positions
+
+
+def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """``k_pos - q_pos`` for every query/key pair: ``(Lq, Lk)`` or ``(B, Lq, Lk)``.
+
+    Sign convention (as in T5): negative for keys in the past of the query.
+    """
+    return k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1)
+
+
+def causal_visibility(q_len: int, k_len: int, device: torch.device | None = None) -> Tensor:
+    """Bool ``(Lq, Lk)``: query ``i`` sees key ``j`` iff ``j <= i + (Lk - Lq)``.
+
+    Queries are the last ``Lq`` of the ``Lk`` keys (bottom-right alignment), which is what
+    KV-cache decoding needs.
+    """
+    offset = k_len - q_len
+    rows = torch.arange(q_len, device=device).unsqueeze(-1)
+    cols = torch.arange(k_len, device=device)
+    return cols <= rows + offset
+
+
+def heads_first(bias: Tensor) -> Tensor:
+    """Turn a per-pair bias ``(..., Lq, Lk, H)`` into ``(B or 1, H, Lq, Lk)``."""
+    bias = bias.movedim(-1, -3)
+    return bias if bias.dim() == 4 else bias.unsqueeze(0)
+
+
+class PositionalEncoding(nn.Module):
+    """Base class of all positional encodings; on its own it is NoPE (no positional information).
+
+    Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in
+    Transformers", arXiv:2305.19466: a causal decoder without any PE can recover positions.
+
+    Args:
+        dim: model width (the features ``x`` that ``embed`` receives).
+        num_heads: number of attention heads; must divide ``dim``.
+        causal: whether the attention this encoder serves is causal (set by ``Transformer`` from
+            its own flag). Some encoders use it (T5 buckets, xPos, CoPE).
+
+    Raises:
+        TypeError / ValueError: for a non-int or non-positive ``dim`` / ``num_heads``, or if
+            ``num_heads`` does not divide ``dim``.
+    """
+
+    registry_name = "nope"
+
+    def __init__(self, dim: int, num_heads: int, *, causal: bool = True) -> None:
+        super().__init__()
+        check_int("dim", dim)
+        check_int("num_heads", num_heads)
+        if dim % num_heads != 0:
+            raise ValueError(f"num_heads ({num_heads}) must divide dim ({dim})")
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.causal = causal
+
+    # ----------------------------------------------------------------------------------- hooks
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Add absolute position information to features ``x`` ``(B, L, dim)``; identity here."""
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """Transform queries ``(B, H, Lq, hd)`` and keys ``(B, Hkv, Lk, hd)``; identity here."""
+        return q, k
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive logit bias broadcastable to ``(B, H, Lq, Lk)``, or ``None`` (no bias) here."""
+        return None
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, num_heads={self.num_heads}, causal={self.causal}"
+
+
+register_encoder(
+    "nope",
+    relative=True,
+    reference="Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization "
+    "in Transformers, arXiv:2305.19466",
+)(PositionalEncoding)
+
+
+class PositionBiasEncoding(PositionalEncoding):
+    """Base for encoders whose bias depends only on positions and parameters (ALiBi, T5, ...).
+
+    Subclasses implement :meth:`position_bias`. :meth:`bias` caches its result so that a bias shared
+    by all layers is built once per forward, not once per layer:
+
+    * Without autograd (``torch.no_grad`` / inference), one entry is kept across calls, keyed by
+      ``(Lq, Lk, device, dtype)``, the position values and the parameters' versions (an optimizer
+      step invalidates it).
+    * With autograd, a bias can be reused only inside a :meth:`forward_scope` (which ``Transformer``
+      opens around each forward); outside a scope it is rebuilt at every call, because a reused
+      graph would already have been freed by the previous backward.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, causal: bool = True) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self._cache_entry: tuple | None = None
+        self._scope_token: object | None = None
+        self.bias_builds = 0  # how many times position_bias ran: lets tests assert caching
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """The bias ``(B or 1, H, Lq, Lk)`` in ``dtype`` (float32 or float64) for these positions.
+
+        ``q_pos`` / ``k_pos`` arrive as given by the caller (integer or float).
+        """
+        raise NotImplementedError
+
+    def forward_scope(self) -> _ForwardScope:
+        """Context manager inside which a bias built with autograd may be reused (one forward)."""
+        return _ForwardScope(self)
+
+    def _param_versions(self) -> tuple[int, ...]:
+        return tuple(p._version for p in self.parameters())
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        tracks_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        if tracks_grad and self._scope_token is None:
+            return self._build(q_pos, k_pos, dtype)
+        key = (
+            q_pos.shape, k_pos.shape, q_pos.device, dtype, torch.is_grad_enabled(),
+            torch.is_inference_mode_enabled(), self._param_versions(),
+            self._scope_token if tracks_grad else None,
+        )
+        entry = self._cache_entry
+        if entry is not None and entry[0] == key and _same(entry[1], q_pos) and _same(entry[2], k_pos):
+            return entry[3]
+        value = self._build(q_pos, k_pos, dtype)
+        self._cache_entry = (key, q_pos, k_pos, value)
+        return value
+
+    def _build(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        self.bias_builds += 1
+        return self.position_bias(q_pos, k_pos, dtype)
+
+    def clear_cache(self) -> None:
+        """Drop the cached bias."""
+        self._cache_entry = None
+
+    def _apply(self, fn: Callable, recurse: bool = True):  # .to(), .double(), ... invalidate
+        self._cache_entry = None
+        return super()._apply(fn, recurse)
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b)))
+
+
+class _ForwardScope:
+    def __init__(self, encoder: PositionBiasEncoding) -> None:
+        self.encoder = encoder
+        self.previous: object | None = None
+
+    def __enter__(self) -> PositionBiasEncoding:
+        self.previous = self.encoder._scope_token
+        self.encoder._scope_token = object()
+        return self.encoder
+
+    def __exit__(self, *exc: object) -> None:
+        self.encoder._scope_token = self.previous
+        if self.previous is None and self.encoder._cache_entry is not None and self.encoder._cache_entry[0][-1]:
+            self.encoder._cache_entry = None  # release the graph held by a grad-mode entry

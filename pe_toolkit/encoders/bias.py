@@ -1,0 +1,315 @@
+"""Additive relative-position biases, added to the scaled attention logits through ``bias``.
+
+* ``t5`` — Raffel et al. 2020 (T5), arXiv:1910.10683: learned scalar per head and log-bucket of ``j - i``.
+* ``alibi`` — Press et al. 2022, arXiv:2108.12409: ``-m_h |i - j|`` with geometric head slopes.
+* ``kerple`` — Chi et al. 2022, arXiv:2205.09921: ``-r1 log(1 + r2 |i - j|)`` or ``-r1 |i - j| ** r2``.
+* ``fire`` — Li et al. 2023, arXiv:2310.04418: MLP over ``psi(i - j) / psi(max(i, L))``.
+* ``sandwich`` — Chi et al. 2023, arXiv:2212.10356: sinusoid dot products ``sum_k cos((i - j) w_k)``.
+
+All are :class:`PositionBiasEncoding` subclasses, so a bias shared by all layers is built once per
+forward. Biases are computed in float32 (float64 for float64 queries) and shaped ``(B or 1, H, Lq, Lk)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from pe_toolkit.encoders.base import (
+    PositionBiasEncoding,
+    check_choice,
+    check_float,
+    check_int,
+    heads_first,
+    relative_distance,
+)
+from pe_toolkit.registry import register_encoder
+
+
+def _require_integer(name: str, *positions: Tensor) -> None:
+    for p in positions:
+        if p.is_floating_point():
+            raise TypeError(f"{name}: positions must be integers, got dtype {p.dtype}")
+
+
+# ------------------------------------------------------------------------------------------ T5
+def t5_relative_position_bucket(
+    relative_position: Tensor, *, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+) -> Tensor:
+    """T5's bucket of each relative position ``j - i`` (identical to Mesh TensorFlow / HF T5).
+
+    Half the buckets (per direction when bidirectional) are exact small distances; the rest are
+    logarithmically spaced up to ``max_distance``, beyond which everything shares the last bucket.
+    Causal (``bidirectional=False``) maps all future keys (``j > i``) to bucket 0.
+    """
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    large = max_exact + (
+        torch.log(distance.float().clamp(min=1) / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).long()
+    large = large.clamp(max=num_buckets - 1)
+    return buckets + torch.where(is_small, distance, large)
+
+
+@register_encoder(
+    "t5",
+    relative=True,
+    reference="Raffel et al. 2020, Exploring the Limits of Transfer Learning with a Unified "
+    "Text-to-Text Transformer (T5), arXiv:1910.10683",
+)
+class T5RelativeBias(PositionBiasEncoding):
+    """T5 bucketed relative position bias: ``b[h, i, j] = relative_attention_bias[bucket(j - i), h]``.
+
+    Options:
+        num_buckets: number of buckets (32).
+        max_distance: distance from which all pairs share the last bucket (128).
+        bidirectional: buckets for both directions; ``None`` (default) means ``not causal``.
+
+    Positions must be integers. The table is ``nn.Embedding(num_buckets, num_heads)`` named
+    ``relative_attention_bias``, initialised N(0, dim ** -0.5) as in T5.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool | None = None,
+        causal: bool = True,
+    ) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.num_buckets = check_int("num_buckets", num_buckets, minimum=2)
+        self.max_distance = check_int("max_distance", max_distance, minimum=1)
+        if bidirectional is not None and not isinstance(bidirectional, bool):
+            raise TypeError(f"t5: bidirectional must be a bool or None, got {bidirectional!r}")
+        self.bidirectional = (not causal) if bidirectional is None else bidirectional
+        exact = num_buckets // (4 if self.bidirectional else 2)
+        if exact < 1 or max_distance <= exact:
+            raise ValueError(
+                f"t5: max_distance ({max_distance}) must exceed the exact-bucket range ({exact}) "
+                f"implied by num_buckets={num_buckets}"
+            )
+        self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)
+        nn.init.normal_(self.relative_attention_bias.weight, std=dim**-0.5)
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        _require_integer("t5", q_pos, k_pos)
+        buckets = t5_relative_position_bucket(
+            relative_distance(q_pos, k_pos),
+            bidirectional=self.bidirectional,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
+        return heads_first(self.relative_attention_bias(buckets).to(dtype))
+
+
+# --------------------------------------------------------------------------------------- ALiBi
+def alibi_slopes(num_heads: int) -> Tensor:
+    """ALiBi head slopes exactly as Press et al. 2022 (float64, ``(num_heads,)``).
+
+    For ``n`` a power of two: ``2 ** (-8 h / n)``, ``h = 1..n``. Otherwise the slopes of the closest
+    lower power of two ``m``, followed by every other slope of ``2m`` heads, up to ``n``.
+    """
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        slopes = power_of_two(num_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(num_heads))
+        slopes = power_of_two(closest) + alibi_slopes(2 * closest)[0::2][: num_heads - closest].tolist()
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+@register_encoder(
+    "alibi",
+    relative=True,
+    reference="Press et al. 2022, Train Short, Test Long: Attention with Linear Biases Enables Input "
+    "Length Extrapolation, arXiv:2108.12409",
+)
+class ALiBi(PositionBiasEncoding):
+    """ALiBi: ``b[h, i, j] = -m_h |i - j|`` with the paper's geometric slopes ``m_h``.
+
+    No parameters. Bidirectional use takes the symmetric ``|i - j|`` form. Float positions allowed.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, causal: bool = True) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        distance = relative_distance(q_pos.to(dtype), k_pos.to(dtype)).abs()
+        return heads_first(-distance.unsqueeze(-1) * self.slopes.to(dtype))
+
+
+# -------------------------------------------------------------------------------------- KERPLE
+@register_encoder(
+    "kerple",
+    relative=True,
+    reference="Chi et al. 2022, KERPLE: Kernelized Relative Positional Embedding for Length "
+    "Extrapolation, arXiv:2205.09921",
+)
+class KERPLE(PositionBiasEncoding):
+    """KERPLE: conditionally positive definite kernels of ``|i - j|`` as a bias, two learned scalars per head.
+
+    Variants:
+        ``log``: ``-r1 log(1 + r2 |i - j|)`` (init r1 ~ U(0, 2), r2 ~ U(0, 1));
+        ``power``: ``-r1 |i - j| ** r2`` with ``0 < r2 <= 2`` (init r2 ~ U(0, 2), r1 ~ U(0, 1)).
+
+    As in the official code, ``r1, r2`` are kept ``>= eps = 1e-2`` (and ``r2 <= 2`` for power); here
+    by clamping inside the formula rather than mutating the parameters.
+    """
+
+    eps = 1e-2
+
+    def __init__(self, dim: int, num_heads: int, *, variant: str = "log", causal: bool = True) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.variant = check_choice("variant", variant, ("log", "power"))
+        if variant == "log":
+            self.r1 = nn.Parameter(torch.rand(num_heads) * 2)
+            self.r2 = nn.Parameter(torch.rand(num_heads))
+        else:
+            self.r1 = nn.Parameter(torch.rand(num_heads))
+            self.r2 = nn.Parameter(torch.rand(num_heads) * 2)
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        distance = relative_distance(q_pos.to(dtype), k_pos.to(dtype)).abs().unsqueeze(-1)
+        r1 = self.r1.to(dtype).clamp(min=self.eps)
+        if self.variant == "log":
+            r2 = self.r2.to(dtype).clamp(min=self.eps)
+            return heads_first(-r1 * torch.log1p(r2 * distance))
+        r2 = self.r2.to(dtype).clamp(min=self.eps, max=2.0)
+        # |d| ** r2 written as exp(r2 log|d|) with 0 at d = 0, so the gradient in r2 stays finite.
+        tiny = torch.finfo(dtype).tiny
+        powered = torch.where(distance > 0, torch.exp(r2 * torch.log(distance.clamp(min=tiny))), 0.0)
+        return heads_first(-r1 * powered)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", variant={self.variant!r}"
+
+
+# ---------------------------------------------------------------------------------------- FIRE
+@register_encoder(
+    "fire",
+    relative=False,  # the normaliser psi(max(i, L)) depends on the query position itself
+    reference="Li et al. 2023, Functional Interpolation for Relative Positions Improves Long Context "
+    "Transformers (FIRE), arXiv:2310.04418",
+)
+class FIRE(PositionBiasEncoding):
+    """FIRE: ``b[h, i, j] = f_theta(psi(i - j) / psi(max(i, L)))`` with ``psi(x) = log(c |x| + 1)``.
+
+    ``f_theta`` is an MLP ``1 -> mlp_width -> num_heads`` (ReLU); ``c`` (init 0.1) and the threshold
+    ``L`` (init 512) are learned. The normaliser makes the input lie in [0, 1] for causal pairs, so
+    the bias interpolates rather than extrapolates on longer inputs.
+
+    Options: ``mlp_width`` (32), ``init_c`` (0.1), ``init_threshold`` (512.0), ``eps`` (1e-6).
+    """
+
+    _rows_per_chunk_elems = 1 << 22  # bound the (rows, Lk, mlp_width) hidden activations
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        mlp_width: int = 32,
+        init_c: float = 0.1,
+        init_threshold: float = 512.0,
+        eps: float = 1e-6,
+        causal: bool = True,
+    ) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        check_int("mlp_width", mlp_width)
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, num_heads))
+        self.c = nn.Parameter(torch.tensor(check_float("init_c", init_c)))
+        self.threshold = nn.Parameter(torch.tensor(check_float("init_threshold", init_threshold)))
+        self.eps = check_float("eps", eps)
+
+    def normalized_distance(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """``psi(i - j) / psi(max(i, L))``, shape ``(..., Lq, Lk)``."""
+        q_pos, k_pos = q_pos.to(dtype), k_pos.to(dtype)
+        c = self.c.to(dtype)
+        distance = -relative_distance(q_pos, k_pos)  # i - j
+        psi = torch.log1p((c * distance).abs())
+        normaliser = torch.maximum(q_pos, self.threshold.to(dtype).abs())
+        return psi / (torch.log1p((c * normaliser).abs()) + self.eps).unsqueeze(-1)
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        x = self.normalized_distance(q_pos, k_pos, dtype).unsqueeze(-1)
+        mlp = self.mlp if dtype == self.mlp[0].weight.dtype else _cast_module(self.mlp, dtype)
+        rows = max(1, self._rows_per_chunk_elems // max(1, x.shape[-2] * self.mlp[0].out_features))
+        out = torch.cat([mlp(chunk) for chunk in x.split(rows, dim=-3)], dim=-3)
+        return heads_first(out)
+
+
+def _cast_module(module: nn.Module, dtype: torch.dtype):
+    """A function applying ``module`` with its parameters cast to ``dtype`` (autograd flows back)."""
+    params = {name: p.to(dtype) for name, p in module.named_parameters()}
+    return lambda x: torch.func.functional_call(module, params, (x,))
+
+
+# ------------------------------------------------------------------------------------ Sandwich
+@register_encoder(
+    "sandwich",
+    relative=True,
+    reference="Chi et al. 2023, Dissecting Transformer Length Extrapolation via the Lens of Receptive "
+    "Field Analysis (Sandwich), arXiv:2212.10356",
+)
+class Sandwich(PositionBiasEncoding):
+    """Sandwich: the dot product of sinusoidal PEs as a parameter-free, log-decaying bias.
+
+    ``b[h, i, j] = (sum_{k=1}^{d'/2} cos((i - j) / 10000 ** (2k / d')) - d'/2) / (8 h / H)``,
+    ``h = 1..H``: zero at distance 0, negative elsewhere, compressed per head like ALiBi's slopes.
+
+    Options: ``sandwich_dim`` (``d'``, default ``dim``, even), ``base`` (10,000).
+    """
+
+    def __init__(
+        self, dim: int, num_heads: int, *, sandwich_dim: int | None = None, base: float = 10_000.0,
+        causal: bool = True,
+    ) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.sandwich_dim = check_int("sandwich_dim", dim if sandwich_dim is None else sandwich_dim, minimum=2)
+        if self.sandwich_dim % 2:
+            raise ValueError(f"sandwich: sandwich_dim must be even, got {self.sandwich_dim}")
+        self.base = check_float("base", base)
+        d = self.sandwich_dim
+        inv_freq = self.base ** (-2 * torch.arange(1, d // 2 + 1, dtype=torch.float64) / d)
+        head_scale = torch.arange(1, num_heads + 1, dtype=torch.float64) * 8 / num_heads
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("head_scale", head_scale, persistent=False)
+
+    def kernel(self, distance: Tensor) -> Tensor:
+        """``sum_k cos(distance w_k) - d'/2`` for a tensor of distances (same dtype as input)."""
+        total = torch.zeros_like(distance)
+        for w in self.inv_freq.to(distance.dtype):  # loop over d'/2 frequencies, not over tokens
+            total += torch.cos(distance * w)
+        return total - self.sandwich_dim / 2
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        distance = relative_distance(q_pos, k_pos)
+        if not distance.is_floating_point() and distance.numel():
+            lo, hi = int(distance.min()), int(distance.max())
+            if hi - lo + 1 <= 4 * (q_pos.shape[-1] + k_pos.shape[-1]):  # contiguous-ish: tabulate
+                table = self.kernel(torch.arange(lo, hi + 1, dtype=dtype, device=distance.device))
+                values = table[distance - lo]
+            else:
+                values = self.kernel(distance.to(dtype))
+        else:
+            values = self.kernel(distance.to(dtype))
+        return heads_first(values.unsqueeze(-1) / self.head_scale.to(dtype))

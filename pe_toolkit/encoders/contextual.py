@@ -1,0 +1,84 @@
+"""Contextual position encoding (CoPE): positions that count what the context gates in.
+
+Golovneva et al. 2024, "Contextual Position Encoding: Learning to Count What's Important",
+arXiv:2405.18719 (official code: facebookresearch/RAM, projects/cope).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from pe_toolkit.encoders.base import PositionalEncoding, causal_visibility, check_int
+from pe_toolkit.registry import register_encoder
+
+
+def cope_positions(q: Tensor, k: Tensor, visible: Tensor) -> Tensor:
+    """CoPE's contextual positions ``p_ij = sum_{t=j..i} sigmoid(q_i . k_t / sqrt(d))``.
+
+    Args:
+        q: ``(B, H, Lq, d)``; k: ``(B, H, Lk, d)``.
+        visible: bool ``(Lq, Lk)`` (or broadcastable), False where a key is masked.
+    Returns:
+        ``(B, H, Lq, Lk)`` float positions (zero where not visible).
+    """
+    gates = torch.sigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])) * visible
+    return gates.flip(-1).cumsum(-1).flip(-1)
+
+
+def interpolate_position_logits(position_logits: Tensor, positions: Tensor) -> Tensor:
+    """Read ``z[p]`` at fractional ``p`` by linear interpolation between floor and ceil.
+
+    Args:
+        position_logits: ``(B, H, Lq, npos)``, ``z_i[p] = q_i . e[p]`` for integer ``p``.
+        positions: ``(B, H, Lq, Lk)`` in ``[0, npos - 1]``.
+    Returns:
+        ``(B, H, Lq, Lk)``.
+    """
+    floor = positions.floor()
+    weight = positions - floor
+    z_floor = position_logits.gather(-1, floor.long())
+    z_ceil = position_logits.gather(-1, positions.ceil().long())
+    return z_floor + weight * (z_ceil - z_floor)
+
+
+@register_encoder(
+    "cope",
+    relative=False,  # positions depend on content, not only on i - j
+    reference="Golovneva et al. 2024, Contextual Position Encoding: Learning to Count What's "
+    "Important, arXiv:2405.18719",
+)
+class CoPE(PositionalEncoding):
+    """CoPE: gates ``g_ij = sigmoid(q_i.k_j / sqrt(d))``, positions ``p_ij = sum_{t=j..i} g_it``.
+
+    Positions are clamped to ``npos_max - 1``; the bias is ``z_i[p_ij] / sqrt(d)`` with
+    ``z_i[p] = q_i . e[p]`` interpolated between ``floor(p)`` and ``ceil(p)`` (interpolating logits,
+    not vectors, as the paper does). The embeddings ``e`` ``(npos_max, head_dim)`` are shared by all
+    heads of a layer and start at zero, so CoPE starts as NoPE.
+
+    Options:
+        npos_max: number of position embeddings (64).
+
+    Causal only (positions count the keys between ``j`` and ``i``). Keys are aligned bottom-right,
+    as in KV-cache decoding. For grouped-query attention the keys are repeated to the query heads.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, npos_max: int = 64, causal: bool = True) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        if not causal:
+            raise ValueError("cope: needs causal=True (contextual positions count keys up to the query)")
+        self.npos_max = check_int("npos_max", npos_max, minimum=2)
+        self.pos_emb = nn.Parameter(torch.zeros(self.npos_max, self.head_dim))
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        if k.shape[1] != q.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        visible = causal_visibility(q.shape[-2], k.shape[-2], device=q.device)
+        positions = cope_positions(q, k, visible).clamp(max=self.npos_max - 1)
+        position_logits = q @ self.pos_emb.to(q.dtype).transpose(0, 1)
+        return interpolate_position_logits(position_logits, positions) / math.sqrt(q.shape[-1])
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", npos_max={self.npos_max}"

@@ -1,0 +1,8 @@
+"""Attention, blocks and the Transformer that call the positional encodings' hooks."""
+
+from pe_toolkit.nn.attention import MultiHeadAttention, positional_logits
+from pe_toolkit.nn.block import MLP, TransformerBlock
+from pe_toolkit.nn.kv_cache import KVCache
+from pe_toolkit.nn.transformer import Transformer, TransformerConfig
+
+__all__ = ["KVCache", "MLP", "MultiHeadAttention", "Transformer", "TransformerBlock", "TransformerConfig", "positional_logits"]

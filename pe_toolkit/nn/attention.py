@@ -1,0 +1,181 @@
+"""One multi-head attention for every positional encoding: SDPA, GQA, KV cache, masks, three hooks."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pe_toolkit.encoders.base import (
+    PositionalEncoding,
+    causal_visibility,
+    check_int,
+    check_positions,
+    default_positions,
+)
+from pe_toolkit.nn.kv_cache import KVCache
+
+
+def positional_logits(
+    encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+) -> Tensor:
+    """Scaled attention logits ``rotate(q).rotate(k) / sqrt(d) + bias`` before masking and softmax.
+
+    A debugging and diagnostics helper (attention maps, entropy, invariance tests); the attention
+    itself never materialises these when SDPA can avoid it.
+
+    Shapes: q ``(B, H, Lq, d)``, k ``(B, H, Lk, d)`` -> ``(B, H, Lq, Lk)``.
+    """
+    q, k = encoding.rotate(q, k, q_pos, k_pos)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    bias = encoding.bias(q, k, q_pos, k_pos)
+    return logits if bias is None else logits + bias.to(logits.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head (grouped-query) attention that calls a positional encoding's hooks.
+
+    The encoding's ``rotate`` acts on queries and keys, its ``bias`` is added to the scaled logits
+    (merged with the causal and padding masks into one float mask), and attention runs through
+    ``torch.nn.functional.scaled_dot_product_attention``. No code here is specific to an encoding.
+
+    Args:
+        dim: model width.
+        num_heads: query heads.
+        num_kv_heads: key/value heads (GQA; 1 = MQA); must divide ``num_heads``. Default ``num_heads``.
+        encoding: the positional encoding; ``None`` means NoPE. A ``Transformer`` that shares one
+            encoding across layers passes it to :meth:`forward` instead.
+        causal: causal self-attention (ignored for cross-attention).
+        kv_dim: feature size of the cross-attention context (default ``dim``).
+        qkv_bias: biases in the q/k/v projections.
+        dropout: attention dropout probability (training only).
+
+    Shapes:
+        x ``(B, Lq, dim)``; context ``(B, Lk, kv_dim)``; q_pos ``(Lq,)`` / ``(B, Lq)`` (plus trailing
+        dims for vector positions); k_pos likewise for keys; key_padding_mask bool ``(B, Lk_total)``
+        with True for real tokens. Output ``(B, Lq, dim)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        encoding: PositionalEncoding | None = None,
+        causal: bool = False,
+        kv_dim: int | None = None,
+        qkv_bias: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        check_int("dim", dim)
+        check_int("num_heads", num_heads)
+        if dim % num_heads:
+            raise ValueError(f"num_heads ({num_heads}) must divide dim ({dim})")
+        num_kv_heads = num_heads if num_kv_heads is None else check_int("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_kv_heads ({num_kv_heads}) must divide num_heads ({num_heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        kv_dim = dim if kv_dim is None else check_int("kv_dim", kv_dim)
+        self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, num_kv_heads
+        self.head_dim = dim // num_heads
+        self.causal = causal
+        self.dropout = dropout
+        self.q_proj = nn.Linear(dim, dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(dim, dim, bias=False)
+        if encoding is not None and not isinstance(encoding, PositionalEncoding):
+            raise TypeError(f"encoding must be a PositionalEncoding, got {type(encoding).__name__}")
+        self.encoding = encoding
+
+    def _split_heads(self, x: Tensor, heads: int) -> Tensor:
+        b, length, _ = x.shape
+        return x.view(b, length, heads, self.head_dim).transpose(1, 2)  # (B, heads, L, hd)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        q_pos: Tensor | None = None,
+        k_pos: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        encoding: PositionalEncoding | None = None,
+    ) -> Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
+        encoding = encoding if encoding is not None else self.encoding
+        if encoding is None:
+            encoding = _NOPE
+        b, q_len, _ = x.shape
+        is_self = context is None
+        source = x if is_self else context
+        vector_dims = getattr(encoding, "position_vector_dims", 0)
+        past = cache.length if cache is not None else 0
+
+        q_pos = default_positions(q_len, past, x.device) if q_pos is None else q_pos
+        check_positions("q_pos", q_pos, q_len, b, vector_dims=vector_dims)
+        if k_pos is None:
+            k_pos = q_pos if is_self else default_positions(source.shape[1], 0, x.device)
+        check_positions("k_pos", k_pos, source.shape[1], b, vector_dims=vector_dims)
+
+        q = self._split_heads(self.q_proj(x), self.num_heads)
+        k = self._split_heads(self.k_proj(source), self.num_kv_heads)
+        v = self._split_heads(self.v_proj(source), self.num_kv_heads)
+        q, k = encoding.rotate(q, k, q_pos, k_pos)
+        if cache is not None:
+            k, v, k_pos = cache.update(k, v, k_pos)
+        bias = encoding.bias(q, k, q_pos, k_pos)
+
+        k_len = k.shape[-2]
+        causal = self.causal and is_self
+        mask, use_is_causal = self._merge_masks(bias, causal, key_padding_mask, b, q_len, k_len, q)
+        out = F.scaled_dot_product_attention(
+            q, k, v,
+            attn_mask=mask,
+            is_causal=use_is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.num_kv_heads != self.num_heads,
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
+
+    @staticmethod
+    def _merge_masks(
+        bias: Tensor | None, causal: bool, key_padding_mask: Tensor | None, b: int, q_len: int, k_len: int, q: Tensor
+    ) -> tuple[Tensor | None, bool]:
+        """One SDPA mask from bias, causal and padding: float (bias) or bool (masks only)."""
+        visible = None
+        if causal and q_len > 1:
+            visible = causal_visibility(q_len, k_len, q.device)
+        if key_padding_mask is not None:
+            if key_padding_mask.dtype != torch.bool:
+                raise TypeError(f"key_padding_mask must be bool (True = real token), got {key_padding_mask.dtype}")
+            if tuple(key_padding_mask.shape) != (b, k_len):
+                raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected ({b}, {k_len})")
+            pad = key_padding_mask[:, None, None, :]
+            visible = pad if visible is None else visible & pad
+            # A query that sees no key at all (e.g. a left-padding query) would give NaN; let it see
+            # every key instead. Its output is padding and is ignored downstream.
+            visible = visible | ~visible.any(-1, keepdim=True)
+        if bias is None:
+            if visible is None:
+                return None, False
+            if key_padding_mask is None and q_len == k_len:
+                return None, True  # plain causal: let SDPA pick its fast causal path
+            return visible, False
+        mask = bias.to(q.dtype)
+        if visible is not None:
+            mask = mask.masked_fill(~visible, float("-inf"))
+        return mask, False
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, causal={self.causal}"
+
+
+_NOPE = PositionalEncoding(1, 1)

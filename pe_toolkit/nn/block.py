@@ -1,0 +1,98 @@
+"""Pre-norm Transformer block: attention and MLP, each with a residual connection."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pe_toolkit.encoders.base import PositionalEncoding, check_choice
+from pe_toolkit.nn.attention import MultiHeadAttention
+from pe_toolkit.nn.kv_cache import KVCache
+
+
+def make_norm(kind: str, dim: int) -> nn.Module:
+    """``"rmsnorm"`` (Zhang & Sennrich 2019) or ``"layernorm"`` (Ba et al. 2016)."""
+    check_choice("norm", kind, ("rmsnorm", "layernorm"))
+    return nn.RMSNorm(dim) if kind == "rmsnorm" else nn.LayerNorm(dim)
+
+
+class MLP(nn.Module):
+    """Feed-forward layer: ``"swiglu"`` (Shazeer 2020, arXiv:2002.05202) or ``"gelu"``.
+
+    ``hidden`` defaults to ``4 * dim`` for GELU and ``8/3 * dim`` (rounded up to a multiple of 8)
+    for SwiGLU, so both have about ``8 dim^2`` parameters.
+    """
+
+    def __init__(self, dim: int, kind: str = "swiglu", hidden: int | None = None, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.kind = check_choice("mlp", kind, ("swiglu", "gelu"))
+        if hidden is None:
+            hidden = 4 * dim if kind == "gelu" else 8 * ((8 * dim // 3 + 7) // 8)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.gate = nn.Linear(dim, hidden, bias=False) if kind == "swiglu" else None
+        self.down = nn.Linear(hidden, dim, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.silu(self.gate(x)) * self.up(x) if self.gate is not None else F.gelu(self.up(x))
+        return self.dropout(self.down(h))
+
+
+class TransformerBlock(nn.Module):
+    """``x + attn(norm(x))`` then ``x + mlp(norm(x))`` (pre-norm), optionally with cross-attention.
+
+    Args:
+        dim, num_heads, num_kv_heads, causal, dropout: as in :class:`MultiHeadAttention`.
+        norm: ``"rmsnorm"`` or ``"layernorm"``.
+        mlp: ``"swiglu"`` or ``"gelu"``; ``mlp_hidden`` its width.
+        encoding: this block's own encoding, or ``None`` when the caller passes a shared one.
+        cross_attention: add a cross-attention sub-layer (encoder-decoder models).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        causal: bool = True,
+        norm: str = "rmsnorm",
+        mlp: str = "swiglu",
+        mlp_hidden: int | None = None,
+        dropout: float = 0.0,
+        encoding: PositionalEncoding | None = None,
+        cross_attention: bool = False,
+    ) -> None:
+        super().__init__()
+        self.attn_norm = make_norm(norm, dim)
+        self.attn = MultiHeadAttention(
+            dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout
+        )
+        self.cross_norm = make_norm(norm, dim) if cross_attention else None
+        self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout) if cross_attention else None
+        self.mlp_norm = make_norm(norm, dim)
+        self.mlp = MLP(dim, mlp, mlp_hidden, dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        positions: Tensor | None = None,
+        padding_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        encoding: PositionalEncoding | None = None,
+        context: Tensor | None = None,
+        context_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        h = self.attn(
+            self.attn_norm(x), q_pos=positions, key_padding_mask=padding_mask, cache=cache, encoding=encoding
+        )
+        x = x + self.resid_dropout(h)
+        if self.cross_attn is not None:
+            if context is None:
+                raise ValueError("this block has cross-attention: pass context=")
+            x = x + self.resid_dropout(
+                self.cross_attn(self.cross_norm(x), context, key_padding_mask=context_padding_mask)
+            )
+        return x + self.mlp(self.mlp_norm(x))

@@ -1,0 +1,205 @@
+"""A decoder-only language model or bidirectional encoder whose positional encoding is chosen by name."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding, check_int, default_positions
+from pe_toolkit.nn.block import TransformerBlock, make_norm
+from pe_toolkit.nn.kv_cache import KVCache
+from pe_toolkit.registry import get_encoder
+
+
+@dataclass
+class TransformerConfig:
+    """Configuration of :class:`Transformer`.
+
+    Attributes:
+        vocab_size: token vocabulary; ``None`` builds a feature-in / feature-out trunk (no token
+            embedding, no output head), for domains that embed their own inputs.
+        dim, num_heads, num_layers, num_kv_heads: sizes (``num_kv_heads`` < ``num_heads`` = GQA).
+        causal: decoder-only LM (True) or bidirectional encoder (False).
+        encoding: registry name of the positional encoding (``"nope"``, ``"rope"``, ``"alibi"``, ...).
+        encoding_options: keyword options of that encoding; ``causal`` is filled in from ``causal``.
+        share_encoding: one encoding shared by all layers (True) or one per layer. The ``embed`` hook
+            runs once on the input, with the first layer's encoding.
+        norm, mlp, mlp_hidden, dropout: block options (see :class:`TransformerBlock`).
+        tie_embeddings: the output head reuses the token embedding matrix.
+    """
+
+    vocab_size: int | None
+    dim: int = 256
+    num_heads: int = 4
+    num_layers: int = 4
+    num_kv_heads: int | None = None
+    causal: bool = True
+    encoding: str = "rope"
+    encoding_options: dict[str, Any] = field(default_factory=dict)
+    share_encoding: bool = True
+    norm: str = "rmsnorm"
+    mlp: str = "swiglu"
+    mlp_hidden: int | None = None
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+
+
+class Transformer(nn.Module):
+    """Token embedding -> ``embed`` hook -> blocks (``rotate`` / ``bias`` hooks) -> norm -> logits.
+
+    Shapes: ``forward(tokens (B, L)) -> logits (B, L, vocab)``; ``forward_features(x (B, L, dim))
+    -> hidden (B, L, dim)``. Positions default to ``arange(L)``, offset by the KV-cache length.
+
+    Example:
+        >>> model = Transformer(TransformerConfig(vocab_size=100, dim=64, num_heads=4, num_layers=2,
+        ...                                       encoding="alibi"))
+        >>> model(torch.randint(0, 100, (2, 16))).shape
+        torch.Size([2, 16, 100])
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        if config.vocab_size is not None:
+            check_int("vocab_size", config.vocab_size)
+        check_int("num_layers", config.num_layers)
+        options = {"causal": config.causal, **config.encoding_options}
+        count = 1 if config.share_encoding else config.num_layers
+        self.encodings = nn.ModuleList(
+            [get_encoder(config.encoding, config.dim, config.num_heads, **options) for _ in range(count)]
+        )
+        self.token_embedding = (
+            nn.Embedding(config.vocab_size, config.dim) if config.vocab_size is not None else None
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                config.dim, config.num_heads, num_kv_heads=config.num_kv_heads, causal=config.causal,
+                norm=config.norm, mlp=config.mlp, mlp_hidden=config.mlp_hidden, dropout=config.dropout,
+            )
+            for _ in range(config.num_layers)
+        )
+        self.final_norm = make_norm(config.norm, config.dim)
+        self.lm_head = None
+        if config.vocab_size is not None:
+            self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
+            if config.tie_embeddings:
+                self.lm_head.weight = self.token_embedding.weight
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """GPT-2 style N(0, 0.02) for linear and embedding weights; encodings keep their own init."""
+        for name, module in self.named_modules():
+            if name.startswith("encodings") or not isinstance(module, (nn.Linear, nn.Embedding)):
+                continue
+            nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def encoding_for_layer(self, index: int) -> PositionalEncoding:
+        return self.encodings[0 if len(self.encodings) == 1 else index]
+
+    def new_cache(self) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer, for :meth:`forward` / :meth:`generate`."""
+        return [KVCache() for _ in self.blocks]
+
+    def num_parameters(self, exclude_positional: bool = False) -> int:
+        """Number of parameters (shared ones once); optionally without the encodings' parameters."""
+        excluded = {id(p) for p in self.encodings.parameters()} if exclude_positional else set()
+        return sum(p.numel() for p in self.parameters() if id(p) not in excluded)
+
+    def forward_features(
+        self,
+        x: Tensor,
+        *,
+        positions: Tensor | None = None,
+        padding_mask: Tensor | None = None,
+        cache: list[KVCache] | None = None,
+        context: Tensor | None = None,
+        context_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Run the trunk on features ``x (B, L, dim)``; returns normalised hidden states ``(B, L, dim)``."""
+        if x.dim() != 3 or x.shape[-1] != self.config.dim:
+            raise ValueError(f"x must have shape (B, L, {self.config.dim}), got {tuple(x.shape)}")
+        if cache is not None and len(cache) != len(self.blocks):
+            raise ValueError(f"cache must hold one KVCache per layer ({len(self.blocks)}), got {len(cache)}")
+        if positions is None:
+            past = cache[0].length if cache is not None else 0
+            positions = default_positions(x.shape[1], past, x.device)
+        with contextlib.ExitStack() as stack:
+            for enc in self.encodings:  # a shared bias is built once per forward
+                if isinstance(enc, PositionBiasEncoding):
+                    stack.enter_context(enc.forward_scope())
+            x = self.dropout(self.encodings[0].embed(x, positions))
+            for i, block in enumerate(self.blocks):
+                x = block(
+                    x, positions=positions, padding_mask=padding_mask,
+                    cache=cache[i] if cache is not None else None, encoding=self.encoding_for_layer(i),
+                    context=context, context_padding_mask=context_padding_mask,
+                )
+        return self.final_norm(x)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        positions: Tensor | None = None,
+        padding_mask: Tensor | None = None,
+        cache: list[KVCache] | None = None,
+    ) -> Tensor:
+        """Logits ``(B, L, vocab)`` for integer tokens ``(B, L)``."""
+        if self.token_embedding is None:
+            raise ValueError("this Transformer has vocab_size=None: call forward_features(x) instead")
+        if tokens.dim() != 2 or tokens.is_floating_point():
+            raise ValueError(f"tokens must be an integer tensor of shape (B, L), got {tuple(tokens.shape)} {tokens.dtype}")
+        hidden = self.forward_features(
+            self.token_embedding(tokens), positions=positions, padding_mask=padding_mask, cache=cache
+        )
+        return self.lm_head(hidden)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Continue ``prompt (B, L)`` by ``max_new_tokens`` tokens with a KV cache.
+
+        Greedy when ``temperature == 0`` (default); otherwise samples from
+        ``softmax(logits / temperature)``, restricted to the ``top_k`` most likely tokens if given.
+        Positions continue past the prompt. Returns ``(B, L + max_new_tokens)``.
+        """
+        if not self.config.causal:
+            raise ValueError("generate needs a causal model (config.causal=True)")
+        check_int("max_new_tokens", max_new_tokens, minimum=0)
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_k is not None:
+            check_int("top_k", top_k)
+        was_training = self.training
+        self.eval()
+        cache = self.new_cache()
+        out = prompt
+        logits = self(prompt, cache=cache)[:, -1]
+        for step in range(max_new_tokens):
+            if temperature == 0:
+                next_token = logits.argmax(-1, keepdim=True)
+            else:
+                scaled = logits / temperature
+                if top_k is not None:
+                    kth = scaled.topk(min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
+                    scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+                next_token = torch.multinomial(scaled.softmax(-1), 1, generator=generator)
+            out = torch.cat((out, next_token), dim=1)
+            if step + 1 < max_new_tokens:
+                logits = self(next_token, cache=cache)[:, -1]
+        self.train(was_training)
+        return out
