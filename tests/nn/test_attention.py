@@ -1,0 +1,148 @@
+"""MultiHeadAttention against a hand-written reference, masks, GQA, cross-attention, KV cache, errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import pe_toolkit as pet
+
+
+def reference_attention(attn: pet.MultiHeadAttention, x, context=None, *, q_pos, k_pos, causal, padding=None):
+    """softmax(rotate(q).rotate(k)^T / sqrt(d) + bias + mask) v, written out with explicit loops over heads."""
+    enc = attn.encoding
+    source = x if context is None else context
+    b, lq, _ = x.shape
+    lk = source.shape[1]
+    h, hkv, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
+    q = attn.q_proj(x).view(b, lq, h, d).transpose(1, 2)
+    k = attn.k_proj(source).view(b, lk, hkv, d).transpose(1, 2)
+    v = attn.v_proj(source).view(b, lk, hkv, d).transpose(1, 2)
+    q, k = enc.rotate(q, k, q_pos, k_pos)
+    bias = enc.bias(q, k, q_pos, k_pos)
+    out = torch.empty(b, h, lq, d, dtype=x.dtype)
+    for head in range(h):
+        kv = head // (h // hkv)
+        logits = q[:, head] @ k[:, kv].transpose(-1, -2) / math.sqrt(d)
+        if bias is not None:
+            logits = logits + bias.expand(b, h, lq, lk)[:, head]
+        if causal:
+            logits = logits.masked_fill(torch.ones(lq, lk, dtype=torch.bool).triu(1 + lk - lq), float("-inf"))
+        if padding is not None:
+            logits = logits.masked_fill(~padding[:, None, :], float("-inf"))
+        out[:, head] = logits.softmax(-1) @ v[:, kv]
+    return attn.o_proj(out.transpose(1, 2).reshape(b, lq, h * d))
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "alibi", "t5", "cope"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_matches_reference(name, causal, kv_heads):
+    if name == "cope" and not causal:
+        pytest.skip("cope is causal only")
+    enc = pet.get_encoder(name, 32, 4, causal=causal).double()
+    attn = pet.MultiHeadAttention(32, 4, num_kv_heads=kv_heads, causal=causal, encoding=enc).double()
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    pos = torch.arange(7)
+    expected = reference_attention(attn, x, q_pos=pos, k_pos=pos, causal=causal)
+    torch.testing.assert_close(attn(x), expected)
+
+
+def test_padding_mask_matches_reference_and_hides_padded_keys():
+    enc = pet.get_encoder("alibi", 32, 4, causal=False).double()
+    attn = pet.MultiHeadAttention(32, 4, causal=False, encoding=enc).double()
+    x = torch.randn(2, 6, 32, dtype=torch.float64)
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    pos = torch.arange(6)
+    out = attn(x, key_padding_mask=padding)
+    torch.testing.assert_close(out, reference_attention(attn, x, q_pos=pos, k_pos=pos, causal=False, padding=padding))
+    changed = x.clone()
+    changed[1, 4:] = torch.randn(2, 32, dtype=torch.float64)  # new content in the padded slots
+    torch.testing.assert_close(attn(changed, key_padding_mask=padding)[1, :4], out[1, :4])
+
+
+def test_query_that_sees_no_key_stays_finite():
+    attn = pet.MultiHeadAttention(16, 2, causal=True, encoding=pet.get_encoder("alibi", 16, 2))
+    padding = torch.tensor([[False, False, True, True]])  # left padding: query 0 sees only padding
+    out = attn(torch.randn(1, 4, 16), key_padding_mask=padding)
+    assert torch.isfinite(out).all()
+
+
+def test_cross_attention_with_own_positions():
+    enc = pet.get_encoder("rope", 32, 4, causal=False).double()
+    attn = pet.MultiHeadAttention(32, 4, encoding=enc, kv_dim=24).double()
+    x, context = torch.randn(2, 5, 32, dtype=torch.float64), torch.randn(2, 9, 24, dtype=torch.float64)
+    q_pos, k_pos = torch.arange(5) * 2, torch.arange(9)
+    out = attn(x, context, q_pos=q_pos, k_pos=k_pos)
+    expected = reference_attention(attn, x, context, q_pos=q_pos, k_pos=k_pos, causal=False)
+    torch.testing.assert_close(out, expected)
+    # the default key positions of a context are arange(Lk)
+    torch.testing.assert_close(attn(x, context, q_pos=q_pos), out)
+
+
+def test_gqa_equals_full_attention_with_repeated_kv_weights():
+    gqa = pet.MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, encoding=pet.get_encoder("rope", 32, 4)).double()
+    full = pet.MultiHeadAttention(32, 4, causal=True, encoding=pet.get_encoder("rope", 32, 4)).double()
+    with torch.no_grad():
+        full.q_proj.weight.copy_(gqa.q_proj.weight)
+        full.o_proj.weight.copy_(gqa.o_proj.weight)
+        for name in ("k_proj", "v_proj"):
+            w = getattr(gqa, name).weight.view(2, 8, 32)
+            getattr(full, name).weight.copy_(w.repeat_interleave(2, dim=0).reshape(32, 32))
+    x = torch.randn(2, 6, 32, dtype=torch.float64)
+    torch.testing.assert_close(gqa(x), full(x))
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi", "t5", "cope", "fire"])
+def test_kv_cache_chunks_match_full(name):
+    attn = pet.MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, encoding=pet.get_encoder(name, 32, 4)).double()
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    cache = pet.KVCache()
+    chunks = [attn(x[:, :4], cache=cache), attn(x[:, 4:5], cache=cache), attn(x[:, 5:], cache=cache)]
+    torch.testing.assert_close(torch.cat(chunks, 1), attn(x))
+    assert cache.length == 9
+
+
+def test_kv_cache_grows_past_its_initial_capacity():
+    attn = pet.MultiHeadAttention(16, 2, causal=True, encoding=pet.get_encoder("rope", 16, 2)).double()
+    x = torch.randn(1, 40, 16, dtype=torch.float64)
+    cache = pet.KVCache()
+    steps = torch.cat([attn(x[:, t:t + 1], cache=cache) for t in range(40)], 1)
+    torch.testing.assert_close(steps, attn(x))
+
+
+def test_kv_cache_rejects_mismatched_batch():
+    cache = pet.KVCache()
+    cache.update(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4), torch.arange(3))
+    with pytest.raises(ValueError, match="KVCache"):
+        cache.update(torch.zeros(3, 1, 1, 4), torch.zeros(3, 1, 1, 4), torch.arange(1))
+
+
+def test_input_errors():
+    attn = pet.MultiHeadAttention(16, 2, causal=True)
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, 16\)"):
+        attn(torch.randn(2, 5, 8))
+    with pytest.raises(ValueError, match="q_pos has shape"):
+        attn(x, q_pos=torch.arange(4))
+    with pytest.raises(TypeError, match="q_pos must hold integer or float"):
+        attn(x, q_pos=torch.ones(5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="NaN"):
+        attn(x, q_pos=torch.tensor([0.0, 1.0, float("nan"), 3.0, 4.0]))
+    with pytest.raises(TypeError, match="key_padding_mask must be bool"):
+        attn(x, key_padding_mask=torch.ones(2, 5))
+    with pytest.raises(ValueError, match="key_padding_mask has shape"):
+        attn(x, key_padding_mask=torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="num_heads"):
+        pet.MultiHeadAttention(30, 4)
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        pet.MultiHeadAttention(32, 4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="dropout"):
+        pet.MultiHeadAttention(32, 4, dropout=1.5)
+    with pytest.raises(TypeError, match="encoding must be a PositionalEncoding"):
+        pet.MultiHeadAttention(32, 4, encoding=torch.nn.Linear(2, 2))

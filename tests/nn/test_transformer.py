@@ -1,0 +1,114 @@
+"""Transformer: shapes, generation with the KV cache, parameter counts, configuration errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pe_toolkit as pet
+
+
+def small(encoding="rope", **overrides):
+    config = dict(vocab_size=30, dim=32, num_heads=4, num_layers=2, encoding=encoding)
+    config.update(overrides)
+    return pet.Transformer(pet.TransformerConfig(**config))
+
+
+def greedy_without_cache(model, prompt, steps):
+    out = prompt
+    for _ in range(steps):
+        out = torch.cat((out, model(out)[:, -1:].argmax(-1)), dim=1)
+    return out
+
+
+@pytest.mark.parametrize("encoding", ["rope", "alibi", "t5", "sinusoidal", "cope"])
+def test_generate_greedy_equals_full_recomputation(encoding):
+    model = small(encoding).eval()
+    prompt = torch.randint(0, 30, (2, 4))
+    with torch.no_grad():
+        expected = greedy_without_cache(model, prompt, 6)
+    torch.testing.assert_close(model.generate(prompt, 6), expected)
+
+
+def test_sampling_is_reproducible_and_top_k_1_is_greedy():
+    model = small().eval()
+    prompt = torch.randint(0, 30, (1, 3))
+    a = model.generate(prompt, 5, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    b = model.generate(prompt, 5, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(a, b)
+    top1 = model.generate(prompt, 5, temperature=0.7, top_k=1, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(top1, model.generate(prompt, 5))
+
+
+def test_generate_keeps_training_mode_and_zero_steps():
+    model = small().train()
+    prompt = torch.randint(0, 30, (1, 3))
+    assert model.generate(prompt, 0).shape == (1, 3)
+    assert model.training
+
+
+def test_parameter_counts():
+    shared = small("t5", num_layers=3)
+    per_layer = small("t5", num_layers=3, share_encoding=False)
+    table = 32 * 4  # num_buckets x num_heads
+    assert shared.num_parameters() - shared.num_parameters(exclude_positional=True) == table
+    assert per_layer.num_parameters() - per_layer.num_parameters(exclude_positional=True) == 3 * table
+    assert shared.num_parameters(exclude_positional=True) == small("nope", num_layers=3).num_parameters()
+    assert shared.num_parameters() == sum(p.numel() for p in shared.parameters())
+
+
+def test_encoder_gets_causal_flag_from_config():
+    assert small("t5", causal=False).encodings[0].bidirectional
+    assert not small("t5", causal=True).encodings[0].bidirectional
+    with pytest.raises(ValueError, match="cope: needs causal=True"):
+        small("cope", causal=False)
+
+
+def test_bidirectional_encoder_sees_the_future_and_uses_padding():
+    model = small("alibi", causal=False)
+    tokens = torch.randint(0, 30, (2, 8))
+    changed = tokens.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 30
+    assert not torch.allclose(model(tokens)[:, 0], model(changed)[:, 0])
+    padding = torch.ones(2, 8, dtype=torch.bool)
+    padding[:, -1] = False  # the changed token is padding now: the rest must not see it
+    torch.testing.assert_close(model(tokens, padding_mask=padding)[:, :-1], model(changed, padding_mask=padding)[:, :-1])
+
+
+def test_feature_trunk_without_vocabulary():
+    model = small(vocab_size=None)
+    x = torch.randn(2, 5, 32)
+    assert model.forward_features(x).shape == (2, 5, 32)
+    with pytest.raises(ValueError, match="vocab_size=None"):
+        model(torch.zeros(2, 5, dtype=torch.long))
+
+
+def test_tied_embeddings():
+    model = small()
+    assert model.lm_head.weight is model.token_embedding.weight
+    assert small(tie_embeddings=False).lm_head.weight is not small(tie_embeddings=False).token_embedding.weight
+
+
+def test_encoder_parameters_keep_their_own_initialisation():
+    model = small("cope")
+    assert torch.count_nonzero(model.encodings[0].pos_emb) == 0  # CoPE starts at zero, not N(0, 0.02)
+
+
+def test_errors():
+    model = small()
+    with pytest.raises(ValueError, match="tokens must be an integer tensor"):
+        model(torch.randn(2, 5))
+    with pytest.raises(ValueError, match="generate needs a causal model"):
+        small(causal=False).generate(torch.zeros(1, 2, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(torch.zeros(1, 2, dtype=torch.long), 3, temperature=-1.0)
+    with pytest.raises(ValueError, match="cache must hold one KVCache per layer"):
+        model(torch.zeros(1, 2, dtype=torch.long), cache=[pet.KVCache()])
+    with pytest.raises(ValueError, match="unknown encoder 'rotary'"):
+        small("rotary")
+    with pytest.raises(ValueError, match="norm must be one of"):
+        small(norm="batchnorm")
+    with pytest.raises(ValueError, match="mlp must be one of"):
+        small(mlp="relu")
+    with pytest.raises(ValueError, match="learned: positions must lie in"):
+        small("learned", encoding_options={"max_len": 8}).generate(torch.zeros(1, 6, dtype=torch.long), 4)

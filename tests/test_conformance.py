@@ -1,0 +1,230 @@
+"""Conformance suite: properties every registered sequence encoder must satisfy.
+
+Parametrised over ``list_encoders(domain="sequence")``, so a newly registered encoder is checked
+automatically. Exact values per encoder live in ``tests/encoders/``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import functional_call
+
+import pe_toolkit as pet
+from pe_toolkit.encoders.base import PositionBiasEncoding
+
+SEQUENCE_ENCODERS = pet.list_encoders(domain="sequence")
+RELATIVE = [n for n in SEQUENCE_ENCODERS if pet.encoder_info(n).relative]
+LEARNABLE = [
+    n for n in SEQUENCE_ENCODERS
+    if any(True for _ in pet.get_encoder(n, 8, 2, **pet.encoder_info(n).example_options).parameters())
+]
+BIAS_ENCODERS = [n for n in SEQUENCE_ENCODERS if issubclass(pet.encoder_info(n).cls, PositionBiasEncoding)]
+
+
+def make_encoder(name: str, dim: int = 32, num_heads: int = 4, *, causal: bool = True, max_len: int | None = None):
+    options = dict(pet.encoder_info(name).example_options)
+    if max_len is not None and "max_len" in options:
+        options["max_len"] = max_len
+    return pet.get_encoder(name, dim, num_heads, causal=causal, **options)
+
+
+def perturb_parameters(module: torch.nn.Module, scale: float = 0.1) -> None:
+    """Move every parameter off its initial value so tests do not pass by symmetry (e.g. zero init)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn_like(p))
+
+
+def make_model(name: str, *, causal: bool = True, layers: int = 2, **overrides) -> pet.Transformer:
+    options = dict(pet.encoder_info(name).example_options)
+    config = pet.TransformerConfig(
+        vocab_size=40, dim=32, num_heads=4, num_layers=layers, causal=causal, encoding=name,
+        encoding_options=options, **overrides,
+    )
+    model = pet.Transformer(config)
+    for enc in model.encodings:
+        perturb_parameters(enc)
+    return model
+
+
+def test_the_registry_has_the_issue_encoders():
+    expected = {"nope", "sinusoidal", "scaled_sinusoidal", "learned", "rope", "t5", "alibi", "kerple",
+                "fire", "sandwich", "cope", "bam"}
+    assert expected <= set(SEQUENCE_ENCODERS)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_metadata(name):
+    info = pet.encoder_info(name)
+    assert info.name == name and info.domain == "sequence"
+    assert info.reference and "20" in info.reference  # names the paper and year
+    assert set(info.hooks) <= {"embed", "rotate", "bias"}
+    assert info.cls.__doc__, "every encoder documents its paper, options and shapes"
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_hook_output_shapes(name):
+    enc = make_encoder(name)
+    b, lq, lk = 2, 5, 7
+    x = torch.randn(b, lq, 32)
+    assert enc.embed(x, torch.arange(lq)).shape == (b, lq, 32)
+    q, k = torch.randn(b, 4, lq, 8), torch.randn(b, 4, lk, 8)
+    q2, k2 = enc.rotate(q, k, torch.arange(lk - lq, lk), torch.arange(lk))
+    assert q2.shape == q.shape and k2.shape == k.shape
+    bias = enc.bias(q2, k2, torch.arange(lk - lq, lk), torch.arange(lk))
+    if "bias" in pet.encoder_info(name).hooks:
+        assert torch.broadcast_shapes(bias.shape, (b, 4, lq, lk)) == (b, 4, lq, lk)
+    else:
+        assert bias is None
+    out = pet.MultiHeadAttention(32, 4, causal=True, encoding=enc)(x)
+    assert out.shape == (b, lq, 32)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_batched_positions_equal_shared_positions(name):
+    enc = make_encoder(name)
+    perturb_parameters(enc)
+    attn = pet.MultiHeadAttention(32, 4, causal=True, encoding=enc)
+    x = torch.randn(2, 6, 32)
+    shared = attn(x, q_pos=torch.arange(3, 9))
+    batched = attn(x, q_pos=torch.arange(3, 9).expand(2, 6))
+    torch.testing.assert_close(shared, batched)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dtypes_match_float64(name, dtype):
+    enc = make_encoder(name)
+    perturb_parameters(enc)
+    attn = pet.MultiHeadAttention(32, 4, causal=True, encoding=enc)
+    x = torch.randn(2, 12, 32, dtype=torch.float64)
+    reference = attn.double()(x)
+    out = attn.to(dtype)(x.to(dtype))
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    tol = {torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
+    torch.testing.assert_close(out.double(), reference, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_finite_at_length_8192(name):
+    length = 8192
+    enc = make_encoder(name, dim=16, num_heads=2, max_len=length)
+    perturb_parameters(enc)
+    attn = pet.MultiHeadAttention(16, 2, causal=True, encoding=enc)
+    with torch.no_grad():
+        out = attn(torch.randn(1, length, 16))
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_explicit_arange_positions_equal_default(name, causal):
+    if name == "cope" and not causal:
+        pytest.skip("cope is causal only")
+    model = make_model(name, causal=causal)
+    tokens = torch.randint(0, 40, (2, 9))
+    torch.testing.assert_close(model(tokens), model(tokens, positions=torch.arange(9)), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", RELATIVE)
+def test_relative_logits_are_shift_invariant(name):
+    enc = make_encoder(name, causal=True).double()
+    perturb_parameters(enc)
+    q, k = torch.randn(2, 4, 6, 8, dtype=torch.float64), torch.randn(2, 4, 6, 8, dtype=torch.float64)
+    positions = torch.arange(6)
+    base = pet.positional_logits(enc, q, k, positions, positions)
+    for offset in (1, 17, 300):
+        shifted = pet.positional_logits(enc, q, k, positions + offset, positions + offset)
+        torch.testing.assert_close(shifted, base, atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_causal_model_ignores_the_future(name):
+    model = make_model(name, causal=True)
+    tokens = torch.randint(0, 40, (2, 10))
+    changed = tokens.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % 40
+    torch.testing.assert_close(model(tokens)[:, :6], model(changed)[:, :6])
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_kv_cache_decoding_matches_full_forward(name):
+    model = make_model(name, causal=True).double().eval()
+    tokens = torch.randint(0, 40, (2, 11))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.new_cache()
+        pieces = [model(tokens[:, :5], cache=cache)]
+        pieces += [model(tokens[:, t:t + 1], cache=cache) for t in range(5, 9)]
+        pieces.append(model(tokens[:, 9:], cache=cache))  # a 2-token chunk after single steps
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", LEARNABLE)
+def test_gradcheck_float64(name):
+    enc = make_encoder(name, dim=8, num_heads=2).double()
+    perturb_parameters(enc, scale=0.3)
+    attn = pet.MultiHeadAttention(8, 2, causal=True, encoding=enc).double()
+    x = torch.randn(1, 5, 8, dtype=torch.float64)
+    names = [f"encoding.{n}" for n, p in enc.named_parameters() if p.requires_grad]
+    start = tuple(attn.get_parameter(n).detach().clone().requires_grad_() for n in names)
+
+    def output(*values):
+        return functional_call(attn, dict(zip(names, values)), (x,))
+
+    assert torch.autograd.gradcheck(output, start, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_state_dict_round_trip(name):
+    source = make_model(name)
+    state = source.state_dict()
+    assert not any(key.endswith(("cos_cached", "sin_cached", "inv_freq")) for key in state)
+    torch.manual_seed(123)
+    target = pet.Transformer(source.config)
+    target.load_state_dict(state)
+    tokens = torch.randint(0, 40, (2, 7))
+    torch.testing.assert_close(target(tokens), source(tokens), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
+def test_shared_bias_is_built_once_per_forward(name):
+    model = make_model(name, layers=3).train()
+    enc = model.encodings[0]
+    tokens = torch.randint(0, 40, (2, 8))
+    before = enc.bias_builds
+    model(tokens).sum().backward()
+    assert enc.bias_builds == before + 1
+    model(tokens).sum().backward()
+    # learnable biases are rebuilt in the next forward (its graph is new); parameter-free ones are reused
+    learnable = any(p.requires_grad for p in enc.parameters())
+    assert enc.bias_builds == before + (2 if learnable else 1)
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
+def test_per_layer_biases_are_built_per_layer(name):
+    model = make_model(name, layers=3, share_encoding=False)
+    assert len(model.encodings) == 3
+    model(torch.randint(0, 40, (1, 6)))
+    assert [enc.bias_builds for enc in model.encodings] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_num_heads_must_divide_dim(name):
+    options = pet.encoder_info(name).example_options
+    with pytest.raises(ValueError, match="num_heads"):
+        pet.get_encoder(name, 30, 4, **options)
+    with pytest.raises(TypeError, match="dim"):
+        pet.get_encoder(name, 32.0, 4, **options)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_unknown_option_is_rejected(name):
+    with pytest.raises(TypeError, match="no_such_option"):
+        pet.get_encoder(name, 32, 4, no_such_option=1, **pet.encoder_info(name).example_options)
+
+
+def test_unknown_encoder_suggests_a_close_match():
+    with pytest.raises(ValueError, match="did you mean 'rope'"):
+        pet.get_encoder("rop", 32, 4)
