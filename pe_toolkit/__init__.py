@@ -7,7 +7,14 @@ True
 
 from pe_toolkit import encoders  # noqa: F401  (registers the sequence encoders)
 from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding
-from pe_toolkit.nn import KVCache, MultiHeadAttention, Transformer, TransformerBlock, TransformerConfig, positional_logits
+from pe_toolkit.nn import (
+    KVCache,
+    MultiHeadAttention,
+    Transformer,
+    TransformerBlock,
+    TransformerConfig,
+    positional_logits,
+)
 from pe_toolkit.registry import EncoderInfo, encoder_info, get_encoder, list_encoders, register_encoder
 
 __version__ = "0.1.0"

@@ -45,7 +45,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = False
 
     Args:
         x: ``(..., L, d_rot)``.
-        cos, sin: ``(L, d_rot/2)`` or broadcastable to ``(..., L, d_rot/2)``, same dtype as ``x``.
+        cos: ``(L, d_rot/2)`` or broadcastable to ``(..., L, d_rot/2)``, same dtype as ``x``.
+        sin: same shape and dtype as ``cos``.
         interleaved: pair layout, see the module docstring.
     Returns:
         ``(..., L, d_rot)``: ``(x1 cos - x2 sin, x2 cos + x1 sin)`` per pair ``(x1, x2)``.

@@ -5,4 +5,6 @@ from pe_toolkit.nn.block import MLP, TransformerBlock
 from pe_toolkit.nn.kv_cache import KVCache
 from pe_toolkit.nn.transformer import Transformer, TransformerConfig
 
-__all__ = ["KVCache", "MLP", "MultiHeadAttention", "Transformer", "TransformerBlock", "TransformerConfig", "positional_logits"]
+__all__ = [
+    "KVCache", "MLP", "MultiHeadAttention", "Transformer", "TransformerBlock", "TransformerConfig", "positional_logits",
+]

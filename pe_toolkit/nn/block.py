@@ -42,9 +42,14 @@ class TransformerBlock(nn.Module):
     """``x + attn(norm(x))`` then ``x + mlp(norm(x))`` (pre-norm), optionally with cross-attention.
 
     Args:
-        dim, num_heads, num_kv_heads, causal, dropout: as in :class:`MultiHeadAttention`.
+        dim: model width.
+        num_heads: query heads.
+        num_kv_heads: key/value heads (GQA), default ``num_heads``.
+        causal: causal self-attention.
+        dropout: attention, residual and MLP dropout.
         norm: ``"rmsnorm"`` or ``"layernorm"``.
-        mlp: ``"swiglu"`` or ``"gelu"``; ``mlp_hidden`` its width.
+        mlp: ``"swiglu"`` or ``"gelu"``.
+        mlp_hidden: MLP width (default: see :class:`MLP`).
         encoding: this block's own encoding, or ``None`` when the caller passes a shared one.
         cross_attention: add a cross-attention sub-layer (encoder-decoder models).
     """

@@ -155,7 +155,9 @@ class Transformer(nn.Module):
         if self.token_embedding is None:
             raise ValueError("this Transformer has vocab_size=None: call forward_features(x) instead")
         if tokens.dim() != 2 or tokens.is_floating_point():
-            raise ValueError(f"tokens must be an integer tensor of shape (B, L), got {tuple(tokens.shape)} {tokens.dtype}")
+            raise ValueError(
+                f"tokens must be an integer tensor of shape (B, L), got {tuple(tokens.shape)} {tokens.dtype}"
+            )
         hidden = self.forward_features(
             self.token_embedding(tokens), positions=positions, padding_mask=padding_mask, cache=cache
         )

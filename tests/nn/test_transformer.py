@@ -72,7 +72,9 @@ def test_bidirectional_encoder_sees_the_future_and_uses_padding():
     assert not torch.allclose(model(tokens)[:, 0], model(changed)[:, 0])
     padding = torch.ones(2, 8, dtype=torch.bool)
     padding[:, -1] = False  # the changed token is padding now: the rest must not see it
-    torch.testing.assert_close(model(tokens, padding_mask=padding)[:, :-1], model(changed, padding_mask=padding)[:, :-1])
+    torch.testing.assert_close(
+        model(tokens, padding_mask=padding)[:, :-1], model(changed, padding_mask=padding)[:, :-1]
+    )
 
 
 def test_feature_trunk_without_vocabulary():
