@@ -3,7 +3,7 @@
 from pe_toolkit.encoders.absolute import LearnedEncoding, ScaledSinusoidalEncoding, SinusoidalEncoding
 from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding
 from pe_toolkit.encoders.bayesian import BAM
-from pe_toolkit.encoders.bias import ALiBi, FIRE, KERPLE, Sandwich, T5RelativeBias
+from pe_toolkit.encoders.bias import FIRE, KERPLE, ALiBi, Sandwich, T5RelativeBias
 from pe_toolkit.encoders.contextual import CoPE
 from pe_toolkit.encoders.rotary import RotaryEncoding
 

@@ -220,7 +220,7 @@ class PositionBiasEncoding(PositionalEncoding):
         if entry is not None and entry[0] == key and _same(entry[1], q_pos) and _same(entry[2], k_pos):
             return entry[3]
         value = self._build(q_pos, k_pos, dtype)
-        self._cache_entry = (key, q_pos, k_pos, value)
+        self._cache_entry = (key, _snapshot(q_pos), _snapshot(k_pos), value)
         return value
 
     def _build(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
@@ -236,7 +236,18 @@ class PositionBiasEncoding(PositionalEncoding):
         return super()._apply(fn, recurse)
 
 
-def _same(a: Tensor, b: Tensor) -> bool:
+def _snapshot(positions: Tensor) -> tuple[Tensor, int | None]:
+    # Keep the version counter too: an in-place edit of the positions (a reused KV-cache buffer,
+    # ``pos += 1``) must invalidate the entry. Inference tensors have no counter, so keep a copy.
+    if positions.is_inference():
+        return positions.clone(), None
+    return positions, positions._version
+
+
+def _same(stored: tuple[Tensor, int | None], b: Tensor) -> bool:
+    a, version = stored
+    if version is not None and a._version != version:
+        return False
     return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b)))
 
 
