@@ -1,0 +1,9 @@
+"""Lightning modules and data modules shared by tasks and domains.
+
+Importing this package imports Lightning; ``import pe_toolkit`` alone does not.
+"""
+
+from pe_toolkit.training.lm_module import SequenceLMModule
+from pe_toolkit.training.task_data import TaskDataModule
+
+__all__ = ["SequenceLMModule", "TaskDataModule"]

@@ -1,0 +1,140 @@
+"""``TaskDataModule``: a synthetic task (``pe_toolkit.tasks``) as train / validation / test loaders."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from pe_toolkit.tasks import Example, Vocabulary, get_task
+
+
+class _ListDataset(torch.utils.data.Dataset):
+    def __init__(self, examples: Sequence[Example]) -> None:
+        self.examples = list(examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> Example:
+        return self.examples[index]
+
+
+def same_prompt_length_batches(prompt_lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches whose encoded prompts have the same length.
+
+    Greedy decoding of such a batch needs no padding inside the prompt, so every example is decoded
+    exactly as it would be alone.
+    """
+    groups: dict[int, list[int]] = defaultdict(list)
+    for index, length in enumerate(prompt_lengths):
+        groups[length].append(index)
+    return [
+        members[i : i + batch_size] for _, members in sorted(groups.items()) for i in range(0, len(members), batch_size)
+    ]
+
+
+class _ShardedBatches(IterableDataset):
+    """Pre-built batches, every ``world_size``-th one from ``rank``: each example is evaluated once.
+
+    An iterable dataset, so Lightning does not inject a ``DistributedSampler`` (which would pad the
+    last shard with repeated examples and count them twice).
+    """
+
+    def __init__(self, batches: list[dict[str, Any]], rank: int, world_size: int) -> None:
+        self.batches, self.rank, self.world_size = batches, rank, world_size
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.batches[self.rank :: self.world_size])
+
+
+class TaskDataModule(L.LightningDataModule):
+    """Train / validation / test data of one task, generated with seeds (nothing is downloaded).
+
+    * train: ``num_train`` examples of the task's train split (seed ``seed``);
+    * val: ``num_val`` examples of the train split with another seed (in-distribution);
+    * test: ``num_test`` examples of each split (in- and out-of-distribution lengths), in batches of
+      equal prompt length for greedy decoding.
+
+    Args:
+        task: a task name from ``pe_toolkit.tasks.list_tasks()``.
+        task_options: keyword options of the task (e.g. ``{"train_lengths": [1, 20]}``).
+        num_train, num_val, num_test: example counts.
+        batch_size: batch size of every loader.
+        seed: base seed of the generators.
+    """
+
+    def __init__(
+        self,
+        task: str = "copy_repeat",
+        task_options: dict[str, Any] | None = None,
+        num_train: int = 10_000,
+        num_val: int = 500,
+        num_test: int = 500,
+        batch_size: int = 64,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        options = {k: tuple(v) if isinstance(v, list) else v for k, v in (task_options or {}).items()}
+        self.task = get_task(task, **options)
+        self.vocab = Vocabulary(self.task.vocabulary())
+        self.batch_size = batch_size
+        self._splits: dict[str, list[Example]] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._splits:
+            return
+        seed = self.hparams.seed
+        self._splits = {
+            "train": self.task.generate(self.hparams.num_train, "train", seed),
+            "val": self.task.generate(self.hparams.num_val, "train", seed + 1),
+            "test": self.task.generate(self.hparams.num_test, "train", seed + 2)
+            + self.task.generate(self.hparams.num_test, "test", seed + 2),
+        }
+
+    def examples(self, split: str) -> list[Example]:
+        self.setup()
+        return self._splits[split]
+
+    def max_sequence_length(self) -> int:
+        """Longest ``<bos> prompt <sep> answer <eos>`` over all splits (for ``learned`` PEs)."""
+        return max(len(self.vocab.encode(ex)[0]) for split in ("train", "val", "test") for ex in self.examples(split))
+
+    def _collate_train(self, examples: list[Example]) -> dict[str, Any]:
+        return self.vocab.collate(examples)
+
+    def _collate_eval(self, examples: list[Example]) -> dict[str, Any]:
+        batch = self.vocab.collate(examples)
+        batch["prompt_ids"] = torch.tensor([self.vocab.encode_prompt(ex) for ex in examples], dtype=torch.long)
+        batch["length_measure"] = torch.tensor([ex.length for ex in examples], dtype=torch.long)
+        return batch
+
+    def train_dataloader(self) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.hparams.seed)
+        return DataLoader(
+            _ListDataset(self.examples("train")), batch_size=self.batch_size, shuffle=True,
+            collate_fn=self._collate_train, generator=generator,
+        )
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        examples = self.examples(split)
+        groups = same_prompt_length_batches([len(self.vocab.encode_prompt(ex)) for ex in examples], self.batch_size)
+        batches = [self._collate_eval([examples[i] for i in group]) for group in groups]
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        return DataLoader(_ShardedBatches(batches, rank, world), batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")

@@ -1,0 +1,109 @@
+"""TaskDataModule and SequenceLMModule: batching, loss on answers only, exact match, a short real run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pe_toolkit.training import SequenceLMModule, TaskDataModule
+from pe_toolkit.training.task_data import same_prompt_length_batches
+
+
+def tiny_data(**overrides):
+    options = dict(task="copy_repeat", task_options={"train_lengths": [1, 4], "test_lengths": [5, 6]},
+                   num_train=64, num_val=16, num_test=16, batch_size=8, seed=3)
+    options.update(overrides)
+    return TaskDataModule(**options)
+
+
+def test_batches_group_equal_prompt_lengths():
+    assert same_prompt_length_batches([3, 5, 3, 3, 5], batch_size=2) == [[0, 2], [3], [1, 4]]
+
+
+def test_data_is_seeded_and_test_covers_both_splits():
+    a, b = tiny_data(), tiny_data()
+    assert [e.prompt for e in a.examples("train")] == [e.prompt for e in b.examples("train")]
+    assert [e.prompt for e in tiny_data(seed=4).examples("train")] != [e.prompt for e in a.examples("train")]
+    lengths = {e.length for e in a.examples("test")}
+    assert lengths & {1, 2, 3, 4} and lengths & {5, 6} and lengths <= set(range(1, 7))
+    for batch in a.test_dataloader():
+        assert batch["prompt_ids"].shape[0] == batch["input_ids"].shape[0]
+        assert (batch["prompt_ids"][:, -1] == a.vocab.sep_id).all()
+
+
+def test_each_eval_example_once_across_ranks():
+    data = tiny_data()
+    groups = same_prompt_length_batches([len(data.vocab.encode_prompt(e)) for e in data.examples("test")], 8)
+    from pe_toolkit.training.task_data import _ShardedBatches
+
+    shards = [list(_ShardedBatches(list(range(len(groups))), rank, 3)) for rank in range(3)]
+    assert sorted(i for shard in shards for i in shard) == list(range(len(groups)))
+
+
+def test_loss_covers_answer_tokens_only():
+    data = tiny_data()
+    module = SequenceLMModule(data.vocab_size, dim=32, num_heads=4, num_layers=1)
+    batch = next(iter(data.train_dataloader()))
+    logits = module.model(batch["input_ids"])
+    answer = batch["labels"][:, 1:] != -100
+    expected = F.cross_entropy(logits[:, :-1][answer], batch["input_ids"][:, 1:][answer])
+    torch.testing.assert_close(module.answer_loss(batch), expected)
+    # every answer token and the <eos> are supervised, nothing in the prompt
+    for row in range(batch["input_ids"].shape[0]):
+        start, end = int(batch["answer_start"][row]), int(batch["lengths"][row])
+        assert answer[row].nonzero().flatten().tolist() == list(range(start - 1, end - 1))
+
+
+def test_exact_match_needs_the_whole_answer_and_eos(monkeypatch):
+    data = tiny_data()
+    module = SequenceLMModule(data.vocab_size, dim=32, num_heads=4, num_layers=1)
+    batch = next(iter(data.test_dataloader()))
+    answers = [batch["input_ids"][r, batch["answer_start"][r]: batch["lengths"][r] - 1].tolist()
+               for r in range(batch["input_ids"].shape[0])]
+    eos = data.vocab.eos_id
+
+    def fake(outputs):
+        width = max(len(o) for o in outputs)
+        return lambda prompt_ids, n: torch.tensor([o + [0] * (width - len(o)) for o in outputs])
+
+    monkeypatch.setattr(module, "greedy_answers", fake([a + [eos] for a in answers]))
+    assert module._exact_match(batch).tolist() == [1] * len(answers)
+    monkeypatch.setattr(module, "greedy_answers", fake([a for a in answers]))  # never stops
+    assert module._exact_match(batch).sum() == 0
+    wrong = [[(a[0] + 1) % data.vocab_size] + a[1:] + [eos] for a in answers]
+    monkeypatch.setattr(module, "greedy_answers", fake(wrong))
+    assert module._exact_match(batch).sum() == 0
+
+
+def test_short_training_run_learns_and_reports_per_length():
+    L.seed_everything(0)
+    data = tiny_data(num_train=512, batch_size=32)
+    module = SequenceLMModule(data.vocab_size, dim=32, num_heads=4, num_layers=2, lr=3e-3, warmup_steps=5)
+    batch = next(iter(data.train_dataloader()))
+    before = module.answer_loss(batch).item()
+    trainer = L.Trainer(max_steps=60, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(module, data)
+    assert module.answer_loss(batch).item() < 0.5 * before
+    trainer.test(module, data, verbose=False)
+    assert set(module.test_results) == {e.length for e in data.examples("test")}
+    assert sum(t for _, t in module.test_results.values()) == len(data.examples("test"))
+
+
+@pytest.mark.slow
+def test_cli_runs_ddp_on_two_cpu_processes(tmp_path):
+    command = [
+        sys.executable, "-m", "pe_toolkit.training.cli", "fit", "--data.task", "copy_repeat",
+        "--data.num_train", "64", "--data.num_val", "16", "--data.num_test", "16", "--data.batch_size", "16",
+        "--model.dim", "16", "--model.num_layers", "1", "--trainer.max_steps", "2", "--trainer.devices", "2",
+        "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
+        "--trainer.default_root_dir", str(tmp_path),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "max_steps=2" in result.stdout + result.stderr
