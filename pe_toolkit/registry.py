@@ -96,8 +96,8 @@ def _lookup(name: str) -> EncoderInfo:
         raise TypeError(f"encoder name must be a str, got {type(name).__name__}")
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown encoder {name!r}{hint} Registered: {', '.join(sorted(_REGISTRY))}")
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ";"
+        raise ValueError(f"unknown encoder {name!r}{hint} registered: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
 
 

@@ -61,7 +61,8 @@ class CoPE(PositionalEncoding):
     Options:
         npos_max: number of position embeddings (64).
 
-    Causal only (positions count the keys between ``j`` and ``i``). Keys are aligned bottom-right,
+    Gates and positions are computed in float32 (float64 for float64 inputs). Causal only
+    (positions count the keys between ``j`` and ``i``). Keys are aligned bottom-right,
     as in KV-cache decoding. For grouped-query attention the keys are repeated to the query heads.
     """
 
@@ -75,9 +76,12 @@ class CoPE(PositionalEncoding):
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         if k.shape[1] != q.shape[1]:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        # half-precision cumulative sums drift by whole positions: count in float32
+        compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+        q, k = q.to(compute), k.to(compute)
         visible = causal_visibility(q.shape[-2], k.shape[-2], device=q.device)
         positions = cope_positions(q, k, visible).clamp(max=self.npos_max - 1)
-        position_logits = q @ self.pos_emb.to(q.dtype).transpose(0, 1)
+        position_logits = q @ self.pos_emb.to(compute).transpose(0, 1)
         return interpolate_position_logits(position_logits, positions) / math.sqrt(q.shape[-1])
 
     def extra_repr(self) -> str:

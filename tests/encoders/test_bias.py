@@ -452,3 +452,11 @@ def test_explicit_default_positions_and_shift(make):
         torch.testing.assert_close(b, a.expand(3, -1, -1, -1), rtol=0, atol=0)
         if not isinstance(enc, FIRE):  # FIRE normalises by the query's own position
             torch.testing.assert_close(bias_of(enc, torch.arange(5) + 13), a, rtol=1e-12, atol=1e-12)
+
+
+def test_sandwich_float32_matches_float64_at_long_range():
+    enc = Sandwich(512, 8)
+    pos = torch.arange(0, 16_384, 64)
+    b32 = enc.position_bias(pos, pos, torch.float32)
+    b64 = enc.position_bias(pos, pos, torch.float64)
+    torch.testing.assert_close(b32.double(), b64, atol=1e-4, rtol=1e-6)

@@ -146,3 +146,13 @@ def test_constructor_errors():
         CoPE(8, 2, npos_max=8.0)
     with pytest.raises(ValueError, match="num_heads"):
         CoPE(8, 3)
+
+
+def test_bfloat16_counts_positions_in_float32():
+    enc = CoPE(64, 4, npos_max=256)
+    q, k = torch.randn(1, 4, 128, 16), torch.randn(1, 4, 128, 16)
+    pos = torch.arange(128)
+    reference = enc.bias(q.double(), k.double(), pos, pos)
+    low = enc.bias(q.bfloat16(), k.bfloat16(), pos, pos)
+    # only the bf16 rounding of q and k remains: far below one whole position's worth of logit
+    torch.testing.assert_close(low.double(), reference, atol=5e-2, rtol=5e-2)
