@@ -1,0 +1,262 @@
+"""Length generalization of positional encodings on synthetic tasks (Kazemnejad et al. 2023; CoPE counting).
+
+Trains the same ``Transformer`` trunk once per (task, encoder, seed) — only the positional encoding
+differs — on the task's training lengths, then decodes greedily (KV cache) on in-distribution and
+longer test lengths, and reports exact-match accuracy per length, in/out-of-distribution accuracy,
+and the mean reciprocal rank (MRR) of the encoders across tasks, as the paper does.
+
+    python benchmarks/length_generalization.py            # full run (hours on 2 CPU cores)
+    python benchmarks/length_generalization.py --quick    # pipeline check, < 2 minutes
+    python benchmarks/length_generalization.py --tasks copy_repeat --encoders nope rope --seeds 0 1
+
+Every finished run is stored in ``results/length_generalization/runs/``; ``--resume`` reuses those
+whose configuration matches instead of training again.
+
+Outputs: ``results.json`` (one row per run with per-length accuracy), ``report.md`` (tables of OOD
+accuracy and MRR) and ``accuracy_vs_length.png``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+
+NAME = "length_generalization"
+ENCODERS = ["nope", "t5", "alibi", "rope", "sinusoidal", "cope", "fire", "kerple", "bam"]
+
+# Task presets: the paper's splits (train lengths <= 20, test 21..40 for copy/reverse); CoPE counting
+# with 3 variables as in Golovneva et al. 2024, whose headline numbers are in-distribution errors.
+FULL_TASKS: dict[str, dict[str, Any]] = {
+    "copy_repeat": {"train_lengths": [1, 20], "test_lengths": [21, 40]},
+    "reverse": {"train_lengths": [1, 20], "test_lengths": [21, 40]},
+    "cope_counting": {"num_vars": 3, "train_lengths": [3, 32], "test_lengths": [33, 64]},
+}
+QUICK_TASKS: dict[str, dict[str, Any]] = {
+    "copy_repeat": {"train_lengths": [1, 8], "test_lengths": [9, 16]},
+}
+FULL_MODEL = {"dim": 128, "num_heads": 4, "num_layers": 4}
+QUICK_MODEL = {"dim": 32, "num_heads": 2, "num_layers": 2}
+FULL_TRAINING = {"steps": 2000, "batch_size": 32, "lr": 1e-3, "num_train": 50_000, "num_test": 200}
+QUICK_TRAINING = {"steps": 600, "batch_size": 32, "lr": 3e-3, "num_train": 5_000, "num_test": 40}
+
+
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train and test one (task, encoder, seed); runs in a worker process. Returns a result row."""
+    import logging
+    import warnings
+
+    import lightning as L
+    import torch
+
+    from pe_toolkit.training import SequenceLMModule, TaskDataModule
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # no banners from 20+ trainers
+    warnings.filterwarnings("ignore", module="lightning")
+    torch.set_num_threads(spec["threads"])
+    start = time.perf_counter()
+    L.seed_everything(spec["seed"], verbose=False)
+    training = spec["training"]
+    data = TaskDataModule(
+        spec["task"], spec["task_options"], num_train=training["num_train"], num_val=0,
+        num_test=training["num_test"], batch_size=training["batch_size"], seed=spec["seed"],
+    )
+    module = SequenceLMModule(
+        data.vocab_size, encoding=spec["encoding"], lr=training["lr"], warmup_steps=max(1, training["steps"] // 20),
+        max_steps=training["steps"], **spec["model"],
+    )
+    trainer = L.Trainer(
+        max_steps=training["steps"], accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+    )
+    trainer.fit(module, data)
+    final_loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
+    trainer.test(module, data, verbose=False)
+    train_low, train_high = data.task.train_lengths
+    per_length = {int(k): {"correct": c, "total": t} for k, (c, t) in sorted(module.test_results.items())}
+
+    def accuracy(selected):
+        correct = sum(v["correct"] for k, v in per_length.items() if selected(k))
+        total = sum(v["total"] for k, v in per_length.items() if selected(k))
+        return correct / total if total else None
+
+    return {
+        "task": spec["task"],
+        "encoding": spec["encoding"],
+        "seed": spec["seed"],
+        "iid_accuracy": accuracy(lambda k: train_low <= k <= train_high),
+        "ood_accuracy": accuracy(lambda k: k > train_high),
+        "per_length": per_length,
+        "final_train_loss": final_loss,
+        "parameters": module.model.num_parameters(),
+        "parameters_without_pe": module.model.num_parameters(exclude_positional=True),
+        "train_lengths": list(data.task.train_lengths),
+        "test_lengths": list(data.task.test_lengths),
+        "seconds": time.perf_counter() - start,
+        "spec": {k: v for k, v in spec.items() if k != "threads"},
+    }
+
+
+def mean_reciprocal_rank(rows: list[dict[str, Any]], metric: str = "ood_accuracy") -> dict[str, float]:
+    """MRR of each encoder across tasks: rank encoders per task by the seed-mean ``metric``.
+
+    Ties share the best rank (competition ranking), so equal encoders are not ordered by accident.
+    """
+    by_task: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        if row[metric] is not None:
+            by_task.setdefault(row["task"], {}).setdefault(row["encoding"], []).append(row[metric])
+    reciprocal: dict[str, list[float]] = {}
+    for scores in by_task.values():
+        means = {enc: sum(v) / len(v) for enc, v in scores.items()}
+        for enc, value in means.items():
+            rank = 1 + sum(other > value for other in means.values())
+            reciprocal.setdefault(enc, []).append(1.0 / rank)
+    return {enc: sum(v) / len(v) for enc, v in reciprocal.items()}
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Seed-mean IID / OOD accuracy per (task, encoder)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["task"], row["encoding"]), []).append(row)
+    out = []
+    for (task, enc), members in sorted(groups.items()):
+        def mean(key, members=members):
+            values = [m[key] for m in members if m[key] is not None]
+            return sum(values) / len(values) if values else None
+
+        out.append({"task": task, "encoding": enc, "seeds": len(members), "iid_accuracy": mean("iid_accuracy"),
+                    "ood_accuracy": mean("ood_accuracy"), "seconds": mean("seconds")})
+    return out
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({r["task"] for r in rows})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        encodings = sorted({r["encoding"] for r in rows if r["task"] == task})
+        for enc in encodings:
+            members = [r for r in rows if r["task"] == task and r["encoding"] == enc]
+            lengths = sorted({int(k) for m in members for k in m["per_length"]})
+            accuracy = [
+                sum(m["per_length"][k]["correct"] for m in members if k in m["per_length"])
+                / sum(m["per_length"][k]["total"] for m in members if k in m["per_length"])
+                for k in lengths
+            ]
+            ax.plot(lengths, accuracy, marker=".", label=enc)
+        high = members[0]["train_lengths"][1]
+        ax.axvline(high + 0.5, color="grey", linestyle="--", linewidth=1)
+        ax.set_title(f"{task} (train lengths <= {high})")
+        ax.set_xlabel("length")
+        ax.set_ylabel("exact-match accuracy")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0][-1].legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = standard_argparser(__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", help="subset of the preset tasks")
+    parser.add_argument("--encoders", nargs="+", default=ENCODERS)
+    parser.add_argument("--seeds", nargs="+", type=int, help="default: 0 1 2 (full), 0 (quick)")
+    parser.add_argument("--steps", type=int, help="training steps per run (overrides the preset)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
+    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
+    args = parser.parse_args(argv)
+
+    presets = QUICK_TASKS if args.quick else FULL_TASKS
+    tasks = args.tasks or list(presets)
+    unknown = [t for t in tasks if t not in presets]
+    if unknown:
+        parser.error(f"unknown task(s) {unknown}; available: {sorted(presets)}")
+    import pe_toolkit as pet
+
+    bad = [e for e in args.encoders if e not in pet.list_encoders()]
+    if bad:
+        parser.error(f"unknown encoder(s) {bad}; available: {pet.list_encoders()}")
+    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
+    model = QUICK_MODEL if args.quick else FULL_MODEL
+    training = dict(QUICK_TRAINING if args.quick else FULL_TRAINING)
+    if args.steps is not None:
+        training["steps"] = args.steps
+    jobs = max(1, args.jobs)
+    threads = 1 if jobs > 1 else 2
+
+    out_dir = Path(args.out) / NAME
+    runs_dir = out_dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    specs = [
+        {"task": t, "task_options": presets[t], "encoding": e, "seed": s, "model": model, "training": training,
+         "threads": threads}
+        for t in tasks for e in args.encoders for s in seeds
+    ]
+    start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    todo = []
+    for spec in specs:
+        path = runs_dir / f"{spec['task']}__{spec['encoding']}__seed{spec['seed']}.json"
+        if args.resume and path.exists():
+            stored = json.loads(path.read_text())
+            if stored.get("spec") == {k: v for k, v in spec.items() if k != "threads"}:
+                rows.append(stored)
+                continue
+        todo.append((spec, path))
+    print(f"{NAME}: {len(specs)} runs ({len(specs) - len(todo)} reused), {jobs} in parallel", flush=True)
+    progress = Progress(len(todo), NAME)
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(run_one, spec): (spec, path) for spec, path in todo}
+        for future in concurrent.futures.as_completed(futures):
+            spec, path = futures[future]
+            row = future.result()
+            path.write_text(json.dumps(row, indent=1) + "\n")
+            rows.append(row)
+            ood = "n/a" if row["ood_accuracy"] is None else f"{row['ood_accuracy']:.3f}"
+            progress(f"{spec['task']} {spec['encoding']} seed {spec['seed']}: iid {row['iid_accuracy']:.3f} "
+                     f"ood {ood} ({row['seconds']:.0f}s)")
+    rows.sort(key=lambda r: (r["task"], r["encoding"], r["seed"]))
+    seconds = time.perf_counter() - start
+
+    config = {"quick": args.quick, "tasks": {t: presets[t] for t in tasks}, "encoders": args.encoders,
+              "seeds": seeds, "model": model, "training": training, "jobs": jobs}
+    write_results(NAME, config, rows, seconds, root=args.out)
+    plot(rows, out_dir / "accuracy_vs_length.png")
+    mrr = mean_reciprocal_rank(rows)
+    summary = summarize(rows)
+    body = (
+        f"Model: {model} (same trunk for every encoder; {rows[0]['parameters_without_pe']:,} parameters without "
+        f"the PE), {training['steps']} steps of batch {training['batch_size']}, AdamW lr {training['lr']}; "
+        f"seeds {seeds}. Accuracy is exact match of greedy decoding; IID = training lengths, OOD = longer.\n\n"
+        "## Accuracy per task and encoder (mean over seeds)\n\n"
+        + markdown_table(summary, ["task", "encoding", "seeds", ("iid_accuracy", "IID acc"),
+                                   ("ood_accuracy", "OOD acc"), ("seconds", "s / run")],
+                         {"iid_accuracy": ".3f", "ood_accuracy": ".3f", "seconds": ".0f"})
+        + "\n## Mean reciprocal rank across tasks (by OOD accuracy)\n\n"
+        + markdown_table(sorted(({"encoding": k, "mrr": v} for k, v in mrr.items()), key=lambda r: -r["mrr"]),
+                         ["encoding", ("mrr", "MRR")], {"mrr": ".3f"})
+        + "\n![accuracy vs length](accuracy_vs_length.png)\n"
+        + f"\nTotal wall time {seconds:.0f} s.\n"
+    )
+    write_report(NAME, "Length generalization of positional encodings", body, root=args.out)
+    print(f"{NAME}: wrote {out_dir} in {seconds:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

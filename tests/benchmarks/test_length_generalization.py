@@ -1,0 +1,43 @@
+"""The length-generalization benchmark: MRR arithmetic, seed means, and one real tiny run."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import length_generalization as lg
+
+
+def row(task, enc, ood, seed=0, iid=1.0):
+    return {"task": task, "encoding": enc, "seed": seed, "ood_accuracy": ood, "iid_accuracy": iid, "seconds": 1.0}
+
+
+def test_mean_reciprocal_rank_by_hand():
+    rows = [row("a", "x", 0.9), row("a", "y", 0.5), row("a", "z", 0.1),
+            row("b", "x", 0.2), row("b", "y", 0.8), row("b", "z", 0.8)]
+    mrr = lg.mean_reciprocal_rank(rows)
+    # task a: x 1st, y 2nd, z 3rd; task b: y and z tie for 1st, x 3rd
+    assert mrr == pytest.approx({"x": (1 + 1 / 3) / 2, "y": (1 / 2 + 1) / 2, "z": (1 / 3 + 1) / 2})
+
+
+def test_mrr_ranks_seed_means():
+    rows = [row("a", "x", 1.0, seed=0), row("a", "x", 0.0, seed=1), row("a", "y", 0.6)]
+    assert lg.mean_reciprocal_rank(rows) == {"y": 1.0, "x": 0.5}
+
+
+def test_summary_averages_over_seeds():
+    rows = [row("a", "x", 0.2, seed=0, iid=1.0), row("a", "x", 0.4, seed=1, iid=0.5)]
+    (summary,) = lg.summarize(rows)
+    assert summary["seeds"] == 2
+    assert summary["ood_accuracy"] == pytest.approx(0.3) and summary["iid_accuracy"] == pytest.approx(0.75)
+
+
+def test_one_tiny_run_reports_per_length_accuracy():
+    spec = {"task": "copy_repeat", "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
+            "encoding": "alibi", "seed": 0, "threads": 1,
+            "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
+            "training": {"steps": 5, "batch_size": 8, "lr": 1e-3, "num_train": 64, "num_test": 10}}
+    result = lg.run_one(spec)
+    assert set(result["per_length"]) <= {1, 2, 3, 4, 5}
+    assert sum(v["total"] for v in result["per_length"].values()) == 20
+    assert 0.0 <= result["iid_accuracy"] <= 1.0 and 0.0 <= result["ood_accuracy"] <= 1.0
+    assert result["parameters"] >= result["parameters_without_pe"]
