@@ -30,6 +30,8 @@ class TransformerConfig:
             runs once on the input, with the first layer's encoding.
         norm, mlp, mlp_hidden, dropout: block options (see :class:`TransformerBlock`).
         tie_embeddings: the output head reuses the token embedding matrix.
+        cross_attention: every block also attends to a ``context`` (the decoder of an
+            encoder-decoder model); the context keys carry no positional encoding.
     """
 
     vocab_size: int | None
@@ -46,6 +48,7 @@ class TransformerConfig:
     mlp_hidden: int | None = None
     dropout: float = 0.0
     tie_embeddings: bool = True
+    cross_attention: bool = False
 
 
 class Transformer(nn.Module):
@@ -80,6 +83,7 @@ class Transformer(nn.Module):
             TransformerBlock(
                 config.dim, config.num_heads, num_kv_heads=config.num_kv_heads, causal=config.causal,
                 norm=config.norm, mlp=config.mlp, mlp_hidden=config.mlp_hidden, dropout=config.dropout,
+                cross_attention=config.cross_attention,
             )
             for _ in range(config.num_layers)
         )
@@ -125,6 +129,11 @@ class Transformer(nn.Module):
         """Run the trunk on features ``x (B, L, dim)``; returns normalised hidden states ``(B, L, dim)``."""
         if x.dim() != 3 or x.shape[-1] != self.config.dim:
             raise ValueError(f"x must have shape (B, L, {self.config.dim}), got {tuple(x.shape)}")
+        if (context is not None) != self.config.cross_attention:
+            raise ValueError(
+                "context= is required exactly when the model has cross_attention=True "
+                f"(cross_attention={self.config.cross_attention}, context given: {context is not None})"
+            )
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache must hold one KVCache per layer ({len(self.blocks)}), got {len(cache)}")
         if positions is None:
@@ -150,8 +159,14 @@ class Transformer(nn.Module):
         positions: Tensor | None = None,
         padding_mask: Tensor | None = None,
         cache: list[KVCache] | None = None,
+        context: Tensor | None = None,
+        context_padding_mask: Tensor | None = None,
     ) -> Tensor:
-        """Logits ``(B, L, vocab)`` for integer tokens ``(B, L)``."""
+        """Logits ``(B, L, vocab)`` for integer tokens ``(B, L)``.
+
+        ``context (B, Lc, dim)`` and its ``context_padding_mask (B, Lc)`` feed the cross-attention
+        of a model built with ``cross_attention=True``.
+        """
         if self.token_embedding is None:
             raise ValueError("this Transformer has vocab_size=None: call forward_features(x) instead")
         if tokens.dim() != 2 or tokens.is_floating_point():
@@ -159,7 +174,8 @@ class Transformer(nn.Module):
                 f"tokens must be an integer tensor of shape (B, L), got {tuple(tokens.shape)} {tokens.dtype}"
             )
         hidden = self.forward_features(
-            self.token_embedding(tokens), positions=positions, padding_mask=padding_mask, cache=cache
+            self.token_embedding(tokens), positions=positions, padding_mask=padding_mask, cache=cache,
+            context=context, context_padding_mask=context_padding_mask,
         )
         return self.lm_head(hidden)
 
@@ -172,12 +188,15 @@ class Transformer(nn.Module):
         temperature: float = 0.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        context: Tensor | None = None,
+        context_padding_mask: Tensor | None = None,
     ) -> Tensor:
         """Continue ``prompt (B, L)`` by ``max_new_tokens`` tokens with a KV cache.
 
         Greedy when ``temperature == 0`` (default); otherwise samples from
         ``softmax(logits / temperature)``, restricted to the ``top_k`` most likely tokens if given.
-        Positions continue past the prompt. Returns ``(B, L + max_new_tokens)``.
+        Positions continue past the prompt. ``context`` / ``context_padding_mask`` are passed to
+        every step (encoder-decoder models). Returns ``(B, L + max_new_tokens)``.
         """
         if not self.config.causal:
             raise ValueError("generate needs a causal model (config.causal=True)")
@@ -190,7 +209,8 @@ class Transformer(nn.Module):
         self.eval()
         cache = self.new_cache()
         out = prompt
-        logits = self(prompt, cache=cache)[:, -1]
+        memory = {"context": context, "context_padding_mask": context_padding_mask}
+        logits = self(prompt, cache=cache, **memory)[:, -1]
         for step in range(max_new_tokens):
             if temperature == 0:
                 next_token = logits.argmax(-1, keepdim=True)
@@ -202,6 +222,6 @@ class Transformer(nn.Module):
                 next_token = torch.multinomial(scaled.softmax(-1), 1, generator=generator)
             out = torch.cat((out, next_token), dim=1)
             if step + 1 < max_new_tokens:
-                logits = self(next_token, cache=cache)[:, -1]
+                logits = self(next_token, cache=cache, **memory)[:, -1]
         self.train(was_training)
         return out

@@ -66,6 +66,9 @@ class TaskDataModule(L.LightningDataModule):
         num_train, num_val, num_test: example counts.
         batch_size: batch size of every loader.
         seed: base seed of the generators.
+        layout: ``"causal"`` — one sequence ``<bos> prompt <sep> answer <eos>`` for a decoder-only LM
+            (:class:`SequenceLMModule`); ``"seq2seq"`` — ``source_ids = <bos> prompt <sep>`` for an
+            encoder and ``target_ids = <bos> answer <eos>`` for a decoder (:class:`EncoderDecoderModule`).
     """
 
     def __init__(
@@ -77,8 +80,11 @@ class TaskDataModule(L.LightningDataModule):
         num_test: int = 500,
         batch_size: int = 64,
         seed: int = 0,
+        layout: str = "causal",
     ) -> None:
         super().__init__()
+        if layout not in ("causal", "seq2seq"):
+            raise ValueError(f"layout must be 'causal' or 'seq2seq', got {layout!r}")
         self.save_hyperparameters()
         options = {k: tuple(v) if isinstance(v, list) else v for k, v in (task_options or {}).items()}
         self.task = get_task(task, **options)
@@ -110,13 +116,38 @@ class TaskDataModule(L.LightningDataModule):
         return max(len(self.vocab.encode(ex)[0]) for split in ("train", "val", "test") for ex in self.examples(split))
 
     def _collate_train(self, examples: list[Example]) -> dict[str, Any]:
-        return self.vocab.collate(examples)
-
-    def _collate_eval(self, examples: list[Example]) -> dict[str, Any]:
+        if self.hparams.layout == "seq2seq":
+            return self._collate_seq2seq(examples)
         batch = self.vocab.collate(examples)
-        batch["prompt_ids"] = torch.tensor([self.vocab.encode_prompt(ex) for ex in examples], dtype=torch.long)
         batch["length_measure"] = torch.tensor([ex.length for ex in examples], dtype=torch.long)
         return batch
+
+    def _collate_eval(self, examples: list[Example]) -> dict[str, Any]:
+        batch = self._collate_train(examples)
+        if self.hparams.layout == "causal":
+            batch["prompt_ids"] = torch.tensor([self.vocab.encode_prompt(ex) for ex in examples], dtype=torch.long)
+        return batch
+
+    def _collate_seq2seq(self, examples: list[Example]) -> dict[str, Any]:
+        vocab = self.vocab
+        sources = [vocab.encode_prompt(ex) for ex in examples]
+        targets = [[vocab.bos_id, *vocab.encode_tokens(ex.answer), vocab.eos_id] for ex in examples]
+
+        def pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+            width = max(len(r) for r in rows)
+            ids = torch.full((len(rows), width), vocab.pad_id, dtype=torch.long)
+            for i, r in enumerate(rows):
+                ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            lengths = torch.tensor([len(r) for r in rows])
+            return ids, torch.arange(width)[None, :] < lengths[:, None]
+
+        source_ids, source_mask = pad(sources)
+        target_ids, target_mask = pad(targets)
+        return {
+            "source_ids": source_ids, "source_mask": source_mask, "target_ids": target_ids,
+            "target_mask": target_mask,
+            "length_measure": torch.tensor([ex.length for ex in examples], dtype=torch.long),
+        }
 
     def train_dataloader(self) -> DataLoader:
         generator = torch.Generator().manual_seed(self.hparams.seed)

@@ -114,3 +114,26 @@ def test_errors():
         small(mlp="relu")
     with pytest.raises(ValueError, match="learned: positions must lie in"):
         small("learned", encoding_options={"max_len": 8}).generate(torch.zeros(1, 6, dtype=torch.long), 4)
+
+
+def test_cross_attention_decoder_uses_the_context_and_generates_with_it():
+    decoder = small("rope", cross_attention=True).eval()
+    tokens = torch.randint(0, 30, (2, 5))
+    context, other = torch.randn(2, 7, 32), torch.randn(2, 7, 32)
+    assert not torch.allclose(decoder(tokens, context=context), decoder(tokens, context=other))
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[:, 5:] = False
+    changed = context.clone()
+    changed[:, 5:] = 0.0  # masked context entries must not matter
+    torch.testing.assert_close(decoder(tokens, context=context, context_padding_mask=mask),
+                               decoder(tokens, context=changed, context_padding_mask=mask))
+    out = decoder.generate(tokens[:, :2], 4, context=context)
+    with torch.no_grad():
+        step = tokens[:, :2]
+        for _ in range(4):
+            step = torch.cat((step, decoder(step, context=context)[:, -1:].argmax(-1)), 1)
+    torch.testing.assert_close(out, step)
+    with pytest.raises(ValueError, match="context= is required exactly when"):
+        decoder(tokens)
+    with pytest.raises(ValueError, match="context= is required exactly when"):
+        small("rope")(tokens, context=context)

@@ -72,12 +72,12 @@ def test_exact_match_needs_the_whole_answer_and_eos(monkeypatch):
         return lambda prompt_ids, n: torch.tensor([o + [0] * (width - len(o)) for o in outputs])
 
     monkeypatch.setattr(module, "greedy_answers", fake([a + [eos] for a in answers]))
-    assert module._exact_match(batch).tolist() == [1] * len(answers)
+    assert module.exact_match(batch).tolist() == [1] * len(answers)
     monkeypatch.setattr(module, "greedy_answers", fake([a for a in answers]))  # never stops
-    assert module._exact_match(batch).sum() == 0
+    assert module.exact_match(batch).sum() == 0
     wrong = [[(a[0] + 1) % data.vocab_size] + a[1:] + [eos] for a in answers]
     monkeypatch.setattr(module, "greedy_answers", fake(wrong))
-    assert module._exact_match(batch).sum() == 0
+    assert module.exact_match(batch).sum() == 0
 
 
 def test_short_training_run_learns_and_reports_per_length():
@@ -107,3 +107,49 @@ def test_cli_runs_ddp_on_two_cpu_processes(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "max_steps=2" in result.stdout + result.stderr
+
+
+def test_seq2seq_layout_and_encoder_decoder_training():
+    from pe_toolkit.training import EncoderDecoderModule
+
+    L.seed_everything(0)
+    data = tiny_data(task="contextual_counting",
+                     task_options={"train_lengths": [4, 6], "test_lengths": [7, 8], "train_regions": [1, 2],
+                                   "test_regions": [2, 3]},
+                     num_train=256, batch_size=32, layout="seq2seq")
+    batch = next(iter(data.train_dataloader()))
+    assert (batch["source_ids"][:, 0] == data.vocab.bos_id).all()
+    assert (batch["target_ids"][:, 0] == data.vocab.bos_id).all()
+    for causal in (True, False):
+        module = EncoderDecoderModule(data.vocab_size, dim=32, num_heads=2, encoder_layers=1, decoder_layers=1,
+                                      encoder_causal=causal, lr=3e-3, warmup_steps=5)
+        assert module.encoder.config.causal is causal and module.decoder.config.cross_attention
+        before = module.answer_loss(batch).item()
+        trainer = L.Trainer(max_steps=40, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, limit_val_batches=0)
+        trainer.fit(module, data)
+        assert module.answer_loss(batch).item() < before
+        trainer.test(module, data, verbose=False)
+        assert sum(t for _, t in module.test_results.values()) == len(data.examples("test"))
+
+
+def test_encoder_decoder_exact_match_is_exact(monkeypatch):
+    from pe_toolkit.training import EncoderDecoderModule
+
+    data = tiny_data(layout="seq2seq")
+    module = EncoderDecoderModule(data.vocab_size, dim=16, num_heads=2, encoder_layers=1, decoder_layers=1)
+    batch = next(iter(data.test_dataloader()))
+    references = [row[1: int(m.sum()) - 1] for row, m in zip(batch["target_ids"].tolist(), batch["target_mask"])]
+    eos = data.vocab.eos_id
+
+    def fake_generate(start, budget, **kwargs):
+        rows = [[data.vocab.bos_id] + r + [eos] + [0] * (budget - len(r) - 1) for r in references]
+        return torch.tensor(rows)
+
+    monkeypatch.setattr(module.decoder, "generate", fake_generate)
+    assert module.exact_match(batch).tolist() == [1] * len(references)
+
+
+def test_layout_must_be_known():
+    with pytest.raises(ValueError, match="layout must be"):
+        tiny_data(layout="encoder")

@@ -1,0 +1,113 @@
+"""Shared evaluation for prompt/answer tasks: exact match per length bucket, summed across processes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class ExactMatchModule(L.LightningModule):
+    """Base for task models: AdamW with warmup + cosine schedule, exact-match accuracy per length.
+
+    Subclasses implement ``answer_loss(batch) -> Tensor`` and ``exact_match(batch) -> LongTensor (B,)``
+    (1 where the decoded answer, cut at ``<eos>``, equals the reference). Validation logs the loss and
+    ``val/exact_match``; both stages log ``<stage>/exact_match_len_<n>`` per length measure ``n``.
+    After ``trainer.validate`` / ``trainer.test``, :attr:`val_results` / :attr:`test_results` hold
+    ``{length: (correct, total)}``, identical on every process.
+
+    Expects ``self.hparams`` to hold ``lr``, ``weight_decay``, ``betas``, ``warmup_steps``, ``max_steps``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._counts: dict[str, torch.Tensor] = {}
+        self.val_results: dict[int, tuple[int, int]] = {}
+        self.test_results: dict[int, tuple[int, int]] = {}
+
+    def answer_loss(self, batch: dict[str, Any]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def exact_match(self, batch: dict[str, Any]) -> torch.Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def batch_size_of(batch: dict[str, Any]) -> int:
+        return int(batch["length_measure"].shape[0]) if "length_measure" in batch else len(next(iter(batch.values())))
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = self.answer_loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=self.batch_size_of(batch))
+        return loss
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.log("val/loss", self.answer_loss(batch), batch_size=self.batch_size_of(batch), sync_dist=True)
+        self._accumulate("val", batch)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._accumulate("test", batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self.val_results = self._finish("val")
+
+    def on_test_epoch_end(self) -> None:
+        self.test_results = self._finish("test")
+
+    def configure_optimizers(self):
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            # matrices decay; norms, biases and positional-encoding parameters do not
+            (decay if p.dim() >= 2 and ".encodings." not in f".{name}" else no_decay).append(p)
+        hp = self.hparams
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.lr, betas=tuple(hp.betas),
+        )
+        warmup, total = hp.warmup_steps, hp.max_steps
+
+        def schedule(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            if total <= warmup:
+                return 1.0
+            progress = min(1.0, (step - warmup) / (total - warmup))
+            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    @staticmethod
+    def compare_answers(generated: list[list[int]], references: list[list[int]], eos_id: int) -> list[bool]:
+        """True where a generated row holds the reference followed by ``<eos>`` (it must also stop)."""
+        return [eos_id in row and row[: row.index(eos_id)] == ref for row, ref in zip(generated, references)]
+
+    def _accumulate(self, stage: str, batch: dict[str, Any]) -> None:
+        correct = self.exact_match(batch)
+        lengths = batch["length_measure"]
+        size = int(lengths.max()) + 1
+        counts = self._counts.setdefault(stage, torch.zeros(2, 0, dtype=torch.long, device=lengths.device))
+        if counts.shape[1] < size:
+            counts = torch.cat((counts, counts.new_zeros(2, size - counts.shape[1])), dim=1)
+        counts[0].index_add_(0, lengths, correct)
+        counts[1].index_add_(0, lengths, torch.ones_like(correct))
+        self._counts[stage] = counts
+
+    def _finish(self, stage: str) -> dict[int, tuple[int, int]]:
+        counts = self._counts.pop(stage, torch.zeros(2, 0, dtype=torch.long, device=self.device))
+        # processes may have seen different maximum lengths: pad to a common width before summing
+        width = int(self.all_gather(torch.tensor(counts.shape[1], device=counts.device)).max())
+        counts = torch.cat((counts, counts.new_zeros(2, width - counts.shape[1])), dim=1)
+        gathered = self.all_gather(counts)
+        totals = gathered.sum(0) if gathered.dim() == 3 else gathered
+        results = {n: (int(totals[0, n]), int(totals[1, n])) for n in range(width) if totals[1, n] > 0}
+        correct = sum(c for c, _ in results.values())
+        total = sum(t for _, t in results.values())
+        # the counts are already summed over processes; sync_dist only averages identical values
+        self.log(f"{stage}/exact_match", correct / max(total, 1), sync_dist=True)
+        for n, (c, t) in results.items():
+            self.log(f"{stage}/exact_match_len_{n}", c / t, sync_dist=True)
+        return results
