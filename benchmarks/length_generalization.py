@@ -34,15 +34,22 @@ NAME = "length_generalization"
 ENCODERS = ["nope", "t5", "alibi", "rope", "sinusoidal", "cope", "fire", "kerple", "bam"]
 
 # Task presets: the paper's splits (train lengths <= 20, test 21..40 for copy/reverse); CoPE counting
-# with 3 variables as in Golovneva et al. 2024, whose headline numbers are in-distribution errors.
+# with 3 variables as in Golovneva et al. 2024, whose headline numbers are in-distribution errors;
+# contextual counting (Golkar et al. 2024) with an encoder-decoder whose encoder is causal or not.
 FULL_TASKS: dict[str, dict[str, Any]] = {
     "copy_repeat": {"train_lengths": [1, 20], "test_lengths": [21, 40]},
     "reverse": {"train_lengths": [1, 20], "test_lengths": [21, 40]},
     "cope_counting": {"num_vars": 3, "train_lengths": [3, 32], "test_lengths": [33, 64]},
+    "contextual_counting": {"train_lengths": [32, 64], "test_lengths": [65, 128], "train_regions": [1, 4],
+                            "test_regions": [1, 4]},
 }
 QUICK_TASKS: dict[str, dict[str, Any]] = {
     "copy_repeat": {"train_lengths": [1, 8], "test_lengths": [9, 16]},
 }
+# Which model family each task is trained with: a decoder-only LM, or an encoder-decoder whose
+# encoder is causal / bidirectional (Golkar et al. compare both on contextual counting).
+ARCHITECTURES: dict[str, list[str]] = {"contextual_counting": ["encdec_causal", "encdec_bidirectional"]}
+DECODER = "decoder"
 FULL_MODEL = {"dim": 128, "num_heads": 4, "num_layers": 4}
 QUICK_MODEL = {"dim": 32, "num_heads": 2, "num_layers": 2}
 FULL_TRAINING = {"steps": 2000, "batch_size": 32, "lr": 1e-3, "num_train": 50_000, "num_test": 200}
@@ -57,7 +64,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     import lightning as L
     import torch
 
-    from pe_toolkit.training import SequenceLMModule, TaskDataModule
+    from pe_toolkit.training import EncoderDecoderModule, SequenceLMModule, TaskDataModule
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # no banners from 20+ trainers
     warnings.filterwarnings("ignore", module="lightning")
@@ -65,14 +72,24 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     L.seed_everything(spec["seed"], verbose=False)
     training = spec["training"]
+    architecture = spec.get("architecture", DECODER)
     data = TaskDataModule(
         spec["task"], spec["task_options"], num_train=training["num_train"], num_val=0,
         num_test=training["num_test"], batch_size=training["batch_size"], seed=spec["seed"],
+        layout="causal" if architecture == DECODER else "seq2seq",
     )
-    module = SequenceLMModule(
-        data.vocab_size, encoding=spec["encoding"], lr=training["lr"], warmup_steps=max(1, training["steps"] // 20),
-        max_steps=training["steps"], **spec["model"],
-    )
+    steps = training["steps"]
+    optimisation = {"lr": training["lr"], "warmup_steps": max(1, steps // 20), "max_steps": steps}
+    if architecture == DECODER:
+        module = SequenceLMModule(data.vocab_size, encoding=spec["encoding"], **optimisation, **spec["model"])
+    else:
+        model = dict(spec["model"])
+        layers = model.pop("num_layers")
+        module = EncoderDecoderModule(
+            data.vocab_size, encoding=spec["encoding"], encoder_layers=max(1, layers - 1), decoder_layers=1,
+            encoder_causal=architecture == "encdec_causal", **optimisation, **model,
+        )
+    trunk = module.model if architecture == DECODER else module
     trainer = L.Trainer(
         max_steps=training["steps"], accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
@@ -96,13 +113,28 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "ood_accuracy": accuracy(lambda k: k > train_high),
         "per_length": per_length,
         "final_train_loss": final_loss,
-        "parameters": module.model.num_parameters(),
-        "parameters_without_pe": module.model.num_parameters(exclude_positional=True),
+        "architecture": architecture,
+        "parameters": _count(trunk),
+        "parameters_without_pe": _count(trunk, exclude_positional=True),
         "train_lengths": list(data.task.train_lengths),
         "test_lengths": list(data.task.test_lengths),
         "seconds": time.perf_counter() - start,
         "spec": {k: v for k, v in spec.items() if k != "threads"},
     }
+
+
+def _count(module, exclude_positional: bool = False) -> int:
+    from pe_toolkit.nn import Transformer
+
+    if isinstance(module, Transformer):
+        return module.num_parameters(exclude_positional=exclude_positional)
+    return sum(_count(m, exclude_positional) for m in module.children() if isinstance(m, Transformer))
+
+
+def task_key(row: dict[str, Any]) -> str:
+    """A task, qualified by its architecture when it is not the default decoder-only LM."""
+    arch = row.get("architecture", DECODER)
+    return row["task"] if arch == DECODER else f"{row['task']} ({arch})"
 
 
 def mean_reciprocal_rank(rows: list[dict[str, Any]], metric: str = "ood_accuracy") -> dict[str, float]:
@@ -113,7 +145,7 @@ def mean_reciprocal_rank(rows: list[dict[str, Any]], metric: str = "ood_accuracy
     by_task: dict[str, dict[str, list[float]]] = {}
     for row in rows:
         if row[metric] is not None:
-            by_task.setdefault(row["task"], {}).setdefault(row["encoding"], []).append(row[metric])
+            by_task.setdefault(task_key(row), {}).setdefault(row["encoding"], []).append(row[metric])
     reciprocal: dict[str, list[float]] = {}
     for scores in by_task.values():
         means = {enc: sum(v) / len(v) for enc, v in scores.items()}
@@ -127,7 +159,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Seed-mean IID / OOD accuracy per (task, encoder)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["task"], row["encoding"]), []).append(row)
+        groups.setdefault((task_key(row), row["encoding"]), []).append(row)
     out = []
     for (task, enc), members in sorted(groups.items()):
         def mean(key, members=members):
@@ -145,12 +177,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = sorted({r["task"] for r in rows})
+    tasks = sorted({task_key(r) for r in rows})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        encodings = sorted({r["encoding"] for r in rows if r["task"] == task})
+        encodings = sorted({r["encoding"] for r in rows if task_key(r) == task})
         for enc in encodings:
-            members = [r for r in rows if r["task"] == task and r["encoding"] == enc]
+            members = [r for r in rows if task_key(r) == task and r["encoding"] == enc]
             lengths = sorted({int(k) for m in members for k in m["per_length"]})
             accuracy = [
                 sum(m["per_length"][k]["correct"] for m in members if k in m["per_length"])
@@ -203,14 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir.mkdir(parents=True, exist_ok=True)
     specs = [
         {"task": t, "task_options": presets[t], "encoding": e, "seed": s, "model": model, "training": training,
-         "threads": threads}
-        for t in tasks for e in args.encoders for s in seeds
+         "threads": threads, **({} if arch == DECODER else {"architecture": arch})}
+        for t in tasks for arch in ARCHITECTURES.get(t, [DECODER]) for e in args.encoders for s in seeds
+        if not (e == "cope" and arch == "encdec_bidirectional")  # CoPE is defined for causal attention only
     ]
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
     todo = []
     for spec in specs:
-        path = runs_dir / f"{spec['task']}__{spec['encoding']}__seed{spec['seed']}.json"
+        arch = "" if spec.get("architecture", DECODER) == DECODER else f"__{spec['architecture']}"
+        path = runs_dir / f"{spec['task']}{arch}__{spec['encoding']}__seed{spec['seed']}.json"
         if args.resume and path.exists():
             stored = json.loads(path.read_text())
             if stored.get("spec") == {k: v for k, v in spec.items() if k != "threads"}:
@@ -228,9 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(row, indent=1) + "\n")
             rows.append(row)
             ood = "n/a" if row["ood_accuracy"] is None else f"{row['ood_accuracy']:.3f}"
-            progress(f"{spec['task']} {spec['encoding']} seed {spec['seed']}: iid {row['iid_accuracy']:.3f} "
+            progress(f"{task_key(row)} {spec['encoding']} seed {spec['seed']}: iid {row['iid_accuracy']:.3f} "
                      f"ood {ood} ({row['seconds']:.0f}s)")
-    rows.sort(key=lambda r: (r["task"], r["encoding"], r["seed"]))
+    rows.sort(key=lambda r: (task_key(r), r["encoding"], r["seed"]))
     seconds = time.perf_counter() - start
 
     config = {"quick": args.quick, "tasks": {t: presets[t] for t in tasks}, "encoders": args.encoders,

@@ -41,3 +41,17 @@ def test_one_tiny_run_reports_per_length_accuracy():
     assert sum(v["total"] for v in result["per_length"].values()) == 20
     assert 0.0 <= result["iid_accuracy"] <= 1.0 and 0.0 <= result["ood_accuracy"] <= 1.0
     assert result["parameters"] >= result["parameters_without_pe"]
+
+
+def test_encoder_decoder_run_and_task_keys():
+    spec = {"task": "contextual_counting",
+            "task_options": {"train_lengths": [4, 6], "test_lengths": [7, 8], "train_regions": [1, 2],
+                             "test_regions": [1, 2]},
+            "architecture": "encdec_bidirectional", "encoding": "rope", "seed": 0, "threads": 1,
+            "model": {"dim": 16, "num_heads": 2, "num_layers": 2},
+            "training": {"steps": 3, "batch_size": 8, "lr": 1e-3, "num_train": 32, "num_test": 6}}
+    result = lg.run_one(spec)
+    assert result["architecture"] == "encdec_bidirectional"
+    assert sum(v["total"] for v in result["per_length"].values()) == 12
+    assert lg.task_key(result) == "contextual_counting (encdec_bidirectional)"
+    assert lg.task_key(row("copy_repeat", "x", 0.1)) == "copy_repeat"
