@@ -40,8 +40,12 @@ FULL_TASKS: dict[str, dict[str, Any]] = {
     "copy_repeat": {"train_lengths": [1, 20], "test_lengths": [21, 40]},
     "reverse": {"train_lengths": [1, 20], "test_lengths": [21, 40]},
     "cope_counting": {"num_vars": 3, "train_lengths": [3, 32], "test_lengths": [33, 64]},
-    "contextual_counting": {"train_lengths": [32, 64], "test_lengths": [65, 128], "train_regions": [1, 4],
-                            "test_regions": [1, 4]},
+    "contextual_counting": {
+        "train_lengths": [32, 64],
+        "test_lengths": [65, 128],
+        "train_regions": [1, 4],
+        "test_regions": [1, 4],
+    },
 }
 QUICK_TASKS: dict[str, dict[str, Any]] = {
     "copy_repeat": {"train_lengths": [1, 8], "test_lengths": [9, 16]},
@@ -74,8 +78,13 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     training = spec["training"]
     architecture = spec.get("architecture", DECODER)
     data = TaskDataModule(
-        spec["task"], spec["task_options"], num_train=training["num_train"], num_val=0,
-        num_test=training["num_test"], batch_size=training["batch_size"], seed=spec["seed"],
+        spec["task"],
+        spec["task_options"],
+        num_train=training["num_train"],
+        num_val=0,
+        num_test=training["num_test"],
+        batch_size=training["batch_size"],
+        seed=spec["seed"],
         layout="causal" if architecture == DECODER else "seq2seq",
     )
     steps = training["steps"]
@@ -86,13 +95,24 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         model = dict(spec["model"])
         layers = model.pop("num_layers")
         module = EncoderDecoderModule(
-            data.vocab_size, encoding=spec["encoding"], encoder_layers=max(1, layers - 1), decoder_layers=1,
-            encoder_causal=architecture == "encdec_causal", **optimisation, **model,
+            data.vocab_size,
+            encoding=spec["encoding"],
+            encoder_layers=max(1, layers - 1),
+            decoder_layers=1,
+            encoder_causal=architecture == "encdec_causal",
+            **optimisation,
+            **model,
         )
     trunk = module.model if architecture == DECODER else module
     trainer = L.Trainer(
-        max_steps=training["steps"], accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+        max_steps=training["steps"],
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
     )
     trainer.fit(module, data)
     final_loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
@@ -162,12 +182,21 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((task_key(row), row["encoding"]), []).append(row)
     out = []
     for (task, enc), members in sorted(groups.items()):
+
         def mean(key, members=members):
             values = [m[key] for m in members if m[key] is not None]
             return sum(values) / len(values) if values else None
 
-        out.append({"task": task, "encoding": enc, "seeds": len(members), "iid_accuracy": mean("iid_accuracy"),
-                    "ood_accuracy": mean("ood_accuracy"), "seconds": mean("seconds")})
+        out.append(
+            {
+                "task": task,
+                "encoding": enc,
+                "seeds": len(members),
+                "iid_accuracy": mean("iid_accuracy"),
+                "ood_accuracy": mean("ood_accuracy"),
+                "seconds": mean("seconds"),
+            }
+        )
     return out
 
 
@@ -209,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, help="default: 0 1 2 (full), 0 (quick)")
     parser.add_argument("--steps", type=int, help="training steps per run (overrides the preset)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
+    parser.add_argument(
+        "--resume", action="store_true", help="reuse finished runs with the same configuration"
+    )
     args = parser.parse_args(argv)
 
     presets = QUICK_TASKS if args.quick else FULL_TASKS
@@ -234,9 +265,20 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     specs = [
-        {"task": t, "task_options": presets[t], "encoding": e, "seed": s, "model": model, "training": training,
-         "threads": threads, **({} if arch == DECODER else {"architecture": arch})}
-        for t in tasks for arch in ARCHITECTURES.get(t, [DECODER]) for e in args.encoders for s in seeds
+        {
+            "task": t,
+            "task_options": presets[t],
+            "encoding": e,
+            "seed": s,
+            "model": model,
+            "training": training,
+            "threads": threads,
+            **({} if arch == DECODER else {"architecture": arch}),
+        }
+        for t in tasks
+        for arch in ARCHITECTURES.get(t, [DECODER])
+        for e in args.encoders
+        for s in seeds
         if not (e == "cope" and arch == "encdec_bidirectional")  # CoPE is defined for causal attention only
     ]
     start = time.perf_counter()
@@ -262,13 +304,22 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(row, indent=1) + "\n")
             rows.append(row)
             ood = "n/a" if row["ood_accuracy"] is None else f"{row['ood_accuracy']:.3f}"
-            progress(f"{task_key(row)} {spec['encoding']} seed {spec['seed']}: iid {row['iid_accuracy']:.3f} "
-                     f"ood {ood} ({row['seconds']:.0f}s)")
+            progress(
+                f"{task_key(row)} {spec['encoding']} seed {spec['seed']}: iid {row['iid_accuracy']:.3f} "
+                f"ood {ood} ({row['seconds']:.0f}s)"
+            )
     rows.sort(key=lambda r: (task_key(r), r["encoding"], r["seed"]))
     seconds = time.perf_counter() - start
 
-    config = {"quick": args.quick, "tasks": {t: presets[t] for t in tasks}, "encoders": args.encoders,
-              "seeds": seeds, "model": model, "training": training, "jobs": jobs}
+    config = {
+        "quick": args.quick,
+        "tasks": {t: presets[t] for t in tasks},
+        "encoders": args.encoders,
+        "seeds": seeds,
+        "model": model,
+        "training": training,
+        "jobs": jobs,
+    }
     write_results(NAME, config, rows, seconds, root=args.out)
     plot(rows, out_dir / "accuracy_vs_length.png")
     mrr = mean_reciprocal_rank(rows)
@@ -278,12 +329,24 @@ def main(argv: list[str] | None = None) -> int:
         f"the PE), {training['steps']} steps of batch {training['batch_size']}, AdamW lr {training['lr']}; "
         f"seeds {seeds}. Accuracy is exact match of greedy decoding; IID = training lengths, OOD = longer.\n\n"
         "## Accuracy per task and encoder (mean over seeds)\n\n"
-        + markdown_table(summary, ["task", "encoding", "seeds", ("iid_accuracy", "IID acc"),
-                                   ("ood_accuracy", "OOD acc"), ("seconds", "s / run")],
-                         {"iid_accuracy": ".3f", "ood_accuracy": ".3f", "seconds": ".0f"})
+        + markdown_table(
+            summary,
+            [
+                "task",
+                "encoding",
+                "seeds",
+                ("iid_accuracy", "IID acc"),
+                ("ood_accuracy", "OOD acc"),
+                ("seconds", "s / run"),
+            ],
+            {"iid_accuracy": ".3f", "ood_accuracy": ".3f", "seconds": ".0f"},
+        )
         + "\n## Mean reciprocal rank across tasks (by OOD accuracy)\n\n"
-        + markdown_table(sorted(({"encoding": k, "mrr": v} for k, v in mrr.items()), key=lambda r: -r["mrr"]),
-                         ["encoding", ("mrr", "MRR")], {"mrr": ".3f"})
+        + markdown_table(
+            sorted(({"encoding": k, "mrr": v} for k, v in mrr.items()), key=lambda r: -r["mrr"]),
+            ["encoding", ("mrr", "MRR")],
+            {"mrr": ".3f"},
+        )
         + "\n![accuracy vs length](accuracy_vs_length.png)\n"
         + f"\nTotal wall time {seconds:.0f} s.\n"
     )

@@ -97,13 +97,16 @@ def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     return k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1)
 
 
-def causal_visibility(q_len: int, k_len: int, device: torch.device | None = None) -> Tensor:
-    """Bool ``(Lq, Lk)``: query ``i`` sees key ``j`` iff ``j <= i + (Lk - Lq)``.
+def causal_visibility(
+    q_len: int, k_len: int, device: torch.device | None = None, offset: int | None = None
+) -> Tensor:
+    """Bool ``(Lq, Lk)``: query ``i`` sees key ``j`` iff ``j <= i + offset``.
 
-    Queries are the last ``Lq`` of the ``Lk`` keys (bottom-right alignment), which is what
-    KV-cache decoding needs.
+    The default ``offset = Lk - Lq`` makes the queries the last ``Lq`` of the ``Lk`` keys
+    (bottom-right alignment), which is what KV-cache decoding needs; a block of queries starting at
+    query index ``s`` uses ``offset = s + Lk - Lq_total``.
     """
-    offset = k_len - q_len
+    offset = k_len - q_len if offset is None else offset
     rows = torch.arange(q_len, device=device).unsqueeze(-1)
     cols = torch.arange(k_len, device=device)
     return cols <= rows + offset

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionalEncoding, causal_visibility, check_int
+from pe_toolkit.encoders.base import PositionalEncoding, check_int
 from pe_toolkit.registry import register_encoder
 
 
@@ -26,6 +26,16 @@ def cope_positions(q: Tensor, k: Tensor, visible: Tensor) -> Tensor:
     """
     gates = torch.sigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])) * visible
     return gates.flip(-1).cumsum(-1).flip(-1)
+
+
+def position_visibility(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """Bool ``(1 or B, 1, Lq, Lk)``: key ``j`` counts for query ``i`` iff ``k_pos[j] <= q_pos[i]``.
+
+    Equal to the causal mask for increasing positions, and independent of how the queries are cut
+    into blocks or cached.
+    """
+    visible = k_pos.unsqueeze(-2) <= q_pos.unsqueeze(-1)
+    return visible.unsqueeze(-3) if visible.dim() == 3 else visible[None, None]
 
 
 def interpolate_position_logits(position_logits: Tensor, positions: Tensor) -> Tensor:
@@ -62,8 +72,9 @@ class CoPE(PositionalEncoding):
         npos_max: number of position embeddings (64).
 
     Gates and positions are computed in float32 (float64 for float64 inputs). Causal only
-    (positions count the keys between ``j`` and ``i``). Keys are aligned bottom-right,
-    as in KV-cache decoding. For grouped-query attention the keys are repeated to the query heads.
+    (positions count the keys between ``j`` and ``i``): a key counts for a query when its position is
+    not after the query's, so blocks of queries and KV-cache steps give the same positions. For
+    grouped-query attention the keys are repeated to the query heads.
     """
 
     def __init__(self, dim: int, num_heads: int, *, npos_max: int = 64, causal: bool = True) -> None:
@@ -79,7 +90,7 @@ class CoPE(PositionalEncoding):
         # half-precision cumulative sums drift by whole positions: count in float32
         compute = torch.float64 if q.dtype == torch.float64 else torch.float32
         q, k = q.to(compute), k.to(compute)
-        visible = causal_visibility(q.shape[-2], k.shape[-2], device=q.device)
+        visible = position_visibility(q_pos, k_pos)
         positions = cope_positions(q, k, visible).clamp(max=self.npos_max - 1)
         position_logits = q @ self.pos_emb.to(compute).transpose(0, 1)
         return interpolate_position_logits(position_logits, positions) / math.sqrt(q.shape[-1])

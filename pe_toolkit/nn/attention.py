@@ -51,6 +51,9 @@ class MultiHeadAttention(nn.Module):
         kv_dim: feature size of the cross-attention context (default ``dim``).
         qkv_bias: biases in the q/k/v projections.
         dropout: attention dropout probability (training only).
+        query_block_size: evaluate attention for this many queries at a time, so the bias and the
+            scores exist for one block only: memory grows linearly with the length at a fixed block
+            size (for inference; autograd keeps every block's activations). ``None``: one block.
 
     Shapes:
         x ``(B, Lq, dim)``; context ``(B, Lk, kv_dim)``; q_pos ``(Lq,)`` / ``(B, Lq)`` (plus trailing
@@ -69,6 +72,7 @@ class MultiHeadAttention(nn.Module):
         kv_dim: int | None = None,
         qkv_bias: bool = False,
         dropout: float = 0.0,
+        query_block_size: int | None = None,
     ) -> None:
         super().__init__()
         check_int("dim", dim)
@@ -85,6 +89,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.causal = causal
         self.dropout = dropout
+        self.query_block_size = None if query_block_size is None else check_int("query_block_size", query_block_size)
         self.q_proj = nn.Linear(dim, dim, bias=qkv_bias)
         self.k_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
         self.v_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
@@ -131,33 +136,53 @@ class MultiHeadAttention(nn.Module):
         q, k = encoding.rotate(q, k, q_pos, k_pos)
         if cache is not None:
             k, v, k_pos = cache.update(k, v, k_pos)
-        bias = encoding.bias(q, k, q_pos, k_pos)
-
         k_len = k.shape[-2]
+        if key_padding_mask is not None:
+            if key_padding_mask.dtype != torch.bool:
+                raise TypeError(f"key_padding_mask must be bool (True = real token), got {key_padding_mask.dtype}")
+            if tuple(key_padding_mask.shape) != (b, k_len):
+                raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected ({b}, {k_len})")
         causal = self.causal and is_self
-        mask, use_is_causal = self._merge_masks(bias, causal, key_padding_mask, b, q_len, k_len, q)
-        out = F.scaled_dot_product_attention(
+        block = self.query_block_size
+        if block is None or q_len <= block:
+            out = self._attend(q, k, v, q_pos, k_pos, encoding, causal, key_padding_mask, k_len - q_len, True)
+        else:  # blocks of queries: the bias and the scores exist for one block at a time
+            length_dim = q_pos.dim() - vector_dims - 1
+            out = torch.cat([
+                self._attend(
+                    q[:, :, start:start + block], k, v, q_pos.narrow(length_dim, start, min(block, q_len - start)),
+                    k_pos, encoding, causal, key_padding_mask, start + k_len - q_len, False,
+                )
+                for start in range(0, q_len, block)
+            ], dim=2)
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
+        causal: bool, key_padding_mask: Tensor | None, causal_offset: int, whole: bool,
+    ) -> Tensor:
+        """Attention of queries ``q (B, H, Lq, hd)`` over all keys; query ``i`` sees keys ``<= i + causal_offset``."""
+        bias = encoding.bias(q, k, q_pos, k_pos)
+        mask, use_is_causal = self._merge_masks(bias, causal, key_padding_mask, q, k.shape[-2], causal_offset, whole)
+        return F.scaled_dot_product_attention(
             q, k, v,
             attn_mask=mask,
             is_causal=use_is_causal,
             dropout_p=self.dropout if self.training else 0.0,
             enable_gqa=self.num_kv_heads != self.num_heads,
         )
-        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
 
     @staticmethod
     def _merge_masks(
-        bias: Tensor | None, causal: bool, key_padding_mask: Tensor | None, b: int, q_len: int, k_len: int, q: Tensor
+        bias: Tensor | None, causal: bool, key_padding_mask: Tensor | None, q: Tensor, k_len: int,
+        causal_offset: int, whole: bool,
     ) -> tuple[Tensor | None, bool]:
-        """One SDPA mask from bias, causal and padding: float (bias) or bool (masks only)."""
+        """One SDPA mask from bias, causal and padding: float (with a bias) or bool (masks only)."""
+        q_len = q.shape[-2]
         visible = None
-        if causal and q_len > 1:
-            visible = causal_visibility(q_len, k_len, q.device)
+        if causal and causal_offset < k_len - 1:  # otherwise every key is visible to every query
+            visible = causal_visibility(q_len, k_len, q.device, offset=causal_offset)
         if key_padding_mask is not None:
-            if key_padding_mask.dtype != torch.bool:
-                raise TypeError(f"key_padding_mask must be bool (True = real token), got {key_padding_mask.dtype}")
-            if tuple(key_padding_mask.shape) != (b, k_len):
-                raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected ({b}, {k_len})")
             pad = key_padding_mask[:, None, None, :]
             visible = pad if visible is None else visible & pad
             # A query that sees no key at all (e.g. a left-padding query) would give NaN; let it see
@@ -166,7 +191,7 @@ class MultiHeadAttention(nn.Module):
         if bias is None:
             if visible is None:
                 return None, False
-            if key_padding_mask is None and q_len == k_len:
+            if key_padding_mask is None and whole and q_len == k_len:
                 return None, True  # plain causal: let SDPA pick its fast causal path
             return visible, False
         mask = bias.to(q.dtype)

@@ -52,6 +52,7 @@ class TransformerBlock(nn.Module):
         mlp_hidden: MLP width (default: see :class:`MLP`).
         encoding: this block's own encoding, or ``None`` when the caller passes a shared one.
         cross_attention: add a cross-attention sub-layer (encoder-decoder models).
+        query_block_size: see :class:`MultiHeadAttention`.
     """
 
     def __init__(
@@ -67,11 +68,13 @@ class TransformerBlock(nn.Module):
         dropout: float = 0.0,
         encoding: PositionalEncoding | None = None,
         cross_attention: bool = False,
+        query_block_size: int | None = None,
     ) -> None:
         super().__init__()
         self.attn_norm = make_norm(norm, dim)
         self.attn = MultiHeadAttention(
-            dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout
+            dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout,
+            query_block_size=query_block_size,
         )
         self.cross_norm = make_norm(norm, dim) if cross_attention else None
         self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout) if cross_attention else None

@@ -32,6 +32,8 @@ class TransformerConfig:
         tie_embeddings: the output head reuses the token embedding matrix.
         cross_attention: every block also attends to a ``context`` (the decoder of an
             encoder-decoder model); the context keys carry no positional encoding.
+        attention_block_size: evaluate self-attention for this many queries at a time (memory
+            linear in the length for long-context evaluation); ``None``: all at once.
     """
 
     vocab_size: int | None
@@ -49,6 +51,7 @@ class TransformerConfig:
     dropout: float = 0.0
     tie_embeddings: bool = True
     cross_attention: bool = False
+    attention_block_size: int | None = None
 
 
 class Transformer(nn.Module):
@@ -83,7 +86,7 @@ class Transformer(nn.Module):
             TransformerBlock(
                 config.dim, config.num_heads, num_kv_heads=config.num_kv_heads, causal=config.causal,
                 norm=config.norm, mlp=config.mlp, mlp_hidden=config.mlp_hidden, dropout=config.dropout,
-                cross_attention=config.cross_attention,
+                cross_attention=config.cross_attention, query_block_size=config.attention_block_size,
             )
             for _ in range(config.num_layers)
         )

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import pe_toolkit as pet
 
@@ -146,3 +147,61 @@ def test_constructor_errors():
         pet.MultiHeadAttention(32, 4, dropout=1.5)
     with pytest.raises(TypeError, match="encoding must be a PositionalEncoding"):
         pet.MultiHeadAttention(32, 4, encoding=torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("name", pet.list_encoders(domain="sequence"))
+@pytest.mark.parametrize("causal", [True, False])
+def test_query_blocks_equal_unblocked(name, causal):
+    if name == "cope" and not causal:
+        pytest.skip("cope is causal only")
+    options = dict(pet.encoder_info(name).example_options)
+    enc = pet.get_encoder(name, 32, 4, causal=causal, **options).double()
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    whole = pet.MultiHeadAttention(32, 4, num_kv_heads=2, causal=causal, encoding=enc).double()
+    blocked = pet.MultiHeadAttention(32, 4, num_kv_heads=2, causal=causal, encoding=enc, query_block_size=3).double()
+    blocked.load_state_dict(whole.state_dict())
+    x = torch.randn(2, 11, 32, dtype=torch.float64)
+    padding = torch.ones(2, 11, dtype=torch.bool)
+    padding[1, 8:] = False
+    torch.testing.assert_close(blocked(x), whole(x))
+    torch.testing.assert_close(blocked(x, key_padding_mask=padding), whole(x, key_padding_mask=padding))
+    batched = torch.stack([torch.arange(11), torch.arange(11) * 2 + 3])
+    torch.testing.assert_close(blocked(x, q_pos=batched), whole(x, q_pos=batched))
+    if causal:  # a blocked prefill followed by cached steps
+        cache = pet.KVCache()
+        steps = torch.cat([blocked(x[:, :7], cache=cache), blocked(x[:, 7:9], cache=cache),
+                           blocked(x[:, 9:], cache=cache)], 1)
+        torch.testing.assert_close(steps, whole(x))
+
+
+class LargestTensor(TorchDispatchMode):
+    """Records the largest number of elements of any tensor an operation produces."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("name", ["bam", "alibi", "cope", "t5"])
+def test_blocked_attention_never_materialises_a_full_score_matrix(name):
+    """With query blocks, no intermediate holds more than (heads x block x L) elements: linear in L."""
+    heads, block = 4, 32
+    attn = pet.MultiHeadAttention(64, heads, causal=True, encoding=pet.get_encoder(name, 64, heads),
+                                  query_block_size=block)
+    largest = {}
+    for length in (512, 1024):
+        x = torch.randn(1, length, 64)
+        with torch.no_grad(), LargestTensor() as mode:
+            attn(x)
+        largest[length] = mode.largest
+        assert mode.largest <= heads * block * length < length * length
+    assert largest[1024] <= 2 * largest[512]
