@@ -163,6 +163,10 @@ class PositionalEncoding(nn.Module):
         """Additive logit bias broadcastable to ``(B, H, Lq, Lk)``, or ``None`` (no bias) here."""
         return None
 
+    def constrain_(self) -> None:
+        """Project parameters back onto their allowed set; called after every optimizer step by the
+        training modules (:func:`constrain_encodings`). A no-op unless overridden."""
+
     def extra_repr(self) -> str:
         return f"dim={self.dim}, num_heads={self.num_heads}, causal={self.causal}"
 
@@ -268,3 +272,10 @@ class _ForwardScope:
         self.encoder._scope_token = self.previous
         if self.previous is None and self.encoder._cache_entry is not None and self.encoder._cache_entry[0][-1]:
             self.encoder._cache_entry = None  # release the graph held by a grad-mode entry
+
+
+def constrain_encodings(module: nn.Module) -> None:
+    """Call :meth:`PositionalEncoding.constrain_` on every encoding inside ``module`` (after a step)."""
+    for sub in module.modules():
+        if isinstance(sub, PositionalEncoding):
+            sub.constrain_()

@@ -59,3 +59,46 @@ class BAM(PositionBiasEncoding):
         delta = relative_distance(q_pos.to(dtype), k_pos.to(dtype)).unsqueeze(-1)  # j - i
         mu, shape, scale = self.location().to(dtype), self.shape.to(dtype), self.scale.to(dtype)
         return heads_first(-scale.exp() * ((delta - mu).abs() + self.eps) ** shape)
+
+
+@register_encoder(
+    "bam_ssmax",
+    relative=False,  # the Scalable-Softmax factor log(n_i) depends on the query's absolute position
+    reference="Bianchessi et al. 2025, Bayesian Attention Mechanism, arXiv:2505.22842; Scalable-Softmax: "
+    "Nakanishi 2025, arXiv:2501.19399",
+)
+class BAMSSMax(BAM):
+    """BAM with Scalable-Softmax: logits ``(q.k / sqrt(d) + b_BAM) * log(n_i) * s_h``.
+
+    ``n_i`` is the number of keys query ``i`` sees: ``q_pos_i + 1`` for causal attention (positions
+    counted from 0, so it also holds while decoding with a KV cache), the number of keys otherwise.
+    ``s_h`` is a learned per-head scale initialised to 1 (``init_ssmax_scale``). The factor is applied
+    through both hooks: queries are multiplied by it in ``rotate`` and the prior in ``bias``.
+
+    As in the paper's code, one prior (and here one ``s_h``) is shared by all layers unless the
+    Transformer uses one encoding per layer. Options: those of :class:`BAM` plus ``init_ssmax_scale``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, init_ssmax_scale: float = 1.0, **options) -> None:
+        super().__init__(dim, num_heads, **options)
+        self.ssmax_scale = nn.Parameter(torch.full((num_heads,), float(init_ssmax_scale)))
+
+    def ssmax_factor(self, q_pos: Tensor, num_keys: int, dtype: torch.dtype) -> Tensor:
+        """``log(n_i) * s_h`` shaped ``(B or 1, H, Lq, 1)``."""
+        if self.causal:
+            if q_pos.is_floating_point() or q_pos.dim() > 2:
+                visible = q_pos.to(dtype) + 1
+            else:
+                visible = (q_pos + 1).to(dtype)
+            log_n = visible.clamp(min=1).log()
+        else:
+            log_n = torch.full(q_pos.shape, float(num_keys), dtype=dtype, device=q_pos.device).log()
+        log_n = log_n if log_n.dim() == 2 else log_n.unsqueeze(0)  # (B or 1, Lq)
+        return log_n[:, None, :, None] * self.ssmax_scale.to(dtype)[None, :, None, None]
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+        return (q.to(compute) * self.ssmax_factor(q_pos, k_pos.shape[-1], compute)).to(q.dtype), k
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        return super().position_bias(q_pos, k_pos, dtype) * self.ssmax_factor(q_pos, k_pos.shape[-1], dtype)

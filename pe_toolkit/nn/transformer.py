@@ -119,6 +119,11 @@ class Transformer(nn.Module):
         excluded = {id(p) for p in self.encodings.parameters()} if exclude_positional else set()
         return sum(p.numel() for p in self.parameters() if id(p) not in excluded)
 
+    def train_positional_only(self) -> None:
+        """Freeze every parameter except the positional encodings' (e.g. HeadScale fine-tuning)."""
+        self.requires_grad_(False)
+        self.encodings.requires_grad_(True)
+
     def forward_features(
         self,
         x: Tensor,

@@ -356,14 +356,13 @@ class Vocabulary:
     def collate(self, examples: Sequence[Example], *, ignore_index: int = -100) -> dict[str, Any]:
         """Pad a batch for a causal LM (right padding with ``<pad>``).
 
-        Returns:
-            dict of ``torch.long`` tensors:
+        The returned dict holds ``torch.long`` tensors:
 
-            * ``input_ids`` ``(B, L)``: ``<bos> prompt <sep> answer <eos> <pad>...``
-            * ``labels`` ``(B, L)``: ``input_ids`` at answer positions (answer and ``<eos>``), else
-              ``ignore_index``. Unshifted: the loss compares ``logits[:, :-1]`` with ``labels[:, 1:]``.
-            * ``attention_mask`` ``(B, L)`` (bool): True on real tokens.
-            * ``answer_start`` ``(B,)`` and ``lengths`` ``(B,)`` (sequence length without padding).
+        * ``input_ids`` ``(B, L)``: ``<bos> prompt <sep> answer <eos> <pad>...``
+        * ``labels`` ``(B, L)``: ``input_ids`` at answer positions (answer and ``<eos>``), else
+          ``ignore_index``. Unshifted: the loss compares ``logits[:, :-1]`` with ``labels[:, 1:]``.
+        * ``attention_mask`` ``(B, L)`` (bool): True on real tokens.
+        * ``answer_start`` ``(B,)`` and ``lengths`` ``(B,)`` (sequence length without padding).
         """
         import torch
 

@@ -8,6 +8,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from pe_toolkit.encoders.base import constrain_encodings
+
 
 class ExactMatchModule(L.LightningModule):
     """Base for task models: AdamW with warmup + cosine schedule, exact-match accuracy per length.
@@ -18,6 +20,7 @@ class ExactMatchModule(L.LightningModule):
     After ``trainer.validate`` / ``trainer.test``, :attr:`val_results` / :attr:`test_results` hold
     ``{length: (correct, total)}``, identical on every process.
 
+    After every training batch the encodings' constraints are re-imposed (``constrain_encodings``).
     Expects ``self.hparams`` to hold ``lr``, ``weight_decay``, ``betas``, ``warmup_steps``, ``max_steps``.
     """
 
@@ -41,6 +44,9 @@ class ExactMatchModule(L.LightningModule):
         loss = self.answer_loss(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=self.batch_size_of(batch))
         return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        constrain_encodings(self)  # e.g. HeadScale's lambda >= 1 after every optimizer step
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self.log("val/loss", self.answer_loss(batch), batch_size=self.batch_size_of(batch), sync_dist=True)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pe_toolkit.nn import Transformer, TransformerConfig
+from pe_toolkit.nn import Transformer, TransformerConfig, randomized_positions
 from pe_toolkit.tasks import Vocabulary
 from pe_toolkit.training.exact_match import ExactMatchModule
 
@@ -31,6 +31,9 @@ class SequenceLMModule(ExactMatchModule):
             (``max_steps=0``: constant after warmup).
         eos_id: the ``<eos>`` id; answers are cut there when decoding.
         max_answer_tokens: decoding budget beyond the longest reference answer of a batch.
+        randomized_max_position: train on sorted random positions from ``[0, randomized_max_position)``
+            (Ruoss et al. 2023, :func:`pe_toolkit.nn.randomized_positions`); evaluation uses
+            ``arange(L)``, positions the model has seen in training. ``None``: ``arange(L)`` throughout.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class SequenceLMModule(ExactMatchModule):
         max_steps: int = 0,
         eos_id: int = Vocabulary.eos_id,
         max_answer_tokens: int = 2,
+        randomized_max_position: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -68,7 +72,11 @@ class SequenceLMModule(ExactMatchModule):
 
     def answer_loss(self, batch: dict[str, Any]) -> torch.Tensor:
         """Mean cross-entropy of the answer tokens (and ``<eos>``), predicting token t from < t."""
-        logits = self.model(batch["input_ids"])
+        positions = None
+        if self.training and self.hparams.randomized_max_position is not None:
+            b, length = batch["input_ids"].shape
+            positions = randomized_positions(b, length, self.hparams.randomized_max_position, device=self.device)
+        logits = self.model(batch["input_ids"], positions=positions)
         return F.cross_entropy(
             logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1), ignore_index=IGNORE_INDEX
         )

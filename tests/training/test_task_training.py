@@ -153,3 +153,36 @@ def test_encoder_decoder_exact_match_is_exact(monkeypatch):
 def test_layout_must_be_known():
     with pytest.raises(ValueError, match="layout must be"):
         tiny_data(layout="encoder")
+
+
+def test_randomized_positions_in_training_only(monkeypatch):
+    data = tiny_data()
+    module = SequenceLMModule(data.vocab_size, dim=16, num_heads=2, num_layers=1, encoding="alibi",
+                              randomized_max_position=200)
+    seen = []
+    original = module.model.forward
+
+    def spy(tokens, positions=None, **kwargs):
+        seen.append(positions)
+        return original(tokens, positions=positions, **kwargs)
+
+    monkeypatch.setattr(module.model, "forward", spy)
+    batch = next(iter(data.train_dataloader()))
+    module.train()
+    module.answer_loss(batch)
+    assert seen[-1].shape == batch["input_ids"].shape and (seen[-1].diff(dim=1) > 0).all()
+    assert seen[-1].max() >= batch["input_ids"].shape[1]  # drawn from the larger range
+    module.eval()
+    module.answer_loss(batch)
+    assert seen[-1] is None  # evaluation keeps arange(L)
+
+
+def test_head_scale_stays_at_least_one_during_training():
+    L.seed_everything(0)
+    data = tiny_data(num_train=128, batch_size=32)
+    module = SequenceLMModule(data.vocab_size, dim=16, num_heads=2, num_layers=1, encoding="nope_temperature",
+                              encoding_options={"learned": True, "scale": 1.0}, lr=0.5, warmup_steps=1)
+    trainer = L.Trainer(max_steps=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(module, data)
+    assert (module.model.encodings[0].head_scale >= 1.0).all()
