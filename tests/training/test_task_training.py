@@ -186,3 +186,21 @@ def test_head_scale_stays_at_least_one_during_training():
                         enable_model_summary=False, limit_val_batches=0)
     trainer.fit(module, data)
     assert (module.model.encodings[0].head_scale >= 1.0).all()
+
+
+def test_language_model_module_on_bytes():
+    from pe_toolkit.data import ByteLMDataModule, sequential_windows
+    from pe_toolkit.training import LanguageModelModule
+
+    L.seed_everything(0)
+    data = ByteLMDataModule(context=32, batch_size=8, steps_per_epoch=20, max_bytes=200_000, val_windows=8)
+    module = LanguageModelModule(dim=32, num_heads=2, num_layers=1, encoding="alibi", warmup_steps=2, lr=3e-3)
+    data.setup()
+    windows = sequential_windows(data.val_bytes, 32, 4)
+    before = module.perplexity(windows)
+    assert 200 < before < 400  # an untrained byte model is close to uniform over 256 values
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(module, data)
+    assert module.perplexity(windows) < before / 2
+    assert "val/perplexity" in trainer.callback_metrics
