@@ -205,3 +205,27 @@ def test_blocked_attention_never_materialises_a_full_score_matrix(name):
         largest[length] = mode.largest
         assert mode.largest <= heads * block * length < length * length
     assert largest[1024] <= 2 * largest[512]
+
+
+class DistanceBias(pet.PositionBiasEncoding):
+    """Test encoder with 2-D coordinate positions: bias = -|p_query - p_key| (Euclidean)."""
+
+    position_vector_dims = 1
+
+    def position_bias(self, q_pos, k_pos, dtype):
+        distance = torch.cdist(q_pos.to(dtype), k_pos.to(dtype))  # (.., Lq, Lk)
+        distance = distance if distance.dim() == 3 else distance.unsqueeze(0)
+        return -distance.unsqueeze(1).expand(-1, self.num_heads, -1, -1)
+
+
+def test_cross_attention_with_vector_positions():
+    enc = DistanceBias(16, 2, causal=False).double()
+    attn = pet.MultiHeadAttention(16, 2, encoding=enc).double()
+    x, context = torch.randn(2, 3, 16, dtype=torch.float64), torch.randn(2, 5, 16, dtype=torch.float64)
+    q_xy, k_xy = torch.randn(2, 3, 2, dtype=torch.float64), torch.randn(2, 5, 2, dtype=torch.float64)
+    out = attn(x, context, q_pos=q_xy, k_pos=k_xy)
+    torch.testing.assert_close(out, reference_attention(attn, x, context, q_pos=q_xy, k_pos=k_xy, causal=False))
+    # the bias depends on the coordinates: moving the keys changes the output
+    assert not torch.allclose(attn(x, context, q_pos=q_xy, k_pos=k_xy + 3.0), out)
+    with pytest.raises(ValueError, match="k_pos has shape"):
+        attn(x, context, q_pos=q_xy, k_pos=torch.randn(2, 4, 2, dtype=torch.float64))
