@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(PY) -m ruff check pe_toolkit domains benchmarks tests
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q --markdown-docs -p no:cacheprovider README.md docs
 
