@@ -241,7 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resume", action="store_true", help="reuse finished runs with the same configuration"
     )
+    parser.add_argument(
+        "--report-only", action="store_true",
+        help="train nothing: write the report from the finished runs found (implies --resume)",
+    )
     args = parser.parse_args(argv)
+    args.resume = args.resume or args.report_only
 
     presets = QUICK_TASKS if args.quick else FULL_TASKS
     tasks = args.tasks or list(presets)
@@ -289,11 +294,18 @@ def main(argv: list[str] | None = None) -> int:
         path = runs_dir / f"{spec['task']}{arch}__{spec['encoding']}__seed{spec['seed']}.json"
         if args.resume and path.exists():
             stored = json.loads(path.read_text())
+            stored["per_length"] = {int(k): v for k, v in stored["per_length"].items()}  # JSON keys are str
             if stored.get("spec") == {k: v for k, v in spec.items() if k != "threads"}:
                 rows.append(stored)
                 continue
         todo.append((spec, path))
-    print(f"{NAME}: {len(specs)} runs ({len(specs) - len(todo)} reused), {jobs} in parallel", flush=True)
+    if args.report_only:
+        missing = [path.name for _, path in todo]
+        print(f"{NAME}: --report-only: {len(rows)} finished runs; not run: {missing}", flush=True)
+        if not rows:
+            parser.error("--report-only: no finished runs to report")
+        todo = []
+    print(f"{NAME}: {len(specs)} runs ({len(rows)} reused), {jobs} in parallel", flush=True)
     progress = Progress(len(todo), NAME)
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
@@ -320,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
         "training": training,
         "jobs": jobs,
     }
+    run_seconds = sum(r["seconds"] for r in rows)
+    if args.report_only:
+        timing = (f"\nAssembled with --report-only from {len(rows)} stored runs, which took {run_seconds:.0f} s of "
+                  "worker time when they ran.\n")
+    else:
+        timing = f"\nTotal wall time {seconds:.0f} s ({run_seconds:.0f} s of worker time).\n"
     write_results(NAME, config, rows, seconds, root=args.out)
     plot(rows, out_dir / "accuracy_vs_length.png")
     mrr = mean_reciprocal_rank(rows)
@@ -348,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             {"mrr": ".3f"},
         )
         + "\n![accuracy vs length](accuracy_vs_length.png)\n"
-        + f"\nTotal wall time {seconds:.0f} s.\n"
+        + timing
     )
     write_report(NAME, "Length generalization of positional encodings", body, root=args.out)
     print(f"{NAME}: wrote {out_dir} in {seconds:.0f} s", flush=True)

@@ -8,12 +8,25 @@ from benchmarks import length_generalization as lg
 
 
 def row(task, enc, ood, seed=0, iid=1.0):
-    return {"task": task, "encoding": enc, "seed": seed, "ood_accuracy": ood, "iid_accuracy": iid, "seconds": 1.0}
+    return {
+        "task": task,
+        "encoding": enc,
+        "seed": seed,
+        "ood_accuracy": ood,
+        "iid_accuracy": iid,
+        "seconds": 1.0,
+    }
 
 
 def test_mean_reciprocal_rank_by_hand():
-    rows = [row("a", "x", 0.9), row("a", "y", 0.5), row("a", "z", 0.1),
-            row("b", "x", 0.2), row("b", "y", 0.8), row("b", "z", 0.8)]
+    rows = [
+        row("a", "x", 0.9),
+        row("a", "y", 0.5),
+        row("a", "z", 0.1),
+        row("b", "x", 0.2),
+        row("b", "y", 0.8),
+        row("b", "z", 0.8),
+    ]
     mrr = lg.mean_reciprocal_rank(rows)
     # task a: x 1st, y 2nd, z 3rd; task b: y and z tie for 1st, x 3rd
     assert mrr == pytest.approx({"x": (1 + 1 / 3) / 2, "y": (1 / 2 + 1) / 2, "z": (1 / 3 + 1) / 2})
@@ -32,10 +45,15 @@ def test_summary_averages_over_seeds():
 
 
 def test_one_tiny_run_reports_per_length_accuracy():
-    spec = {"task": "copy_repeat", "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
-            "encoding": "alibi", "seed": 0, "threads": 1,
-            "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
-            "training": {"steps": 5, "batch_size": 8, "lr": 1e-3, "num_train": 64, "num_test": 10}}
+    spec = {
+        "task": "copy_repeat",
+        "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
+        "encoding": "alibi",
+        "seed": 0,
+        "threads": 1,
+        "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
+        "training": {"steps": 5, "batch_size": 8, "lr": 1e-3, "num_train": 64, "num_test": 10},
+    }
     result = lg.run_one(spec)
     assert set(result["per_length"]) <= {1, 2, 3, 4, 5}
     assert sum(v["total"] for v in result["per_length"].values()) == 20
@@ -44,14 +62,38 @@ def test_one_tiny_run_reports_per_length_accuracy():
 
 
 def test_encoder_decoder_run_and_task_keys():
-    spec = {"task": "contextual_counting",
-            "task_options": {"train_lengths": [4, 6], "test_lengths": [7, 8], "train_regions": [1, 2],
-                             "test_regions": [1, 2]},
-            "architecture": "encdec_bidirectional", "encoding": "rope", "seed": 0, "threads": 1,
-            "model": {"dim": 16, "num_heads": 2, "num_layers": 2},
-            "training": {"steps": 3, "batch_size": 8, "lr": 1e-3, "num_train": 32, "num_test": 6}}
+    spec = {
+        "task": "contextual_counting",
+        "task_options": {
+            "train_lengths": [4, 6],
+            "test_lengths": [7, 8],
+            "train_regions": [1, 2],
+            "test_regions": [1, 2],
+        },
+        "architecture": "encdec_bidirectional",
+        "encoding": "rope",
+        "seed": 0,
+        "threads": 1,
+        "model": {"dim": 16, "num_heads": 2, "num_layers": 2},
+        "training": {"steps": 3, "batch_size": 8, "lr": 1e-3, "num_train": 32, "num_test": 6},
+    }
     result = lg.run_one(spec)
     assert result["architecture"] == "encdec_bidirectional"
     assert sum(v["total"] for v in result["per_length"].values()) == 12
     assert lg.task_key(result) == "contextual_counting (encdec_bidirectional)"
     assert lg.task_key(row("copy_repeat", "x", 0.1)) == "copy_repeat"
+
+
+def test_report_only_rebuilds_the_report_from_stored_runs(tmp_path):
+    spec = {"task": "copy_repeat", "task_options": {"train_lengths": [1, 8], "test_lengths": [9, 16]},
+            "encoding": "nope", "seed": 0, "model": lg.QUICK_MODEL, "training": lg.QUICK_TRAINING}
+    stored = {**row("copy_repeat", "nope", 0.5), "architecture": "decoder", "per_length": {"3": {"correct": 1,
+              "total": 2}, "12": {"correct": 1, "total": 2}}, "final_train_loss": 0.1, "parameters": 10,
+              "parameters_without_pe": 10, "train_lengths": [1, 8], "test_lengths": [9, 16], "spec": spec}
+    runs = tmp_path / "length_generalization" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "copy_repeat__nope__seed0.json").write_text(__import__("json").dumps(stored))
+    assert lg.main(["--quick", "--report-only", "--encoders", "nope", "rope", "--out", str(tmp_path)]) == 0
+    report = (tmp_path / "length_generalization" / "report.md").read_text()
+    assert "| copy_repeat | nope | 1 | 1.000 | 0.500 |" in report and "from 1 stored runs" in report
+    assert (tmp_path / "length_generalization" / "accuracy_vs_length.png").exists()
