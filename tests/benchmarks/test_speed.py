@@ -1,0 +1,113 @@
+"""Smoke tests of benchmarks/speed.py.
+
+The full run goes through ``speed.main`` in a fresh interpreter: speed.py forks children that run
+torch compute, and a child forked from a process that already used torch's OpenMP pool (as this
+pytest process may have, in other tests) would hang. See benchmarks/common.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import speed
+
+ENCODERS = ["rope", "alibi"]
+LENGTHS = [32, 48]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("speed_out")
+    argv = [
+        "--quick",
+        "--lengths",
+        *map(str, LENGTHS),
+        "--encoders",
+        *ENCODERS,
+        "--out",
+        str(out),
+        "--rope-shape",
+        "1",
+        "2",
+        "16",
+        "8",
+    ]
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import speed; "
+        "sys.exit(speed.main(sys.argv[2:]))"
+    )
+    root = str(speed.Path(speed.__file__).resolve().parents[1])
+    completed = subprocess.run(
+        [sys.executable, "-c", code, root, *argv], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return out / "speed", completed.stdout
+
+
+def test_smoke_writes_results_report_and_plots(smoke_run):
+    directory, stdout = smoke_run
+    document = json.loads((directory / "results.json").read_text())
+    assert set(document) == {"benchmark", "config", "rows", "environment", "seconds"}
+    assert document["benchmark"] == "speed"
+    assert document["config"]["lengths"] == LENGTHS and document["config"]["encoders"] == ENCODERS
+    assert (directory / "report.md").is_file()
+    pngs = sorted(directory.glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert "wrote" in stdout
+
+
+def test_smoke_rows_cover_every_encoder_and_length(smoke_run):
+    directory, _ = smoke_run
+    rows = json.loads((directory / "results.json").read_text())["rows"]
+    layer = [r for r in rows if r["kind"] == "attention_layer"]
+    assert sorted((r["encoder"], r["length"]) for r in layer) == sorted(
+        (e, L) for e in ENCODERS for L in LENGTHS
+    )
+    for r in layer:
+        assert r["time_status"] == "ok" and r["median_ms"] > 0 and r["min_ms"] <= r["median_ms"]
+        assert r["memory_status"] == "ok" and r["peak_mib"] >= 0
+        assert r["batch"] == 1 and r["heads"] == 4 and r["head_dim"] == 64
+
+
+def test_smoke_rope_application_rows(smoke_run):
+    directory, _ = smoke_run
+    rows = [
+        r
+        for r in json.loads((directory / "results.json").read_text())["rows"]
+        if r["kind"] == "rope_application"
+    ]
+    by_name = {r["implementation"]: r for r in rows}
+    assert by_name["ours"]["status"] == "ok" and by_name["ours"]["ratio_vs_ours"] == 1.0
+    for r in rows:
+        assert r["status"] in ("ok", "not installed")
+        if r["status"] == "ok":
+            assert r["median_ms"] > 0 and r["ratio_vs_ours"] > 0
+            assert r["max_abs_diff_vs_ours"] < 1e-4  # the same rotation, in the same layout
+        else:
+            assert "median_ms" not in r  # nothing reported that was not measured
+
+
+def test_smoke_report_has_tables_and_command(smoke_run):
+    directory, _ = smoke_run
+    text = (directory / "report.md").read_text()
+    assert "python benchmarks/speed.py --quick --lengths 32 48 --encoders rope alibi" in text
+    assert "| encoder | hooks | L=32 ms | L=48 ms |" in text
+    assert "| encoder | L=32 MiB | L=48 MiB |" in text
+    assert "| rope | rotate |" in text and "| alibi | bias |" in text
+    assert "theirs / ours" in text and ".png)" in text
+
+
+def test_unknown_encoder_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        speed.main(["--encoders", "rope", "no_such_encoder"])
+    assert info.value.code == 2
+    assert "no_such_encoder" in capsys.readouterr().err
+
+
+def test_learned_table_covers_the_length():
+    assert speed._encoder_options("learned", 4096)["max_len"] == 4096
+    assert speed._encoder_options("rope", 4096) == {}
