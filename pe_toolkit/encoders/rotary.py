@@ -217,9 +217,19 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = False
     """
     if interleaved:
         x1, x2 = x[..., 0::2], x[..., 1::2]
-        return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)), dim=-1)
+    else:
+        x1, x2 = x.chunk(2, dim=-1)
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        first, second = torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)
+        if interleaved:
+            return torch.stack((first, second), dim=-1).flatten(-2)
+        return torch.cat((first, second), dim=-1)
+    # Without autograd, write both halves straight into the output: no temporaries, no concatenation.
+    out = torch.empty(torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1])), dtype=x.dtype, device=x.device)
+    out1, out2 = (out[..., 0::2], out[..., 1::2]) if interleaved else out.chunk(2, dim=-1)
+    torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=out2).addcmul_(x1, sin)
+    return out
 
 
 def _check_rescale(name: str, value: Any, length: int) -> tuple[float, ...]:

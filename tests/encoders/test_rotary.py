@@ -368,3 +368,19 @@ def test_rope_constructor_errors():
         RotaryEncoding(16.0, 2)
     with pytest.raises(ValueError, match="num_heads"):
         RotaryEncoding(16, 3)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("batched_angles", [False, True])
+def test_inference_fast_path_equals_autograd_path(interleaved, batched_angles):
+    from pe_toolkit.encoders.rotary import apply_rope
+
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    shape = (2, 1, 5, 4) if batched_angles else (5, 4)
+    angles = torch.randn(shape, dtype=torch.float64)
+    cos, sin = angles.cos(), angles.sin()
+    with torch.no_grad():
+        fast = apply_rope(x, cos, sin, interleaved=interleaved)
+    slow = apply_rope(x.clone().requires_grad_(), cos, sin, interleaved=interleaved)
+    assert slow.requires_grad and not fast.requires_grad
+    torch.testing.assert_close(fast, slow.detach(), rtol=0, atol=0)
