@@ -1,0 +1,337 @@
+"""Learned graph positional encodings: map a precomputed node attribute into the model (``embed`` hook).
+
+The transforms in :mod:`domains.graphs.transforms` precompute a node attribute; these modules take it as
+``positions`` and add a learned projection to the node features::
+
+    x = x + proj(positions)      # x: (..., N, dim), positions: (..., N, in_features)
+
+Leading dimensions are free: PyG-style flat batches ``x (N_total, dim)`` with ``positions (N_total, k)``,
+or dense batches ``x (B, N, dim)`` with ``positions (B, N, k)``. Registered under ``domain="graphs"``:
+
+* ``lap_pe``: :class:`LapPEEncoder` (linear or SignNet, random sign flips in training),
+* ``rwse``: :class:`RWSEEncoder` (norm + linear),
+* ``rfp``: :class:`RFPEncoder` (linear, shared across random initialisations and averaged),
+* ``rfp_learned``: :class:`LearnedRFPEncoder` (RFP with a learned attention operator; needs ``edge_index``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_int
+from pe_toolkit.registry import register_encoder
+
+__all__ = ["LapPEEncoder", "LearnedRFPEncoder", "RFPEncoder", "RWSEEncoder", "random_signs"]
+
+
+def _check_inputs(owner: str, x: Tensor, positions: Tensor, dim: int, in_features: int) -> None:
+    if not isinstance(x, Tensor) or not isinstance(positions, Tensor):
+        raise TypeError(f"{owner}: x and positions must be tensors, got {type(x).__name__}, {type(positions).__name__}")
+    if x.dim() < 2 or x.size(-1) != dim:
+        raise ValueError(f"{owner}: x must have shape (..., N, {dim}), got {tuple(x.shape)}")
+    if not positions.is_floating_point():
+        raise TypeError(f"{owner}: positions must be a floating tensor (a precomputed PE), got {positions.dtype}")
+    want = tuple(x.shape[:-1]) + (in_features,)
+    if tuple(positions.shape) != want:
+        raise ValueError(f"{owner}: positions has shape {tuple(positions.shape)}, expected {want}")
+
+
+def random_signs(shape: tuple[int, ...], *, device: torch.device | None = None, dtype: torch.dtype = torch.float32,
+                 generator: torch.Generator | None = None) -> Tensor:
+    """Uniform random +-1 of ``shape`` (global RNG unless ``generator`` is given)."""
+    bits = torch.randint(0, 2, shape, device=device, generator=generator)
+    return (bits * 2 - 1).to(dtype)
+
+
+class _MLP(nn.Sequential):
+    def __init__(self, sizes: list[int]) -> None:
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < len(sizes) - 2:
+                layers.append(nn.ReLU())
+        super().__init__(*layers)
+
+
+@register_encoder(
+    "lap_pe",
+    domain="graphs",
+    relative=False,
+    reference="Dwivedi et al. 2020, Benchmarking Graph Neural Networks, arXiv:2003.00982; SignNet: Lim et al. "
+    "2022, Sign and Basis Invariant Networks for Spectral Graph Representation Learning, arXiv:2202.13013",
+    example_options={"in_features": 4},
+)
+class LapPEEncoder(PositionalEncoding):
+    """Laplacian eigenvector PE, learned part: ``x + Linear(v)`` or ``x + rho(phi(v) + phi(-v))`` (SignNet).
+
+    Dwivedi et al. 2020, "Benchmarking Graph Neural Networks", arXiv:2003.00982 (linear projection, random
+    sign flips in training); Lim et al. 2022, "Sign and Basis Invariant Networks", arXiv:2202.13013 (SignNet).
+
+    Sign flips (training only, global RNG, like dropout): ``sign_flip="batch"`` draws one sign per
+    eigenvector per call, shared by every node and graph of the batch (as in Benchmarking GNNs);
+    ``"graph"`` draws one sign per eigenvector per graph, graphs given by ``batch`` (the PyG node-to-graph
+    index) or, for dense ``(B, N, k)`` positions, by the leading dimension; ``"none"`` disables them. In
+    ``eval()`` nothing is flipped.
+
+    SignNet (``signnet=True``): ``phi`` is an MLP applied to each entry ``v[n, j]`` (with the eigenvalue
+    ``lambda_j`` if ``use_eigenvalues``), ``h = phi(v) + phi(-v)`` is exactly invariant to the sign of each
+    eigenvector, and ``rho`` maps the concatenated ``(k * hidden)`` features to ``dim``. Because ``phi`` sees
+    one entry at a time this variant only uses ``|v[n, j]|`` (the GraphGPS "MLP" SignNet); the full SignNet
+    runs a GNN as ``phi`` over each eigenvector, which needs the graph and is not implemented here.
+
+    Args:
+        dim: model width; num_heads: heads (must divide dim; unused here).
+        in_features: ``k``, the number of eigenvectors in ``positions``.
+        use_eigenvalues: also feed the eigenvalues (``embed(..., eigenvalues=...)`` then required).
+        sign_flip: ``"batch"``, ``"graph"`` or ``"none"``.
+        signnet: use the SignNet ``rho(phi(v) + phi(-v))`` instead of a linear map.
+        hidden: width of ``phi`` (SignNet).
+
+    Shapes (:meth:`embed`): ``x (..., N, dim)``, ``positions (..., N, k)``, ``eigenvalues (..., N, k)``,
+    ``mask (..., N, k)`` bool (padded eigenvectors are False), ``batch (N,)``; returns ``(..., N, dim)``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, in_features: int, use_eigenvalues: bool = False,
+                 sign_flip: str = "batch", signnet: bool = False, hidden: int = 16, causal: bool = False) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.in_features = check_int("lap_pe: in_features", in_features)
+        for name, value in (("use_eigenvalues", use_eigenvalues), ("signnet", signnet)):
+            if not isinstance(value, bool):
+                raise TypeError(f"lap_pe: {name} must be a bool, got {value!r}")
+        self.use_eigenvalues = use_eigenvalues
+        self.sign_flip = check_choice("lap_pe: sign_flip", sign_flip, ("batch", "graph", "none"))
+        self.signnet = signnet
+        self.hidden = check_int("lap_pe: hidden", hidden)
+        k = self.in_features
+        if signnet:
+            self.phi = _MLP([2 if use_eigenvalues else 1, hidden, hidden])
+            self.rho = _MLP([k * hidden, dim, dim])
+        else:
+            self.proj = nn.Linear(2 * k if use_eigenvalues else k, dim)
+
+    def flip_signs(self, v: Tensor, batch: Tensor | None = None) -> Tensor:
+        """``v`` with random eigenvector signs (training) or unchanged (eval / ``sign_flip="none"``)."""
+        if not self.training or self.sign_flip == "none":
+            return v
+        k = v.size(-1)
+        if self.sign_flip == "batch":
+            return v * random_signs((k,), device=v.device, dtype=v.dtype)
+        if batch is not None:
+            if batch.shape != v.shape[:1] or v.dim() != 2:
+                raise ValueError(f"lap_pe: batch must have shape ({v.size(0)},) for flat positions, got "
+                                 f"{tuple(batch.shape)} with positions {tuple(v.shape)}")
+            num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+            return v * random_signs((num_graphs, k), device=v.device, dtype=v.dtype)[batch]
+        if v.dim() >= 3:  # dense batch: one graph per leading index
+            shape = tuple(v.shape[:-2]) + (1, k)
+            return v * random_signs(shape, device=v.device, dtype=v.dtype)
+        return v * random_signs((k,), device=v.device, dtype=v.dtype)  # a single graph
+
+    def encode(self, positions: Tensor, *, eigenvalues: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        """The ``(..., N, dim)`` projection of (already sign-flipped) eigenvectors."""
+        v = positions
+        if self.use_eigenvalues:
+            if eigenvalues is None or eigenvalues.shape != v.shape:
+                got = None if eigenvalues is None else tuple(eigenvalues.shape)
+                raise ValueError(f"lap_pe: use_eigenvalues=True needs eigenvalues of shape {tuple(v.shape)}, got {got}")
+            lam = eigenvalues.to(v.dtype)
+        if mask is not None:
+            if mask.shape != v.shape or mask.dtype != torch.bool:
+                raise ValueError(f"lap_pe: mask must be a bool tensor of shape {tuple(v.shape)}, "
+                                 f"got {mask.dtype} {tuple(mask.shape)}")
+            v = v * mask
+            if self.use_eigenvalues:
+                lam = lam * mask
+        if not self.signnet:
+            feats = torch.cat([v, lam], dim=-1) if self.use_eigenvalues else v
+            return self.proj(feats)
+        entries = v.unsqueeze(-1)  # (..., N, k, 1)
+        if self.use_eigenvalues:
+            pos_in = torch.cat([entries, lam.unsqueeze(-1)], dim=-1)
+            neg_in = torch.cat([-entries, lam.unsqueeze(-1)], dim=-1)
+        else:
+            pos_in, neg_in = entries, -entries
+        h = self.phi(pos_in) + self.phi(neg_in)  # (..., N, k, hidden), invariant to each column's sign
+        if mask is not None:
+            h = h * mask.unsqueeze(-1)
+        return self.rho(h.flatten(-2))
+
+    def embed(self, x: Tensor, positions: Tensor, *, eigenvalues: Tensor | None = None, mask: Tensor | None = None,
+              batch: Tensor | None = None) -> Tensor:
+        _check_inputs("lap_pe", x, positions, self.dim, self.in_features)
+        v = self.flip_signs(positions.to(x.dtype), batch)
+        return x + self.encode(v, eigenvalues=eigenvalues, mask=mask)
+
+    def extra_repr(self) -> str:
+        return (f"dim={self.dim}, in_features={self.in_features}, signnet={self.signnet}, "
+                f"use_eigenvalues={self.use_eigenvalues}, sign_flip={self.sign_flip!r}")
+
+
+@register_encoder(
+    "rwse",
+    domain="graphs",
+    relative=False,
+    reference="Dwivedi et al. 2022, Graph Neural Networks with Learnable Structural and Positional "
+    "Representations, arXiv:2110.07875; Rampasek et al. 2022, GraphGPS, arXiv:2205.12454",
+    example_options={"in_features": 4},
+)
+class RWSEEncoder(PositionalEncoding):
+    """Random-walk structural encoding, learned part: ``x + Linear(Norm(p))``.
+
+    Dwivedi et al. 2022, arXiv:2110.07875 (RWPE); GraphGPS (Rampasek et al. 2022, arXiv:2205.12454) RWSE
+    with a BatchNorm on the raw return probabilities, which span several orders of magnitude.
+
+    Args:
+        dim, num_heads: as for every encoder.
+        in_features: walk length ``T`` of the precomputed ``(..., N, T)`` return probabilities.
+        norm: ``"batch"`` (BatchNorm1d over all nodes of the batch), ``"layer"`` or ``"none"``.
+
+    Shapes (:meth:`embed`): ``x (..., N, dim)``, ``positions (..., N, T)`` -> ``(..., N, dim)``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, in_features: int, norm: str = "batch",
+                 causal: bool = False) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.in_features = check_int("rwse: in_features", in_features)
+        self.norm_kind = check_choice("rwse: norm", norm, ("batch", "layer", "none"))
+        self.norm = {"batch": lambda: nn.BatchNorm1d(in_features), "layer": lambda: nn.LayerNorm(in_features),
+                     "none": nn.Identity}[norm]()
+        self.proj = nn.Linear(in_features, dim)
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        _check_inputs("rwse", x, positions, self.dim, self.in_features)
+        p = positions.to(x.dtype).reshape(-1, self.in_features)  # (nodes, T): BatchNorm over all nodes
+        return x + self.proj(self.norm(p)).view(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, in_features={self.in_features}, norm={self.norm_kind!r}"
+
+
+@register_encoder(
+    "rfp",
+    domain="graphs",
+    relative=False,
+    reference="Eliasof et al. 2023, Graph Positional Encoding via Random Feature Propagation, ICML 2023, "
+    "arXiv:2303.02918",
+    example_options={"in_features": 6, "num_inits": 2},
+)
+class RFPEncoder(PositionalEncoding):
+    """Random feature propagation, learned part: ``x + mean_i Linear(trajectory_i)``.
+
+    Eliasof et al. 2023, arXiv:2303.02918. ``positions`` is the output of
+    :class:`~domains.graphs.transforms.RandomFeaturePropagation`: ``num_inits`` trajectories of equal width,
+    init-major. One linear map is shared by all inits and the results averaged, so the encoding is
+    invariant to the order of the random initialisations (a minimal DeepSets / DSS-style pooling; the
+    paper uses a DSS-GNN). The learned propagation operator is :class:`LearnedRFPEncoder`.
+
+    Args:
+        dim, num_heads: as for every encoder.
+        in_features: total width ``num_inits * (steps + 1) * num_features``.
+        num_inits: number of trajectories in ``positions`` (must divide ``in_features``).
+
+    Shapes (:meth:`embed`): ``x (..., N, dim)``, ``positions (..., N, in_features)`` -> ``(..., N, dim)``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, in_features: int, num_inits: int = 1, causal: bool = False) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.in_features = check_int("rfp: in_features", in_features)
+        self.num_inits = check_int("rfp: num_inits", num_inits)
+        if in_features % num_inits:
+            raise ValueError(f"rfp: num_inits ({num_inits}) must divide in_features ({in_features})")
+        self.proj = nn.Linear(in_features // num_inits, dim)
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        _check_inputs("rfp", x, positions, self.dim, self.in_features)
+        per_init = positions.to(x.dtype).unflatten(-1, (self.num_inits, -1))  # (..., N, inits, width)
+        return x + self.proj(per_init).mean(dim=-2)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, in_features={self.in_features}, num_inits={self.num_inits}"
+
+
+@register_encoder(
+    "rfp_learned",
+    domain="graphs",
+    relative=False,
+    reference="Eliasof et al. 2023, Graph Positional Encoding via Random Feature Propagation, ICML 2023, "
+    "arXiv:2303.02918 (learned, attention-based propagation operator)",
+    example_options={"in_features": 4, "steps": 2},
+)
+class LearnedRFPEncoder(PositionalEncoding):
+    """RFP with a learned, feature-dependent propagation operator: ``x + Linear([X_0 | X_1 | ... | X_L])``.
+
+    Eliasof et al. 2023, arXiv:2303.02918: besides fixed operators, the paper learns the operator with
+    attention. Here ``A_hat[i, j] = softmax_{j in N(i) + i}(<W_q x_i, W_k x_j> / sqrt(hidden))`` over the
+    in-neighbours ``j`` of ``i`` (``edge_index`` rows are sources, columns targets, PyG convention) plus ``i``
+    itself, one operator shared by all steps; ``X_l = Norm(A_hat X_{l-1})`` with column l2 normalisation per
+    graph (``batch``). With ``W_q = 0`` or ``W_k = 0`` the operator is the mean over ``N(i) + i``, i.e. the
+    fixed ``operator="rw"`` of :class:`~domains.graphs.transforms.RandomFeaturePropagation` on undirected
+    graphs. Gradients flow into the operator through the whole trajectory.
+
+    Args:
+        dim, num_heads: as for every encoder.
+        in_features: ``r``, width of the random start features ``positions`` (e.g. step 0 of
+            ``RandomFeaturePropagation``: ``data.rfp[:, :r]``).
+        steps: propagation steps ``L`` (>= 1).
+        hidden: width of the query/key projections (default ``dim``).
+
+    Shapes (:meth:`embed`): ``x (N, dim)``, ``positions (N, r)``, ``edge_index (2, E)``, ``batch (N,)``;
+    returns ``(N, dim)``. Dense ``(B, N, ...)`` batches are not supported (the operator needs the edges).
+    """
+
+    requires_edge_index = True
+
+    def __init__(self, dim: int, num_heads: int, *, in_features: int, steps: int, hidden: int | None = None,
+                 causal: bool = False) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.in_features = check_int("rfp_learned: in_features", in_features)
+        self.steps = check_int("rfp_learned: steps", steps)
+        self.hidden = dim if hidden is None else check_int("rfp_learned: hidden", hidden)
+        self.query = nn.Linear(dim, self.hidden, bias=False)
+        self.key = nn.Linear(dim, self.hidden, bias=False)
+        self.proj = nn.Linear(in_features * (steps + 1), dim)
+
+    def operator(self, x: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(target, source, weight)``: ``A_hat[target, source] = weight``, rows summing to 1."""
+        from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
+
+        n = x.size(0)
+        edge_index, _ = add_self_loops(remove_self_loops(edge_index)[0], num_nodes=n)
+        source, target = edge_index
+        scores = (self.query(x)[target] * self.key(x)[source]).sum(-1) / self.hidden**0.5
+        return target, source, softmax(scores, target, num_nodes=n)
+
+    def trajectory(self, x: Tensor, positions: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
+        """``(N, in_features * (steps + 1))``: ``[X_0 | ... | X_L]``, each column l2-normalised per graph."""
+        from torch_geometric.utils import scatter
+
+        n = x.size(0)
+        batch = torch.zeros(n, dtype=torch.long, device=x.device) if batch is None else batch
+        if batch.shape != (n,):
+            raise ValueError(f"rfp_learned: batch must have shape ({n},), got {tuple(batch.shape)}")
+
+        def normalize(h: Tensor) -> Tensor:
+            norm = scatter(h * h, batch, dim=0, reduce="sum").sqrt()[batch]  # per graph and column
+            return h / norm.clamp(min=1e-12)
+
+        target, source, weight = self.operator(x, edge_index)
+        h = normalize(positions.to(x.dtype))
+        out = [h]
+        for _ in range(self.steps):
+            h = normalize(scatter(weight[:, None] * h[source], target, dim=0, dim_size=n, reduce="sum"))
+            out.append(h)
+        return torch.cat(out, dim=-1)
+
+    def embed(self, x: Tensor, positions: Tensor, *, edge_index: Tensor | None = None,
+              batch: Tensor | None = None) -> Tensor:
+        _check_inputs("rfp_learned", x, positions, self.dim, self.in_features)
+        if x.dim() != 2:
+            raise ValueError(f"rfp_learned: x must be a flat (N, {self.dim}) node batch, got {tuple(x.shape)}")
+        if edge_index is None or not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
+            got = None if edge_index is None else tuple(getattr(edge_index, "shape", ()))
+            raise ValueError(f"rfp_learned: embed needs edge_index of shape (2, E), got {got}")
+        return x + self.proj(self.trajectory(x, positions, edge_index, batch))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, in_features={self.in_features}, steps={self.steps}, hidden={self.hidden}"
