@@ -367,9 +367,7 @@ def time_interleaved(
             if elapsed is not None:
                 times[name].append(elapsed)
     return {
-        name: {"error": errors[name]}
-        if name in errors
-        else {**summarize_times(times[name]), "times_s": times[name]}
+        name: {"error": errors[name]} if name in errors else {**summarize_times(times[name]), "times_s": times[name]}
         for name in names
     }
 
@@ -506,9 +504,7 @@ def peak_memory_in_subprocess(
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     ctx = multiprocessing.get_context("fork")
     receiver, sender = ctx.Pipe(duplex=False)
-    process = ctx.Process(
-        target=_child_main, args=(sender, fn, args, warmup, memory_limit_bytes), daemon=True
-    )
+    process = ctx.Process(target=_child_main, args=(sender, fn, args, warmup, memory_limit_bytes), daemon=True)
     process.start()
     sender.close()
     name = getattr(fn, "__qualname__", repr(fn))
@@ -528,9 +524,7 @@ def peak_memory_in_subprocess(
             if not process.is_alive():
                 if receiver.poll(0):  # it sent its message just before exiting
                     continue
-                raise RuntimeError(
-                    f"child running {name} died without a result ({_describe_exit(process.exitcode)})"
-                )
+                raise RuntimeError(f"child running {name} died without a result ({_describe_exit(process.exitcode)})")
             if deadline is not None and time.monotonic() >= deadline:
                 process.kill()
                 raise RuntimeError(

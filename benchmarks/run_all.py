@@ -38,9 +38,7 @@ NOT_BENCHMARKS = {"common.py", "run_all.py", "__init__.py", "conftest.py"}
 def discover(directory: Path = BENCHMARKS_DIR) -> dict[str, Path]:
     """``{name: path}`` of the benchmark scripts in ``directory``, sorted by name."""
     return {
-        p.stem: p
-        for p in sorted(directory.glob("*.py"))
-        if p.name not in NOT_BENCHMARKS and not p.name.startswith("_")
+        p.stem: p for p in sorted(directory.glob("*.py")) if p.name not in NOT_BENCHMARKS and not p.name.startswith("_")
     }
 
 
@@ -142,15 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     benchmarks = discover()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="run each benchmark in --quick mode")
-    parser.add_argument(
-        "--only", metavar="NAME", help=f"run one benchmark ({', '.join(benchmarks) or 'none found'})"
-    )
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_RESULTS_ROOT, help=f"results root ({DEFAULT_RESULTS_ROOT})"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=None, help="seconds after which a benchmark is killed"
-    )
+    parser.add_argument("--only", metavar="NAME", help=f"run one benchmark ({', '.join(benchmarks) or 'none found'})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_RESULTS_ROOT, help=f"results root ({DEFAULT_RESULTS_ROOT})")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds after which a benchmark is killed")
     args = parser.parse_args(argv)
     if args.only is not None and args.only not in benchmarks:
         parser.error(f"unknown benchmark {args.only!r}; available: {', '.join(benchmarks) or 'none'}")

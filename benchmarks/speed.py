@@ -82,7 +82,7 @@ MIB = 2**20
 FULL_TIMING = {"budget_s": 60.0, "min_repeats": 3, "max_repeats": 50}
 QUICK_TIMING = {"budget_s": 6.0, "min_repeats": 2, "max_repeats": 20}
 FULL_ROPE = {"warmup": 10, "budget_s": 40.0, "min_repeats": 60, "max_repeats": 300}
-QUICK_ROPE = {"warmup": 3, "budget_s": 5.0, "min_repeats": 15, "max_repeats": 60}
+QUICK_ROPE = {"warmup": 2, "budget_s": 5.0, "min_repeats": 10, "max_repeats": 60}
 CHILD_TIMEOUT_S = 1800.0
 MEMORY_FRACTION = 0.6  # default cap on a child's memory growth, as a fraction of MemAvailable
 
@@ -372,9 +372,7 @@ def _layer_tables(rows: list[dict], lengths: list[int], names: list[str]) -> str
             r = by_key.get((name, length), {})
             ms = r.get("median_ms")
             alone = " (alone)" if str(r.get("timed", "")).startswith("alone") else ""
-            entry[f"t{length}"] = (
-                _fmt_ms(ms) + alone if ms is not None else _short(r.get("time_status", "n/a"))
-            )
+            entry[f"t{length}"] = _fmt_ms(ms) + alone if ms is not None else _short(r.get("time_status", "n/a"))
             mib = r.get("peak_mib")
             entry[f"m{length}"] = f"{mib:.1f}" if mib is not None else _short(r.get("memory_status", "n/a"))
         table_rows.append(entry)
@@ -435,12 +433,8 @@ def _plot(layer_rows: list[dict], rope_rows: list[dict], names: list[str], out_d
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 5))
     markers = "os^vD<>phx*+1234"
     for i, name in enumerate(names):
-        timed = sorted(
-            (r["length"], r["median_ms"]) for r in layer_rows if r["encoder"] == name and r.get("median_ms")
-        )
-        mem = sorted(
-            (r["length"], r["peak_mib"]) for r in layer_rows if r["encoder"] == name and r.get("peak_mib")
-        )
+        timed = sorted((r["length"], r["median_ms"]) for r in layer_rows if r["encoder"] == name and r.get("median_ms"))
+        mem = sorted((r["length"], r["peak_mib"]) for r in layer_rows if r["encoder"] == name and r.get("peak_mib"))
         style = dict(marker=markers[i % len(markers)], label=name, linestyle="-" if i < 10 else "--")
         if timed:
             ax_t.plot(*zip(*timed), **style)
@@ -472,9 +466,7 @@ def _plot(layer_rows: list[dict], rope_rows: list[dict], names: list[str], out_d
         )
         ax.invert_yaxis()
         r0 = measured[0]
-        ax.set_xlabel(
-            f"median ms, q and k, B={r0['batch']} H={r0['heads']} L={r0['length']} hd={r0['head_dim']} fp32"
-        )
+        ax.set_xlabel(f"median ms, q and k, B={r0['batch']} H={r0['heads']} L={r0['length']} hd={r0['head_dim']} fp32")
         ax.set_title("RoPE application")
         fig.tight_layout()
         path = out_dir / "rope_application.png"
@@ -524,6 +516,18 @@ def build_parser():
         help="shape of the RoPE application comparison (4 8 2048 64)",
     )
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="exact number of timed rounds per length (default: rounds until a time budget is spent)",
+    )
+    parser.add_argument(
+        "--rope-repeats",
+        type=int,
+        default=None,
+        help="exact number of timed rounds of the RoPE comparison (default: rounds until a budget is spent)",
+    )
+    parser.add_argument(
         "--memory-limit-gib",
         type=float,
         default=None,
@@ -545,20 +549,21 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown encoder(s) {unknown}; sequence encoders: {', '.join(available)}")
     lengths = args.lengths or list(QUICK_LENGTHS if args.quick else FULL_LENGTHS)
-    if (
-        any(L < 1 for L in lengths)
-        or args.batch < 1
-        or args.dim < 1
-        or args.heads < 1
-        or min(args.rope_shape) < 1
-    ):
+    if any(L < 1 for L in lengths) or args.batch < 1 or args.dim < 1 or args.heads < 1 or min(args.rope_shape) < 1:
         parser.error("lengths, --batch, --dim, --heads and --rope-shape must be positive")
     if args.dim % args.heads:
         parser.error(f"--heads ({args.heads}) must divide --dim ({args.dim})")
     if args.rope_shape[3] % 2:
         parser.error(f"--rope-shape head_dim must be even, got {args.rope_shape[3]}")
-    timing = QUICK_TIMING if args.quick else FULL_TIMING
-    rope_timing = QUICK_ROPE if args.quick else FULL_ROPE
+    timing = dict(QUICK_TIMING if args.quick else FULL_TIMING)
+    rope_timing = dict(QUICK_ROPE if args.quick else FULL_ROPE)
+    for option, value in (("--repeats", args.repeats), ("--rope-repeats", args.rope_repeats)):
+        if value is not None and value < 1:
+            parser.error(f"{option} must be >= 1, got {value}")
+    if args.repeats is not None:
+        timing.update(budget_s=None, min_repeats=args.repeats, max_repeats=args.repeats)
+    if args.rope_repeats is not None:
+        rope_timing.update(warmup=1, budget_s=None, min_repeats=args.rope_repeats, max_repeats=args.rope_repeats)
     available_bytes = _available_memory_bytes()
     if args.memory_limit_gib is not None:
         memory_limit = int(args.memory_limit_gib * 2**30)
@@ -635,9 +640,7 @@ def main(argv: list[str] | None = None) -> int:
                     timed=timed_with[name],
                 )
             else:
-                row.update(
-                    median_ms=None, min_ms=None, repeats=0, time_status=timed["errors"].get(name, "failed")
-                )
+                row.update(median_ms=None, min_ms=None, repeats=0, time_status=timed["errors"].get(name, "failed"))
             try:
                 _, peak = peak_memory_in_subprocess(
                     _layer_memory,
@@ -655,9 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(peak_mib=None, memory_status=_child_failure(error))
             layer_rows.append(row)
             ms = f"{row['median_ms']:.2f} ms" if row["median_ms"] is not None else _short(row["time_status"])
-            mib = (
-                f"{row['peak_mib']:.1f} MiB" if row["peak_mib"] is not None else _short(row["memory_status"])
-            )
+            mib = f"{row['peak_mib']:.1f} MiB" if row["peak_mib"] is not None else _short(row["memory_status"])
             progress(f"{name} L={length}: {ms}, {mib}")
 
     rope_rows: list[dict] = []
@@ -726,10 +727,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.dim // args.heads}), batch {args.batch}, float32, forward + backward "
         "(`attn(enc.embed(x, pos)).sum().backward()`, input requiring grad), each encoder built with its "
         "registry `example_options` (learned: `max_len` raised to L). Time: median over the rounds "
-        "(all encoders of one L interleaved in one forked process, after one warm-up call each; new rounds "
-        f"start until {timing['budget_s']:.0f} s are spent, "
-        f"{timing['min_repeats']} to {timing['max_repeats']} rounds). "
-        "Memory: peak RSS growth of a fresh forked process that builds the layer and input and runs one step "
+        "(all encoders of one L interleaved in one forked process, after one warm-up call each; "
+        + (
+            f"new rounds start until {timing['budget_s']:.0f} s are spent, "
+            f"{timing['min_repeats']} to {timing['max_repeats']} rounds). "
+            if timing["budget_s"] is not None
+            else f"{timing['max_repeats']} rounds). "
+        )
+        + "Memory: peak RSS growth of a fresh forked process that builds the layer and input and runs one step "
         "(after a tiny L=8 step that loads the code paths). "
         + (
             f"Each forked process may grow by at most {memory_limit / 2**30:.1f} GiB of address space "
@@ -782,9 +787,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(r.get("status") != "ok" for r in rope_rows):
             body.append(
                 "\n"
-                + "\n".join(
-                    f"* `{r['implementation']}`: {r['status']}" for r in rope_rows if r.get("status") != "ok"
-                )
+                + "\n".join(f"* `{r['implementation']}`: {r['status']}" for r in rope_rows if r.get("status") != "ok")
             )
     body.append("\nPlots: " + ", ".join(f"![{p.stem}]({p.name})" for p in plots))
     body.append(

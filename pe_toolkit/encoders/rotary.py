@@ -215,21 +215,45 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = False
     Returns:
         ``(..., L, d_rot)``: ``(x1 cos - x2 sin, x2 cos + x1 sin)`` per pair ``(x1, x2)``.
     """
-    if interleaved:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-    else:
-        x1, x2 = x.chunk(2, dim=-1)
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):  # learned angles: plain autograd
+        x1, x2 = (x[..., 0::2], x[..., 1::2]) if interleaved else x.chunk(2, dim=-1)
         first, second = torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)
         if interleaved:
             return torch.stack((first, second), dim=-1).flatten(-2)
         return torch.cat((first, second), dim=-1)
-    # Without autograd, write both halves straight into the output: no temporaries, no concatenation.
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rotation.apply(x, cos, sin, interleaved)
+    return _rotate_into_new(x, cos, sin, interleaved)
+
+
+def _rotate_into_new(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    # Write both halves straight into the output: no temporaries, no concatenation.
+    x1, x2 = (x[..., 0::2], x[..., 1::2]) if interleaved else x.chunk(2, dim=-1)
     out = torch.empty(torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1])), dtype=x.dtype, device=x.device)
     out1, out2 = (out[..., 0::2], out[..., 1::2]) if interleaved else out.chunk(2, dim=-1)
     torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-1)
     torch.mul(x2, cos, out=out2).addcmul_(x1, sin)
     return out
+
+
+class _Rotation(torch.autograd.Function):
+    """RoPE with a hand-written backward: the gradient of a rotation is the inverse rotation.
+
+    Saves only cos and sin (not the products autograd would keep) and reuses the fused kernel.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        ctx.interleaved = interleaved
+        return _rotate_into_new(x, cos, sin, interleaved)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        cos, sin = ctx.saved_tensors
+        grad_x = _rotate_into_new(grad, cos, -sin, ctx.interleaved)
+        # angles broadcast over batch/heads: the gradient w.r.t. x keeps x's shape already
+        return grad_x, None, None, None
 
 
 def _check_rescale(name: str, value: Any, length: int) -> tuple[float, ...]:

@@ -64,9 +64,7 @@ def test_markdown_table_exact_text():
         {"name": "rope", "ms": 1.23456, "mib": 10, "note": "a|b"},
         {"name": "alibi", "ms": None, "mib": 2.5},
     ]
-    text = common.markdown_table(
-        rows, ["name", ("ms", "time (ms)"), "mib", "note"], {"ms": ".2f", "mib": ".1f"}
-    )
+    text = common.markdown_table(rows, ["name", ("ms", "time (ms)"), "mib", "note"], {"ms": ".2f", "mib": ".1f"})
     assert text == (
         "| name | time (ms) | mib | note |\n"
         "| --- | --- | --- | --- |\n"
@@ -203,9 +201,7 @@ def test_peak_memory_of_idle_child_is_small():
     assert 0 <= peak < 50 * MB
 
 
-@pytest.mark.skipif(
-    not os.access("/proc/self/clear_refs", os.W_OK), reason="cannot reset the RSS high-water mark"
-)
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="cannot reset the RSS high-water mark")
 def test_warmup_peak_is_not_counted():
     _, peak = common.peak_memory_in_subprocess(_nothing, warmup=lambda: _allocate(200 * MB), timeout=60)
     assert peak < 50 * MB
@@ -266,9 +262,7 @@ def test_run_all_summary_links_reports(tmp_path):
             "command": "python benchmarks/speed.py --quick",
         }
     }
-    path = run_all.write_summary(
-        tmp_path, entries, ["speed", "other"], "python benchmarks/run_all.py --quick"
-    )
+    path = run_all.write_summary(tmp_path, entries, ["speed", "other"], "python benchmarks/run_all.py --quick")
     text = path.read_text()
     assert "| speed | ok | 12.3 | quick |" in text and "[speed/report.md](speed/report.md)" in text
     assert "| other | not run |" in text

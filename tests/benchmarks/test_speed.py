@@ -35,15 +35,16 @@ def smoke_run(tmp_path_factory):
         "2",
         "16",
         "8",
+        "--repeats",
+        "3",
+        "--rope-repeats",
+        "5",
     ]
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import speed; "
-        "sys.exit(speed.main(sys.argv[2:]))"
+        "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import speed; sys.exit(speed.main(sys.argv[2:]))"
     )
     root = str(speed.Path(speed.__file__).resolve().parents[1])
-    completed = subprocess.run(
-        [sys.executable, "-c", code, root, *argv], capture_output=True, text=True, timeout=300
-    )
+    completed = subprocess.run([sys.executable, "-c", code, root, *argv], capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     return out / "speed", completed.stdout
 
@@ -60,13 +61,17 @@ def test_smoke_writes_results_report_and_plots(smoke_run):
     assert "wrote" in stdout
 
 
+def test_smoke_uses_the_requested_rounds(smoke_run):
+    directory, _ = smoke_run
+    rows = json.loads((directory / "results.json").read_text())["rows"]
+    assert {r["repeats"] for r in rows if r.get("status", "ok") == "ok"} == {3, 5}
+
+
 def test_smoke_rows_cover_every_encoder_and_length(smoke_run):
     directory, _ = smoke_run
     rows = json.loads((directory / "results.json").read_text())["rows"]
     layer = [r for r in rows if r["kind"] == "attention_layer"]
-    assert sorted((r["encoder"], r["length"]) for r in layer) == sorted(
-        (e, L) for e in ENCODERS for L in LENGTHS
-    )
+    assert sorted((r["encoder"], r["length"]) for r in layer) == sorted((e, L) for e in ENCODERS for L in LENGTHS)
     for r in layer:
         assert r["time_status"] == "ok" and r["median_ms"] > 0 and r["min_ms"] <= r["median_ms"]
         assert r["memory_status"] == "ok" and r["peak_mib"] >= 0
@@ -75,11 +80,7 @@ def test_smoke_rows_cover_every_encoder_and_length(smoke_run):
 
 def test_smoke_rope_application_rows(smoke_run):
     directory, _ = smoke_run
-    rows = [
-        r
-        for r in json.loads((directory / "results.json").read_text())["rows"]
-        if r["kind"] == "rope_application"
-    ]
+    rows = [r for r in json.loads((directory / "results.json").read_text())["rows"] if r["kind"] == "rope_application"]
     by_name = {r["implementation"]: r for r in rows}
     assert by_name["ours"]["status"] == "ok" and by_name["ours"]["ratio_vs_ours"] == 1.0
     for r in rows:
@@ -99,6 +100,16 @@ def test_smoke_report_has_tables_and_command(smoke_run):
     assert "| encoder | L=32 MiB | L=48 MiB |" in text
     assert "| rope | rotate |" in text and "| alibi | bias |" in text
     assert "theirs / ours" in text and ".png)" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--encoders", "rope", "no_such_encoder"], ["--lengths", "0"], ["--heads", "3"], ["--repeats", "0"]],
+)
+def test_bad_arguments_are_usage_errors(argv):
+    with pytest.raises(SystemExit) as info:
+        speed.main(argv)
+    assert info.value.code == 2
 
 
 def test_unknown_encoder_is_a_usage_error(capsys):
