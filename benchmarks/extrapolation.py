@@ -42,7 +42,7 @@ to 3 on a busy machine).
 
 Every trained model (``runs/train__<encoder>.pt``, a ``state_dict`` read back with
 ``torch.load(weights_only=True)``) and every evaluated variant (``runs/eval__<variant>.json``) is
-stored under ``results/extrapolation/runs/``; ``--resume`` reuses those whose configuration matches.
+stored under ``results/extrapolation/runs/{quick,full}/``; ``--resume`` reuses those whose configuration matches.
 
 Outputs: ``results.json`` (rows of kind ``training``, ``variant`` and ``memory``), ``report.md``,
 ``ppl_vs_length.png`` and ``passkey_heatmap.png``. ``--memory-only`` writes a results.json and
@@ -864,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = max(1, args.jobs)
     threads = 1  # small models: a second OpenMP thread gains little, and on a busy machine it stalls
     out_dir = Path(args.out) / NAME
-    runs_dir = out_dir / "runs"
+    runs_dir = out_dir / "runs" / ("quick" if args.quick else "full")  # quick runs never overwrite full ones
     runs_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
 

@@ -9,7 +9,7 @@ and the mean reciprocal rank (MRR) of the encoders across tasks, as the paper do
     python benchmarks/length_generalization.py --quick    # pipeline check, < 2 minutes
     python benchmarks/length_generalization.py --tasks copy_repeat --encoders nope rope --seeds 0 1
 
-Every finished run is stored in ``results/length_generalization/runs/``; ``--resume`` reuses those
+Every finished run is stored in ``results/length_generalization/runs/{quick,full}/``; ``--resume`` reuses those
 whose configuration matches instead of training again.
 
 Outputs: ``results.json`` (one row per run with per-length accuracy), ``report.md`` (tables of OOD
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = 1 if jobs > 1 else 2
 
     out_dir = Path(args.out) / NAME
-    runs_dir = out_dir / "runs"
+    runs_dir = out_dir / "runs" / ("quick" if args.quick else "full")  # quick runs never overwrite full ones
     runs_dir.mkdir(parents=True, exist_ok=True)
     specs = [
         {

@@ -200,7 +200,8 @@ def test_tiny_end_to_end_run_writes_results_report_and_plots(quick_run):
     assert "rope+yarn" in report and "Passkey" in report and "## Memory" in report
     for png in ("ppl_vs_length.png", "passkey_heatmap.png"):
         assert (quick_run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (quick_run / "runs" / "train__rope.pt").is_file() and (quick_run / "runs" / "eval__rope+yarn.json").is_file()
+    runs = quick_run / "runs" / "quick"
+    assert (runs / "train__rope.pt").is_file() and (runs / "eval__rope+yarn.json").is_file()
 
 
 def _row(name, ppl, exact=0.0, digits=0.1):

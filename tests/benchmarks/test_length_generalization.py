@@ -90,7 +90,7 @@ def test_report_only_rebuilds_the_report_from_stored_runs(tmp_path):
     stored = {**row("copy_repeat", "nope", 0.5), "architecture": "decoder", "per_length": {"3": {"correct": 1,
               "total": 2}, "12": {"correct": 1, "total": 2}}, "final_train_loss": 0.1, "parameters": 10,
               "parameters_without_pe": 10, "train_lengths": [1, 8], "test_lengths": [9, 16], "spec": spec}
-    runs = tmp_path / "length_generalization" / "runs"
+    runs = tmp_path / "length_generalization" / "runs" / "quick"
     runs.mkdir(parents=True)
     (runs / "copy_repeat__nope__seed0.json").write_text(__import__("json").dumps(stored))
     assert lg.main(["--quick", "--report-only", "--encoders", "nope", "rope", "--out", str(tmp_path)]) == 0
