@@ -26,6 +26,7 @@ from torch_geometric.transforms import Compose
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from pe_toolkit.encoders.base import check_float, check_int, constrain_encodings
+from pe_toolkit.training.optim import adamw_with_warmup_cosine
 
 __all__ = ["GraphClassificationModule", "GraphDataModule", "accuracy", "confusion_matrix", "weighted_accuracy"]
 
@@ -189,27 +190,12 @@ class GraphClassificationModule(L.LightningModule):
         self._log_epoch("test")
 
     def configure_optimizers(self):
-        decay, no_decay = [], []
-        for p in self.model.parameters():
-            if p.requires_grad:
-                (decay if p.dim() >= 2 else no_decay).append(p)
         hp = self.hparams
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=hp.lr, betas=tuple(hp.betas),
+        # the model's parameter names carry no "encodings." prefix: graph PEs' matrices are decayed
+        return adamw_with_warmup_cosine(
+            self.model.named_parameters(), lr=hp.lr, weight_decay=hp.weight_decay, betas=hp.betas,
+            warmup_steps=hp.warmup_steps, max_steps=hp.max_steps,
         )
-        warmup, total = hp.warmup_steps, hp.max_steps
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            if total is None or total <= warmup:
-                return 1.0
-            progress = min(1.0, (step - warmup) / (total - warmup))
-            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 class GraphDataModule(L.LightningDataModule):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import lightning as L
 import torch
 
 from pe_toolkit.encoders.base import constrain_encodings
+from pe_toolkit.training.optim import adamw_with_warmup_cosine
 
 
 class ExactMatchModule(L.LightningModule):
@@ -62,29 +62,11 @@ class ExactMatchModule(L.LightningModule):
         self.test_results = self._finish("test")
 
     def configure_optimizers(self):
-        decay, no_decay = [], []
-        for name, p in self.named_parameters():
-            if not p.requires_grad:
-                continue
-            # matrices decay; norms, biases and positional-encoding parameters do not
-            (decay if p.dim() >= 2 and ".encodings." not in f".{name}" else no_decay).append(p)
         hp = self.hparams
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=hp.lr, betas=tuple(hp.betas),
+        return adamw_with_warmup_cosine(
+            self.named_parameters(), lr=hp.lr, weight_decay=hp.weight_decay, betas=hp.betas,
+            warmup_steps=hp.warmup_steps, max_steps=hp.max_steps,
         )
-        warmup, total = hp.warmup_steps, hp.max_steps
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            if total <= warmup:
-                return 1.0
-            progress = min(1.0, (step - warmup) / (total - warmup))
-            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     @staticmethod
     def compare_answers(generated: list[list[int]], references: list[list[int]], eos_id: int) -> list[bool]:
