@@ -1,0 +1,129 @@
+"""The graph-PE benchmark: pure helpers, and tiny real runs of each section."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import graphs
+
+SCRIPT = graphs.__file__
+
+
+def test_mean_std_is_population_std_and_skips_missing():
+    mean, std = graphs.mean_std([0.2, 0.4, None, float("nan")])
+    assert mean == pytest.approx(0.3)
+    assert std == pytest.approx(0.1)
+    assert graphs.mean_std([0.5]) == (0.5, 0.0)
+    assert graphs.mean_std([]) == (None, None)
+
+
+def test_summarize_training_groups_folds():
+    rows = [{"task": "csl", "pe": pe, "model": "gin", "metric": "acc", "test_metric": v, "seconds": 1.0}
+            for pe, v in (("rwse", 1.0), ("rwse", 0.8), ("none", 0.1))]
+    summary = graphs.summarize_training(rows)
+    assert [r["pe"] for r in summary] == ["none", "rwse"]  # PE table order
+    assert summary[1]["runs"] == 2
+    assert summary[1]["mean"] == pytest.approx(0.9)
+    assert summary[1]["std"] == pytest.approx(0.1)
+
+
+def test_pyg_memory_estimate_and_skip():
+    # dense path up to 2,000 nodes: three float32 N x N matrices
+    assert graphs.estimate_pyg_bytes("pyg_rwse", 1_000) == 3 * 4 * 1_000**2
+    # sparse powers fill in to N^2 entries on a 100k-node expander: far beyond any RAM here
+    assert graphs.estimate_pyg_bytes("pyg_rwse", 100_000) > 100 * 2**30
+    # the Laplacian eigensolver stays linear in N
+    assert graphs.estimate_pyg_bytes("pyg_lap_pe", 100_000) < 2**30
+    reason = graphs.pyg_skip_reason("pyg_rwse", 100_000, memory_bytes=16 * 2**30)
+    assert reason is not None and reason.startswith("skipped: would need") and "GiB" in reason
+    assert graphs.pyg_skip_reason("pyg_rwse", 1_000, memory_bytes=16 * 2**30) is None
+    with pytest.raises(ValueError, match="method"):
+        graphs.estimate_pyg_bytes("rwse", 10)
+
+
+def test_speedups_only_where_both_measured():
+    rows = [
+        {"method": "rwse", "num_nodes": 10, "status": "ok", "median_s": 1.0},
+        {"method": "pyg_rwse", "num_nodes": 10, "status": "ok", "median_s": 3.0},
+        {"method": "rwse", "num_nodes": 20, "status": "ok", "median_s": 1.0},
+        {"method": "pyg_rwse", "num_nodes": 20, "status": "skipped: would need 9.0 GiB"},
+    ]
+    assert graphs.speedups(rows) == [
+        {"encoding": "rwse", "num_nodes": 10, "toolkit_s": 1.0, "pyg_s": 3.0, "speedup": 3.0}
+    ]
+
+
+def test_model_table_reports_missing_models():
+    found, missing = graphs.available_models()
+    assert {"gin", "gps"} <= set(found)
+    assert set(found) | set(missing) == set(graphs.MODELS)
+    assert not set(found) & set(missing)
+
+
+def test_random_sparse_graph_is_connected_with_mean_degree_about_six():
+    from scipy.sparse.csgraph import connected_components
+    from torch_geometric.utils import to_scipy_sparse_matrix
+
+    data = graphs.random_sparse_graph(500)
+    assert data.num_nodes == 500
+    assert 5.0 < data.num_edges / data.num_nodes < 6.5
+    assert connected_components(to_scipy_sparse_matrix(data.edge_index, num_nodes=500))[0] == 1
+
+
+def test_precompute_section_in_subprocess(tmp_path):
+    # forked children: run in a fresh interpreter so no torch compute has happened before forking
+    cmd = [sys.executable, SCRIPT, "--sections", "precompute", "--sizes", "150", "300", "--repeats", "1",
+           "--timeout", "60", "--out", str(tmp_path)]
+    subprocess.run(cmd, check=True, timeout=120, capture_output=True)
+    out = tmp_path / "graphs"
+    document = json.loads((out / "results.json").read_text())
+    assert set(document) == {"benchmark", "config", "rows", "environment", "seconds"}
+    rows = document["rows"]
+    assert {(r["method"], r["num_nodes"]) for r in rows} == {
+        (m, n) for m in graphs.PRECOMPUTE_METHODS for n in (150, 300)
+    }
+    for r in rows:
+        assert r["section"] == "precompute"
+        assert r["status"] == "ok", r
+        assert r["median_s"] > 0 and r["peak_mib"] >= 0
+    report = (out / "report.md").read_text()
+    assert "Precompute time" in report and "Speed-up over PyG" in report
+    assert (out / "precompute_time.png").stat().st_size > 0
+
+
+def test_csl_section_tiny_run_and_report_only(tmp_path):
+    argv = ["--sections", "csl", "--folds", "1", "--epochs", "1", "--pes", "none", "rwse", "--models", "gin",
+            "--jobs", "0", "--out", str(tmp_path)]
+    assert graphs.main(argv) == 0
+    out = tmp_path / "graphs"
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert {(r["task"], r["pe"], r["model"], r["fold"]) for r in rows} == {("csl", "none", "gin", 0),
+                                                                         ("csl", "rwse", "gin", 0)}
+    for r in rows:
+        assert r["metric"] == "acc" and 0.0 <= r["test_metric"] <= 1.0
+        assert r["test_graphs"] == 30 and r["train_graphs"] == 90
+    assert len(list((out / "runs").glob("*.json"))) == 2
+    assert (out / "csl_accuracy.png").stat().st_size > 0
+    report = (out / "report.md").read_text()
+    assert "CSL test accuracy" in report and "| gin | rwse | 1 |" in report
+    assert "graph_mamba" not in report or "not implemented yet" in report
+    # the stored runs are reported again without training
+    (out / "report.md").unlink()
+    assert graphs.main([*argv, "--report-only"]) == 0
+    assert "| gin | none | 1 |" in (out / "report.md").read_text()
+
+
+def test_sbm_section_tiny_run(tmp_path):
+    argv = ["--sections", "sbm", "--epochs", "1", "--sbm-graphs", "10", "--pes", "rfp", "--models", "gin",
+            "--jobs", "0", "--out", str(tmp_path)]
+    assert graphs.main(argv) == 0
+    out = tmp_path / "graphs"
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert {r["task"] for r in rows} == {"pattern", "cluster"}
+    assert all(r["metric"] == "weighted_acc" and 0.0 <= r["test_metric"] <= 1.0 for r in rows)
+    assert (out / "sbm_accuracy.png").stat().st_size > 0
+    assert "PATTERN / CLUSTER" in (out / "report.md").read_text()
