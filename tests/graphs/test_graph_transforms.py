@@ -410,3 +410,25 @@ def test_random_graphs_satisfy_the_definitions(n, p, seed, k):
     expected = np.stack([np.diag(np.linalg.matrix_power(pmat, t)) for t in range(1, 5)], axis=1)
     np.testing.assert_allclose(RandomWalkPE(4, block_size=7, dtype=torch.float64)(data).rw_pe.numpy(), expected,
                                atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["path", "random"])
+def test_sparse_solver_and_its_fallback_match_dense(kind):
+    """A long path makes Lanczos ("SA") give up and shift-invert take over; a random graph does not."""
+    import torch_geometric.utils as pyg_utils
+
+    n = 400
+    if kind == "path":
+        src = torch.arange(n - 1)
+        edge_index = torch.stack([torch.cat([src, src + 1]), torch.cat([src + 1, src])])
+    else:
+        generator = torch.Generator().manual_seed(0)
+        ring = torch.arange(n)
+        extra = torch.randint(0, n, (2, 2 * n), generator=generator)
+        edge_index = torch.cat([torch.stack([ring, (ring + 1) % n]), extra], dim=1)
+        edge_index = pyg_utils.to_undirected(pyg_utils.remove_self_loops(edge_index)[0], num_nodes=n)
+    data = Data(x=torch.zeros(n, 1), edge_index=edge_index, num_nodes=n)
+    dense = LaplacianEigenvectorPE(4, solver="dense")(data)
+    sparse = LaplacianEigenvectorPE(4, solver="sparse")(data)
+    torch.testing.assert_close(sparse.lap_eigval, dense.lap_eigval, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(sparse.lap_pe.abs(), dense.lap_pe.abs(), atol=1e-5, rtol=1e-4)
