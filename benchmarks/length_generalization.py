@@ -239,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="training steps per run (overrides the preset)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
     parser.add_argument(
+        "--embedding-scale", choices=["vaswani", "gpt2"], default="vaswani",
+        help="token embeddings: 'vaswani' (N(0, 1/dim) times sqrt(dim), unit scale like a sinusoidal PE; "
+        "default) or 'gpt2' (N(0, 0.02), under which an additive sinusoidal PE drowns the tokens)",
+    )
+    parser.add_argument(
         "--resume", action="store_true", help="reuse finished runs with the same configuration"
     )
     parser.add_argument(
@@ -259,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         parser.error(f"unknown encoder(s) {bad}; available: {pet.list_encoders()}")
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
-    model = QUICK_MODEL if args.quick else FULL_MODEL
+    model = {**(QUICK_MODEL if args.quick else FULL_MODEL), "scale_embeddings": args.embedding_scale == "vaswani"}
     training = dict(QUICK_TRAINING if args.quick else FULL_TRAINING)
     if args.steps is not None:
         training["steps"] = args.steps
@@ -291,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     todo = []
     for spec in specs:
         arch = "" if spec.get("architecture", DECODER) == DECODER else f"__{spec['architecture']}"
-        path = runs_dir / f"{spec['task']}{arch}__{spec['encoding']}__seed{spec['seed']}.json"
+        scale = "" if spec["model"]["scale_embeddings"] else "__gpt2emb"
+        path = runs_dir / f"{spec['task']}{arch}__{spec['encoding']}{scale}__seed{spec['seed']}.json"
         if args.resume and path.exists():
             stored = json.loads(path.read_text())
             stored["per_length"] = {int(k): v for k, v in stored["per_length"].items()}  # JSON keys are str

@@ -34,6 +34,10 @@ class TransformerConfig:
             encoder-decoder model); the context keys carry no positional encoding.
         attention_block_size: evaluate self-attention for this many queries at a time (memory
             linear in the length for long-context evaluation); ``None``: all at once.
+        scale_embeddings: Vaswani et al. 2017 (section 3.4): token embeddings initialised
+            N(0, dim^-1) and multiplied by ``sqrt(dim)`` at the input, so each coordinate has unit
+            scale like an additive sinusoidal PE. ``False`` (default): GPT-2 style N(0, 0.02) and no
+            multiplier, under which a sinusoidal PE (unit-scale coordinates) drowns the tokens.
     """
 
     vocab_size: int | None
@@ -52,6 +56,7 @@ class TransformerConfig:
     tie_embeddings: bool = True
     cross_attention: bool = False
     attention_block_size: int | None = None
+    scale_embeddings: bool = False
 
 
 class Transformer(nn.Module):
@@ -106,6 +111,13 @@ class Transformer(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
+        if self.token_embedding is not None and self.config.scale_embeddings:
+            nn.init.normal_(self.token_embedding.weight, std=self.config.dim**-0.5)
+
+    def embed_tokens(self, tokens: Tensor) -> Tensor:
+        """Token embeddings ``(B, L, dim)``, times ``sqrt(dim)`` when ``scale_embeddings``."""
+        embedded = self.token_embedding(tokens)
+        return embedded * self.config.dim**0.5 if self.config.scale_embeddings else embedded
 
     def encoding_for_layer(self, index: int) -> PositionalEncoding:
         return self.encodings[0 if len(self.encodings) == 1 else index]
@@ -182,7 +194,7 @@ class Transformer(nn.Module):
                 f"tokens must be an integer tensor of shape (B, L), got {tuple(tokens.shape)} {tokens.dtype}"
             )
         hidden = self.forward_features(
-            self.token_embedding(tokens), positions=positions, padding_mask=padding_mask, cache=cache,
+            self.embed_tokens(tokens), positions=positions, padding_mask=padding_mask, cache=cache,
             context=context, context_padding_mask=context_padding_mask,
         )
         return self.lm_head(hidden)

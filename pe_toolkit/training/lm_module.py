@@ -34,6 +34,8 @@ class SequenceLMModule(ExactMatchModule):
         randomized_max_position: train on sorted random positions from ``[0, randomized_max_position)``
             (Ruoss et al. 2023, :func:`pe_toolkit.nn.randomized_positions`); evaluation uses
             ``arange(L)``, positions the model has seen in training. ``None``: ``arange(L)`` throughout.
+        scale_embeddings: Vaswani-style token embeddings (N(0, 1/dim) init, times ``sqrt(dim)``), see
+            :class:`~pe_toolkit.nn.TransformerConfig`.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class SequenceLMModule(ExactMatchModule):
         eos_id: int = Vocabulary.eos_id,
         max_answer_tokens: int = 2,
         randomized_max_position: int | None = None,
+        scale_embeddings: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -64,6 +67,7 @@ class SequenceLMModule(ExactMatchModule):
                 vocab_size=vocab_size, dim=dim, num_heads=num_heads, num_layers=num_layers,
                 num_kv_heads=num_kv_heads, causal=True, encoding=encoding,
                 encoding_options=dict(encoding_options or {}), mlp=mlp, norm=norm, dropout=dropout,
+                scale_embeddings=scale_embeddings,
             )
         )
 

@@ -29,6 +29,7 @@ class EncoderDecoderModule(ExactMatchModule):
         lr, weight_decay, betas, warmup_steps, max_steps: optimisation (see :class:`ExactMatchModule`).
         bos_id, eos_id: special ids of the target sequences.
         max_answer_tokens: decoding budget beyond the longest reference answer.
+        scale_embeddings: Vaswani-style token embeddings (see :class:`~pe_toolkit.nn.TransformerConfig`).
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class EncoderDecoderModule(ExactMatchModule):
         bos_id: int = Vocabulary.bos_id,
         eos_id: int = Vocabulary.eos_id,
         max_answer_tokens: int = 2,
+        scale_embeddings: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -61,12 +63,12 @@ class EncoderDecoderModule(ExactMatchModule):
         self.decoder = Transformer(
             TransformerConfig(vocab_size=vocab_size, dim=dim, num_heads=num_heads, num_layers=decoder_layers,
                               causal=True, encoding=encoding, encoding_options=options, dropout=dropout,
-                              cross_attention=True)
+                              cross_attention=True, scale_embeddings=scale_embeddings)
         )
 
     def encode(self, source_ids: torch.Tensor, source_mask: torch.Tensor) -> torch.Tensor:
         """Encoder states ``(B, S, dim)`` of padded source ids ``(B, S)``."""
-        return self.encoder.forward_features(self.decoder.token_embedding(source_ids), padding_mask=source_mask)
+        return self.encoder.forward_features(self.decoder.embed_tokens(source_ids), padding_mask=source_mask)
 
     def answer_loss(self, batch: dict[str, Any]) -> torch.Tensor:
         memory = self.encode(batch["source_ids"], batch["source_mask"])

@@ -137,3 +137,20 @@ def test_cross_attention_decoder_uses_the_context_and_generates_with_it():
         decoder(tokens)
     with pytest.raises(ValueError, match="context= is required exactly when"):
         small("rope")(tokens, context=context)
+
+
+def test_scaled_embeddings_follow_vaswani():
+    """scale_embeddings: N(0, 1/dim) init, times sqrt(dim) at the input (unit-scale coordinates)."""
+    torch.manual_seed(0)
+    dim = 256
+    plain = pet.Transformer(pet.TransformerConfig(vocab_size=500, dim=dim, num_heads=4, num_layers=1, encoding="nope"))
+    scaled = pet.Transformer(pet.TransformerConfig(vocab_size=500, dim=dim, num_heads=4, num_layers=1, encoding="nope",
+                                                   scale_embeddings=True))
+    tokens = torch.arange(500).unsqueeze(0)
+    assert plain.embed_tokens(tokens).std().item() == pytest.approx(0.02, rel=0.05)
+    assert scaled.embed_tokens(tokens).std().item() == pytest.approx(1.0, rel=0.05)
+    torch.testing.assert_close(scaled.embed_tokens(tokens), scaled.token_embedding(tokens) * dim**0.5)
+    # the multiplier is part of forward: logits differ from feeding the unscaled embedding
+    with torch.no_grad():
+        expected = scaled.lm_head(scaled.forward_features(scaled.token_embedding(tokens[:, :8]) * dim**0.5))
+        torch.testing.assert_close(scaled(tokens[:, :8]), expected)
