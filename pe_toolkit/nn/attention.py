@@ -135,7 +135,7 @@ class MultiHeadAttention(nn.Module):
         v = self._split_heads(self.v_proj(source), self.num_kv_heads)
         q, k = encoding.rotate(q, k, q_pos, k_pos)
         if cache is not None:
-            k, v, k_pos = cache.update(k, v, k_pos)
+            k, v, k_pos = cache.update(k, v, k_pos, vector_dims=vector_dims)
         k_len = k.shape[-2]
         if key_padding_mask is not None:
             if key_padding_mask.dtype != torch.bool:
