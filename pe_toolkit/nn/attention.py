@@ -54,6 +54,12 @@ class MultiHeadAttention(nn.Module):
         query_block_size: evaluate attention for this many queries at a time, so the bias and the
             scores exist for one block only: memory grows linearly with the length at a fixed block
             size (for inference; autograd keeps every block's activations). ``None``: one block.
+        qk_norm: RMSNorm over ``head_dim`` on every query and key head after the projections and
+            before the encoding's ``rotate`` (QK-norm: Dehghani et al. 2023, "Scaling Vision
+            Transformers to 22 Billion Parameters", arXiv:2302.05442; Wortsman et al. 2023,
+            arXiv:2309.14322; the per-head RMSNorm with a learned ``head_dim`` scale shared by the
+            heads, as in OLMo 2 / Qwen3). Bounds every scaled logit by
+            ``max|g_q| max|g_k| sqrt(head_dim)``. Default off.
 
     Shapes:
         x ``(B, Lq, dim)``; context ``(B, Lk, kv_dim)``; q_pos ``(Lq,)`` / ``(B, Lq)`` (plus trailing
@@ -73,9 +79,12 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool = False,
         dropout: float = 0.0,
         query_block_size: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         check_int("dim", dim)
+        if not isinstance(qk_norm, bool):
+            raise TypeError(f"qk_norm must be a bool, got {type(qk_norm).__name__} ({qk_norm!r})")
         check_int("num_heads", num_heads)
         if dim % num_heads:
             raise ValueError(f"num_heads ({num_heads}) must divide dim ({dim})")
@@ -94,6 +103,9 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
         self.v_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(dim, dim, bias=False)
+        self.qk_norm = qk_norm
+        self.q_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
         if encoding is not None and not isinstance(encoding, PositionalEncoding):
             raise TypeError(f"encoding must be a PositionalEncoding, got {type(encoding).__name__}")
         self.encoding = encoding
@@ -130,8 +142,7 @@ class MultiHeadAttention(nn.Module):
             k_pos = q_pos if is_self else default_positions(source.shape[1], 0, x.device)
         check_positions("k_pos", k_pos, source.shape[1], b, vector_dims=vector_dims)
 
-        q = self._split_heads(self.q_proj(x), self.num_heads)
-        k = self._split_heads(self.k_proj(source), self.num_kv_heads)
+        q, k = self._queries_keys(x, source)
         v = self._split_heads(self.v_proj(source), self.num_kv_heads)
         q, k = encoding.rotate(q, k, q_pos, k_pos)
         if cache is not None:
@@ -156,6 +167,34 @@ class MultiHeadAttention(nn.Module):
                 for start in range(0, q_len, block)
             ], dim=2)
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
+
+    def _queries_keys(self, x: Tensor, source: Tensor) -> tuple[Tensor, Tensor]:
+        """Projected (and, with ``qk_norm``, normalised) queries ``(B, H, Lq, hd)`` and keys ``(B, H_kv, Lk, hd)``."""
+        q = self._split_heads(self.q_proj(x), self.num_heads)
+        k = self._split_heads(self.k_proj(source), self.num_kv_heads)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k
+
+    def attention_logits(
+        self, x: Tensor, *, q_pos: Tensor | None = None, encoding: PositionalEncoding | None = None,
+    ) -> Tensor:
+        """Scaled self-attention logits ``(B, H, L, L)`` with the hooks applied, causal entries ``-inf``.
+
+        For monitoring (e.g. the largest logit per layer, :class:`pe_toolkit.training.callbacks.AttentionLogitMonitor`);
+        computed explicitly, not through SDPA. ``x`` is ``(B, L, dim)``, the input of :meth:`forward`.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
+        encoding = encoding if encoding is not None else (self.encoding if self.encoding is not None else _NOPE)
+        length = x.shape[1]
+        q_pos = default_positions(length, 0, x.device) if q_pos is None else q_pos
+        q, k = self._queries_keys(x, x)
+        k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+        logits = positional_logits(encoding, q, k, q_pos, q_pos)
+        if self.causal:
+            logits = logits.masked_fill(~causal_visibility(length, length, x.device), float("-inf"))
+        return logits
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
@@ -200,7 +239,8 @@ class MultiHeadAttention(nn.Module):
         return mask, False
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, causal={self.causal}"
+        text = f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, causal={self.causal}"
+        return text + (", qk_norm=True" if self.qk_norm else "")
 
 
 _NOPE = PositionalEncoding(1, 1)

@@ -8,6 +8,9 @@ from torch import Tensor, nn
 from pe_toolkit.encoders.base import PositionalEncoding, check_choice
 from pe_toolkit.nn.attention import MultiHeadAttention
 from pe_toolkit.nn.kv_cache import KVCache
+from pe_toolkit.nn.latent_attention import MultiHeadLatentAttention
+
+ATTENTION_KINDS = ("mha", "mla")
 
 
 def make_norm(kind: str, dim: int) -> nn.Module:
@@ -53,6 +56,10 @@ class TransformerBlock(nn.Module):
         encoding: this block's own encoding, or ``None`` when the caller passes a shared one.
         cross_attention: add a cross-attention sub-layer (encoder-decoder models).
         query_block_size: see :class:`MultiHeadAttention`.
+        qk_norm: QK-norm in the self-attention (see :class:`MultiHeadAttention`).
+        attention: ``"mha"`` (:class:`MultiHeadAttention`, default) or ``"mla"``
+            (:class:`~pe_toolkit.nn.latent_attention.MultiHeadLatentAttention`, self-attention only).
+        latent_options: keyword options of the MLA layer (``latent_dim`` is required), for ``"mla"``.
     """
 
     def __init__(
@@ -69,13 +76,30 @@ class TransformerBlock(nn.Module):
         encoding: PositionalEncoding | None = None,
         cross_attention: bool = False,
         query_block_size: int | None = None,
+        qk_norm: bool = False,
+        attention: str = "mha",
+        latent_options: dict | None = None,
     ) -> None:
         super().__init__()
+        check_choice("attention", attention, ATTENTION_KINDS)
         self.attn_norm = make_norm(norm, dim)
-        self.attn = MultiHeadAttention(
-            dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout,
-            query_block_size=query_block_size,
-        )
+        if attention == "mla":
+            if qk_norm:
+                raise ValueError("qk_norm=True is not available with attention='mla' (MLA never materialises keys)")
+            if encoding is not None or query_block_size is not None:
+                raise ValueError("attention='mla' takes neither a per-block encoding nor query_block_size")
+            options = dict(latent_options or {})
+            if "latent_dim" not in options:
+                raise ValueError(f"attention='mla' needs latent_options with 'latent_dim', got {options}")
+            options.setdefault("num_kv_heads", num_kv_heads)
+            self.attn = MultiHeadLatentAttention(dim, num_heads, causal=causal, dropout=dropout, **options)
+        else:
+            if latent_options:
+                raise ValueError(f"latent_options apply to attention='mla' only, got {latent_options}")
+            self.attn = MultiHeadAttention(
+                dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout,
+                query_block_size=query_block_size, qk_norm=qk_norm,
+            )
         self.cross_norm = make_norm(norm, dim) if cross_attention else None
         self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout) if cross_attention else None
         self.mlp_norm = make_norm(norm, dim)

@@ -38,6 +38,11 @@ class TransformerConfig:
             N(0, dim^-1) and multiplied by ``sqrt(dim)`` at the input, so each coordinate has unit
             scale like an additive sinusoidal PE. ``False`` (default): GPT-2 style N(0, 0.02) and no
             multiplier, under which a sinusoidal PE (unit-scale coordinates) drowns the tokens.
+        qk_norm: RMSNorm on every query and key head (QK-norm, see :class:`MultiHeadAttention`).
+        attention: ``"mha"`` (default) or ``"mla"`` (multi-head latent attention, DeepSeek-V2,
+            :class:`~pe_toolkit.nn.latent_attention.MultiHeadLatentAttention`); MLA applies its own
+            decoupled RoPE and takes ``encoding`` ``"rope"``, ``"nope"`` or a position-only bias.
+        latent_options: options of the MLA layers (``latent_dim`` required; ``rope_head_dim``, ...).
     """
 
     vocab_size: int | None
@@ -57,6 +62,9 @@ class TransformerConfig:
     cross_attention: bool = False
     attention_block_size: int | None = None
     scale_embeddings: bool = False
+    qk_norm: bool = False
+    attention: str = "mha"
+    latent_options: dict[str, Any] = field(default_factory=dict)
 
 
 class Transformer(nn.Module):
@@ -92,6 +100,7 @@ class Transformer(nn.Module):
                 config.dim, config.num_heads, num_kv_heads=config.num_kv_heads, causal=config.causal,
                 norm=config.norm, mlp=config.mlp, mlp_hidden=config.mlp_hidden, dropout=config.dropout,
                 cross_attention=config.cross_attention, query_block_size=config.attention_block_size,
+                qk_norm=config.qk_norm, attention=config.attention, latent_options=config.latent_options,
             )
             for _ in range(config.num_layers)
         )
