@@ -1,0 +1,220 @@
+"""Robot pairs as padded tensor batches, a Lightning data module, and an ``.npz`` file format for pairs.
+
+:func:`collate_pairs` turns :class:`~domains.multirobot.simulator.PairSample` s into one dense batch
+(``M``/``N`` = the largest node count on each side, at least 1; padded nodes are masked):
+
+================  =====================  =====================================================
+key               shape                  content
+================  =====================  =====================================================
+``desc_a``        ``(B, M, D)`` float32  node descriptors of robot a (``desc_b`` likewise)
+``xy_a``          ``(B, M, 2)`` float32  node coordinates in a's frame, divided by ``scale``
+``edges_a``       ``(B, M, M)`` float32  Delaunay edge lengths / ``scale``, -1 for no edge, 0 on the diagonal
+``mask_a``        ``(B, M)`` bool        True for real nodes
+``match_a``       ``(B, M)`` long        index in b of the same object, or -1
+``match_b``       ``(B, N)`` long        index in a of the same object, or -1
+``pose``          ``(B, 3)`` float32     ``T_ab`` with the translation divided by ``scale``
+``overlap``       ``(B,)`` bool          the pair shares at least one detection
+================  =====================  =====================================================
+
+``scale`` (metres) is the sensor range, so coordinates are in ``[-1, 1]``.
+
+File format (:func:`save_pairs` / :func:`load_pairs`): one ``.npz`` with, for ``P`` pairs,
+``positions_a (sum n_a, 2)``, ``descriptors_a (sum n_a, D)``, ``counts_a (P,)`` (and the same for b),
+``poses (P, 3)`` (``T_ab``: b's pose in a's frame), ``overlap (P,)`` and ``matches (sum m, 2)`` with
+``match_counts (P,)``. Own data (e.g. detections from real robots) can be written in this format.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from domains.multirobot.graph import edge_distance_matrix
+from domains.multirobot.simulator import Observation, PairSample, SimConfig, simulate_pairs
+from pe_toolkit.encoders.base import check_float, check_int
+
+__all__ = ["PairDataModule", "collate_pairs", "load_pairs", "save_pairs"]
+
+_KEYS = ("positions_a", "descriptors_a", "counts_a", "positions_b", "descriptors_b", "counts_b", "poses", "overlap",
+         "matches", "match_counts")
+
+
+def collate_pairs(pairs: Sequence[PairSample], scale: float) -> dict[str, torch.Tensor]:
+    """A padded batch of pairs (see the module docstring for the keys)."""
+    scale = check_float("scale", scale)
+    if len(pairs) == 0:
+        raise ValueError("collate_pairs: pairs must not be empty")
+    dim = pairs[0].a.descriptors.shape[1]
+    b = len(pairs)
+    m = max(1, max(len(p.a) for p in pairs))
+    n = max(1, max(len(p.b) for p in pairs))
+    out: dict[str, torch.Tensor] = {}
+    for side, size in (("a", m), ("b", n)):
+        desc = np.zeros((b, size, dim), np.float32)
+        xy = np.zeros((b, size, 2), np.float32)
+        edges = np.full((b, size, size), -1.0, np.float32)
+        edges[:, np.arange(size), np.arange(size)] = 0.0
+        mask = np.zeros((b, size), bool)
+        for s, pair in enumerate(pairs):
+            obs: Observation = getattr(pair, side)
+            k = len(obs)
+            if obs.descriptors.shape[1] != dim:
+                raise ValueError(f"collate_pairs: pair {s} has descriptor dim {obs.descriptors.shape[1]}, "
+                                 f"expected {dim}")
+            desc[s, :k] = obs.descriptors
+            xy[s, :k] = obs.positions / scale
+            matrix = edge_distance_matrix(obs.positions)
+            edges[s, :k, :k] = np.where(matrix >= 0, matrix / scale, -1.0)
+            mask[s, :k] = True
+        out[f"desc_{side}"], out[f"xy_{side}"] = torch.from_numpy(desc), torch.from_numpy(xy)
+        out[f"edges_{side}"], out[f"mask_{side}"] = torch.from_numpy(edges), torch.from_numpy(mask)
+    match_a = np.full((b, m), -1, np.int64)
+    match_b = np.full((b, n), -1, np.int64)
+    for s, pair in enumerate(pairs):
+        if len(pair.matches):
+            match_a[s, pair.matches[:, 0]] = pair.matches[:, 1]
+            match_b[s, pair.matches[:, 1]] = pair.matches[:, 0]
+    poses = np.stack([p.pose for p in pairs]).astype(np.float64)
+    poses[:, :2] /= scale
+    out["match_a"], out["match_b"] = torch.from_numpy(match_a), torch.from_numpy(match_b)
+    out["pose"] = torch.from_numpy(poses.astype(np.float32))
+    out["overlap"] = torch.tensor([p.overlap for p in pairs], dtype=torch.bool)
+    return out
+
+
+class _Collate:
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def __call__(self, pairs: Sequence[PairSample]) -> dict[str, torch.Tensor]:
+        return collate_pairs(pairs, self.scale)
+
+
+class PairDataModule(L.LightningDataModule):
+    """Simulated (or loaded) robot pairs for training and evaluation.
+
+    Args:
+        config: the simulator parameters (``fov_range`` is the coordinate scale).
+        num_train, num_val, num_test: pairs per split; each split is its own seeded world.
+        batch_size: pairs per batch.
+        seed: base seed (splits use ``seed``, ``seed + 1``, ``seed + 2``).
+        train_pairs, val_pairs, test_pairs: ready-made pairs (e.g. from :func:`load_pairs`) that replace
+            the simulated split.
+    """
+
+    def __init__(self, config: SimConfig | None = None, *, num_train: int = 512, num_val: int = 128,
+                 num_test: int = 256, batch_size: int = 32, seed: int = 0,
+                 train_pairs: Sequence[PairSample] | None = None, val_pairs: Sequence[PairSample] | None = None,
+                 test_pairs: Sequence[PairSample] | None = None) -> None:
+        super().__init__()
+        self.config = config or SimConfig()
+        self.sizes = {s: check_int(f"num_{s}", v, minimum=0) for s, v in
+                      (("train", num_train), ("val", num_val), ("test", num_test))}
+        self.batch_size = check_int("batch_size", batch_size)
+        self.seed = seed
+        self.given = {"train": train_pairs, "val": val_pairs, "test": test_pairs}
+        self.pairs: dict[str, list[PairSample]] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        for offset, split in enumerate(("train", "val", "test")):
+            if split not in self.pairs:
+                given = self.given[split]
+                self.pairs[split] = list(given) if given is not None else simulate_pairs(
+                    self.sizes[split], self.seed + offset, self.config)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        self.setup()
+        return DataLoader(self.pairs[split], batch_size=self.batch_size, shuffle=shuffle,
+                          collate_fn=_Collate(self.config.fov_range),
+                          generator=torch.Generator().manual_seed(self.seed) if shuffle else None)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)
+
+
+def save_pairs(path: str | os.PathLike, pairs: Sequence[PairSample]) -> Path:
+    """Write pairs to an ``.npz`` file in the format of the module docstring (ground-truth ids are dropped)."""
+    path = Path(path)
+    arrays: dict[str, np.ndarray] = {}
+    for side in ("a", "b"):
+        obs = [getattr(p, side) for p in pairs]
+        arrays[f"positions_{side}"] = np.concatenate([o.positions for o in obs] + [np.zeros((0, 2))])
+        dims = {o.descriptors.shape[1] for o in obs}
+        if len(dims) > 1:
+            raise ValueError(f"save_pairs: every pair must have the same descriptor dim, got {sorted(dims)}")
+        arrays[f"descriptors_{side}"] = np.concatenate([o.descriptors for o in obs] + [np.zeros((0, dims.pop() if dims
+                                                                                              else 0), np.float32)])
+        arrays[f"counts_{side}"] = np.array([len(o) for o in obs], np.int64)
+    arrays["poses"] = np.stack([p.pose for p in pairs]) if pairs else np.zeros((0, 3))
+    arrays["overlap"] = np.array([p.overlap for p in pairs], bool)
+    arrays["matches"] = np.concatenate([p.matches for p in pairs] + [np.zeros((0, 2), np.int64)]).astype(np.int64)
+    arrays["match_counts"] = np.array([len(p.matches) for p in pairs], np.int64)
+    np.savez(path, **arrays)
+    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
+def load_pairs(path: str | os.PathLike) -> list[PairSample]:
+    """Read pairs written by :func:`save_pairs` (or by your own tools in that format).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a missing key, inconsistent counts or shapes, or non-finite values, naming the file and key.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"load_pairs: no file at {path}")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as error:
+        raise ValueError(f"load_pairs: {path} is not a readable .npz file ({error})") from error
+    missing = [k for k in _KEYS if k not in data.files]
+    if missing:
+        raise ValueError(f"load_pairs: {path} lacks the key(s) {missing}; expected {list(_KEYS)}")
+    arrays = {k: data[k] for k in _KEYS}
+    num = len(arrays["poses"])
+    if arrays["poses"].shape != (num, 3):
+        raise ValueError(f"load_pairs: {path}: poses must have shape (P, 3), got {arrays['poses'].shape}")
+    for key in ("counts_a", "counts_b", "overlap", "match_counts"):
+        if arrays[key].shape != (num,):
+            raise ValueError(f"load_pairs: {path}: {key} must have shape ({num},), got {arrays[key].shape}")
+    split: dict[str, list[np.ndarray]] = {}
+    for side in ("a", "b"):
+        counts = arrays[f"counts_{side}"].astype(np.int64)
+        total = int(counts.sum()) if num else 0
+        positions, descriptors = arrays[f"positions_{side}"], arrays[f"descriptors_{side}"]
+        if positions.shape != (total, 2) or descriptors.ndim != 2 or len(descriptors) != total:
+            raise ValueError(f"load_pairs: {path}: positions_{side} {positions.shape} / descriptors_{side} "
+                             f"{descriptors.shape} do not match sum(counts_{side}) = {total}")
+        if not (np.isfinite(positions).all() and np.isfinite(descriptors).all()):
+            raise ValueError(f"load_pairs: {path}: positions_{side} or descriptors_{side} contain NaN or inf")
+        cuts = np.cumsum(counts)[:-1]
+        split[f"positions_{side}"] = np.split(positions.astype(np.float64), cuts)
+        split[f"descriptors_{side}"] = np.split(descriptors.astype(np.float32), cuts)
+    match_cuts = np.cumsum(arrays["match_counts"])[:-1]
+    if arrays["matches"].shape != (int(arrays["match_counts"].sum()), 2):
+        raise ValueError(f"load_pairs: {path}: matches must have shape (sum(match_counts), 2), "
+                         f"got {arrays['matches'].shape}")
+    matches = np.split(arrays["matches"].astype(np.int64), match_cuts)
+    pairs = []
+    for s in range(num):
+        a = Observation(split["positions_a"][s], split["descriptors_a"][s], np.full(len(split["positions_a"][s]), -1),
+                        np.full(3, np.nan))
+        b = Observation(split["positions_b"][s], split["descriptors_b"][s], np.full(len(split["positions_b"][s]), -1),
+                        np.full(3, np.nan))
+        m = matches[s]
+        if len(m) and (m[:, 0].max() >= len(a) or m[:, 1].max() >= len(b) or m.min() < 0):
+            raise ValueError(f"load_pairs: {path}: pair {s} has a match index outside its observations")
+        pairs.append(PairSample(a, b, arrays["poses"][s].astype(np.float64), bool(arrays["overlap"][s]), m))
+    return pairs
