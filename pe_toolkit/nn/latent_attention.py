@@ -45,6 +45,7 @@ from pe_toolkit.encoders.base import (
     PositionalEncoding,
     PositionBiasEncoding,
     causal_visibility,
+    check_float,
     check_int,
     check_positions,
     default_positions,
@@ -197,7 +198,8 @@ class MultiHeadLatentAttention(nn.Module):
         )
         self.k_rope_proj = nn.Linear(dim, rope_heads * rope_head_dim, bias=False)
         self.o_proj = nn.Linear(num_heads * value_head_dim, dim, bias=False)
-        inv_freq = rope_inverse_frequencies(rope_head_dim, rope_base).to(torch.float32)
+        # float64 like RotaryEncoding.inv_freq (a later .float() / .half() on the module casts it too)
+        inv_freq = rope_inverse_frequencies(rope_head_dim, check_float("rope_base", rope_base))
         self.register_buffer("rope_inv_freq", inv_freq.expand(rope_heads, -1).clone(), persistent=True)
 
     # ------------------------------------------------------------------------------------ helpers
@@ -213,15 +215,17 @@ class MultiHeadLatentAttention(nn.Module):
     def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate ``x (B, H_x, L, d_R)`` (``H_x`` a multiple of ``H_r``) at ``positions`` ``(L,)`` / ``(B, L)``."""
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-        inv_freq = self.rope_inv_freq.to(compute)  # (H_r, d_R/2)
+        # angles in float64 (as RotaryEncoding), so long positions keep their precision
+        inv_freq = self.rope_inv_freq.to(torch.float64)  # (H_r, d_R/2)
         reps = x.shape[1] // self.rope_heads
         inv_freq = inv_freq.repeat_interleave(reps, dim=0)  # (H_x, d_R/2): head h uses rope head h // reps
-        pos = positions.to(compute)
+        pos = positions.to(torch.float64)
         if pos.dim() == 1:
             angles = pos[None, :, None] * inv_freq[:, None, :]  # (H_x, L, d_R/2)
         else:
             angles = pos[:, None, :, None] * inv_freq[None, :, None, :]  # (B, H_x, L, d_R/2)
-        return apply_rope(x.to(compute), angles.cos(), angles.sin(), interleaved=False).to(x.dtype)
+        cos, sin = angles.cos().to(compute), angles.sin().to(compute)
+        return apply_rope(x.to(compute), cos, sin, interleaved=False).to(x.dtype)
 
     def _latents(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Key latent ``(B, L, d_c)`` and value latent (the same tensor when joint)."""

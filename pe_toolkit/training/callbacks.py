@@ -1,0 +1,124 @@
+"""Lightning callbacks for attention stability: the Q/K learning-rate rule and max-logit monitoring.
+
+* :class:`QKLearningRateCallback` attaches :class:`~pe_toolkit.training.qk_learning_rate.QKLearningRateRule`
+  (Anson & Aitchison 2025, arXiv:2511.21377) to the trainer's optimizers.
+* :class:`AttentionLogitMonitor` logs the largest attention logit of every self-attention layer,
+  the quantity whose growth signals instability (Dehghani et al. 2023, arXiv:2302.05442; Wortsman
+  et al. 2023, "Small-scale proxies for large-scale Transformer training instabilities",
+  arXiv:2309.14322).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from pe_toolkit.encoders.base import check_int
+from pe_toolkit.nn.attention import MultiHeadAttention
+from pe_toolkit.nn.latent_attention import MultiHeadLatentAttention
+from pe_toolkit.training.qk_learning_rate import QKLearningRateRule
+
+
+class QKLearningRateCallback(L.Callback):
+    """Apply the Q/K learning-rate rule to every optimizer of the fit.
+
+    Args:
+        **options: :class:`QKLearningRateRule` options (``norm``, ``granularity``, ``reference``, ``every``).
+
+    After fitting, :attr:`rule` holds the rule (``rule.multipliers``: the last multipliers). The
+    multipliers are logged as ``qk_lr/<pair>.<query|key>`` (the mean over heads) every
+    ``log_every_n_steps``.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        unknown = sorted(set(options) - {"norm", "granularity", "reference", "every"})
+        if unknown:
+            raise TypeError(f"QKLearningRateCallback: unknown option(s) {unknown}; allowed: norm, granularity, "
+                            "reference, every")
+        self.options = options
+        self.rule: QKLearningRateRule | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.rule = QKLearningRateRule(pl_module, **self.options)
+        if not trainer.optimizers:
+            raise ValueError("QKLearningRateCallback: the trainer has no optimizer")
+        for optimizer in trainer.optimizers:
+            self.rule.attach(optimizer)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if self.rule is None or not self.rule.multipliers:
+            return
+        if trainer.global_step % max(trainer.log_every_n_steps, 1) == 0:
+            for name, value in self.rule.multipliers.items():
+                pl_module.log(f"qk_lr/{name}", float(value.mean()))
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.rule is not None:
+            self.rule.detach()
+
+
+def max_attention_logits(model: torch.nn.Module, inputs: dict[int, tuple[Tensor, dict]]) -> list[float]:
+    """Largest visible scaled logit of each captured self-attention layer (index -> (x, forward kwargs))."""
+    layers = [m for m in model.modules() if isinstance(m, (MultiHeadAttention, MultiHeadLatentAttention))]
+    values = []
+    with torch.no_grad():
+        for index, (x, kwargs) in sorted(inputs.items()):
+            logits = layers[index].attention_logits(x, q_pos=kwargs.get("q_pos"), encoding=kwargs.get("encoding"))
+            values.append(float(logits.amax()))  # masked entries are -inf
+    return values
+
+
+class AttentionLogitMonitor(L.Callback):
+    """Log the largest attention logit of each self-attention layer every ``every_n_steps`` steps.
+
+    The layer inputs of the training forward are captured (no extra forward pass); the logits are
+    then recomputed from them without autograd (:meth:`MultiHeadAttention.attention_logits`,
+    :meth:`MultiHeadLatentAttention.attention_logits`). Logged as ``attn_max_logit/layer_<i>``;
+    :attr:`history` keeps ``(global_step, [max logit per layer])``. Cross-attention layers and calls
+    with a KV cache are skipped.
+
+    Args:
+        every_n_steps: how often to measure (>= 1).
+    """
+
+    def __init__(self, every_n_steps: int = 10) -> None:
+        super().__init__()
+        self.every_n_steps = check_int("every_n_steps", every_n_steps)
+        self.history: list[tuple[int, list[float]]] = []
+        self._inputs: dict[int, tuple[Tensor, dict]] = {}
+        self._hooks: list[Any] = []
+
+    def _layers(self, pl_module: L.LightningModule) -> list[torch.nn.Module]:
+        return [m for m in pl_module.modules() if isinstance(m, (MultiHeadAttention, MultiHeadLatentAttention))]
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if trainer.global_step % self.every_n_steps:
+            return
+        self._inputs = {}
+
+        def capture(index: int):
+            def hook(module, args, kwargs):
+                context = args[1] if len(args) > 1 else kwargs.get("context")
+                if context is None and kwargs.get("cache") is None:
+                    self._inputs[index] = (args[0].detach(), {k: kwargs.get(k) for k in ("q_pos", "encoding")})
+            return hook
+
+        layers = self._layers(pl_module)
+        self._hooks = [layer.register_forward_pre_hook(capture(i), with_kwargs=True) for i, layer in enumerate(layers)]
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        if not self._inputs:
+            return
+        values = max_attention_logits(pl_module, self._inputs)
+        self._inputs = {}
+        step = trainer.global_step - 1  # the step whose forward was captured (global_step already advanced)
+        self.history.append((step, values))
+        for i, value in enumerate(values):
+            pl_module.log(f"attn_max_logit/layer_{i}", value)
