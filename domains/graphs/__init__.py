@@ -17,12 +17,13 @@ from domains.graphs.datasets import (
     sbm_splits,
 )
 from domains.graphs.encoders import LapPEEncoder, LearnedRFPEncoder, RFPEncoder, RWSEEncoder
-from domains.graphs.models import GINModel, GPSModel, GraphPEInput
+from domains.graphs.models import GINModel, GPSModel, GraphMambaModel, GraphPEInput
 from domains.graphs.transforms import LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
 
 __all__ = [
     "CLUSTERDataset", "CSLDataset", "PATTERNDataset", "csl_folds", "load_edge_list", "sbm_splits",
-    "GINModel", "GPSModel", "GraphPEInput", "LapPEEncoder", "LaplacianEigenvectorPE", "LearnedRFPEncoder",
+    "GINModel", "GPSModel", "GraphMambaModel", "GraphPEInput", "LapPEEncoder", "LaplacianEigenvectorPE",
+    "LearnedRFPEncoder",
     "RFPEncoder", "RWSEEncoder",
     "RandomFeaturePropagation", "RandomWalkPE",
 ]

@@ -1,4 +1,5 @@
-"""Graph models with a pluggable positional encoding: GIN (message passing) and GPS (local MPNN + global attention).
+"""Graph models with a pluggable positional encoding: GIN (message passing), GPS (local MPNN + global attention)
+and Graph Mamba (local MPNN + bidirectional selective state-space model over random-walk tokens and nodes).
 
 The positional encoding enters once, at the input (the ``embed`` hook), in :class:`GraphPEInput`::
 
@@ -20,7 +21,8 @@ Models take a PyG ``Data`` / ``Batch`` and return logits: ``(num_graphs, num_cla
 ``task="graph"`` (sum or mean pooling, then an MLP head), ``(num_nodes, num_classes)`` for ``task="node"``.
 
 References: GIN, Xu et al. 2019, "How Powerful are Graph Neural Networks?", arXiv:1810.00826; GPS,
-Rampasek et al. 2022, "Recipe for a General, Powerful, Scalable Graph Transformer", arXiv:2205.12454;
+Rampasek et al. 2022, "Recipe for a General, Powerful, Scalable Graph Transformer", arXiv:2205.12454; Graph
+Mamba, Behrouz & Hashemi 2024, "Graph Mamba: Towards Learning on Graphs with State Space Models", arXiv:2402.08678;
 random node features, Sato et al. 2021, "Random Features Strengthen Graph Neural Networks", arXiv:2002.03155,
 and Abboud et al. 2021, "The Surprising Power of Graph Neural Networks with Random Node Initialization",
 arXiv:2010.01179.
@@ -39,12 +41,14 @@ from torch_geometric.utils import to_dense_batch
 
 import domains.graphs.encoders  # noqa: F401  (registers the graph encoders)
 import pe_toolkit as pet
+from domains.graphs.mamba import BidirectionalMamba
+from domains.graphs.tokenization import WalkTokens, degree_order, random_walk_tokens
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.nn.attention import MultiHeadAttention
 
 __all__ = [
-    "GINModel", "GPSModel", "GraphPEInput", "PE_ATTRIBUTES", "PE_CHOICES", "ToolkitGPSConv",
-    "random_node_features",
+    "GINModel", "GPSModel", "GraphMambaLayer", "GraphMambaModel", "GraphPEInput", "PE_ATTRIBUTES", "PE_CHOICES",
+    "ToolkitGPSConv", "random_node_features",
 ]
 
 PE_CHOICES = (None, "none", "random_features", "lap_pe", "rwse", "rfp")
@@ -435,4 +439,117 @@ class GPSModel(_GraphModel):
     def node_states(self, h: Tensor, edge_index: Tensor, batch: Tensor) -> Tensor:
         for conv in self.convs:
             h = conv(h, edge_index, batch)
+        return h
+
+
+class GraphMambaLayer(nn.Module):
+    """One Graph Mamba layer (Behrouz & Hashemi 2024, arXiv:2402.08678, Sec. 4), in the GPS layer recipe.
+
+    1. Token stage (``tokens`` given): every node's sequence ``[x^{ms}, .., x^1, x^0]`` of pooled token
+       states (largest random-walk neighbourhood first, the node itself last) goes through a
+       :class:`~domains.graphs.mamba.BidirectionalMamba`; the node's summary ``y(v)`` is the last row.
+       Without tokens (node tokenization, ``walk_length=0``) ``y(v) = h(v)``.
+    2. Node stage: the nodes of each graph, ordered by degree (``order``), form one sequence through a
+       second bidirectional Mamba (padding last, each graph reversed within its own length).
+    3. Local stage: a GIN convolution (the paper's optional MPNN ``Psi``).
+
+    ``h <- N3(s + MLP(s))`` with ``s = N1(h + Drop(GIN(h))) + N2(h + Drop(BiMamba_nodes(y)))``: the two
+    branches are combined as in GPS (``GPSConv``), with BatchNorm.
+
+    Token embedding ``x^j(v)``: the mean of the current node states over the token's node set (a DeepSets
+    readout of ``G[T]``). The paper encodes the induced subgraph ``G[T]`` with an MPNN (or CRaWl's walk
+    encoder); here the node states already carry their GIN neighbourhoods from the previous layers, and the
+    readout keeps the tokenization vectorised (one ``index_add`` for all tokens of the batch).
+
+    Shapes: ``forward(h (N, C), edge_index (2, E), batch (N,), tokens, order (N,))`` -> ``(N, C)``.
+    """
+
+    def __init__(self, hidden: int, *, use_tokens: bool, dropout: float = 0.0, mamba_options: dict | None = None
+                 ) -> None:
+        super().__init__()
+        options = dict(mamba_options or {})
+        self.dropout = dropout
+        self.token_mamba = BidirectionalMamba(hidden, **options) if use_tokens else None
+        self.node_mamba = BidirectionalMamba(hidden, **options)
+        self.local = GINConv(_mlp([hidden, hidden, hidden]))
+        self.norm1, self.norm2, self.norm3 = (nn.BatchNorm1d(hidden) for _ in range(3))
+        self.mlp = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.ReLU(), nn.Linear(2 * hidden, hidden))
+
+    def forward(self, h: Tensor, edge_index: Tensor, batch: Tensor, tokens: WalkTokens | None, order: Tensor
+                ) -> Tensor:
+        y = h
+        if self.token_mamba is not None and tokens is not None:
+            seq = torch.cat([tokens.pool(h), h.unsqueeze(1)], dim=1)  # (N, m*s + 1, C), node token last
+            y = self.token_mamba(seq)[:, -1]
+        dense, mask = to_dense_batch(y[order], batch[order])  # (B, N_max, C), graphs in degree order
+        g = self.node_mamba(dense, mask.sum(1))[mask]  # (N, C) in `order`
+        glob = torch.empty_like(g)
+        glob[order] = g
+        drop = lambda t: F.dropout(t, p=self.dropout, training=self.training)  # noqa: E731
+        out = self.norm1(h + drop(self.local(h, edge_index))) + self.norm2(h + drop(glob))
+        return self.norm3(out + drop(self.mlp(out)))
+
+
+class GraphMambaModel(_GraphModel):
+    """Graph Mamba (GMN; Behrouz & Hashemi 2024, "Graph Mamba: Towards Learning on Graphs with State Space Models",
+    KDD 2024, arXiv:2402.08678): random-walk neighbourhood tokenization, degree-ordered nodes, bidirectional
+    selective SSMs (:mod:`domains.graphs.mamba`), a local GIN, and an optional PE/SE at the input.
+
+    Tokens (:func:`~domains.graphs.tokenization.random_walk_tokens`) are drawn once per forward and shared by
+    all layers: from the global RNG in training (fresh every step), from a generator seeded with ``seed`` in
+    ``eval()`` (deterministic predictions). Node order (:func:`~domains.graphs.tokenization.degree_order`):
+    degree ascending, ties random in training and by node id in eval.
+
+    Permutation behaviour. The input, the GIN and the token pooling are permutation equivariant, but the
+    node sequence is an *order*: a selective SSM is not permutation invariant, so the output depends on how
+    degree ties are broken (every simple graph has two nodes of equal degree), and, with ``walk_length >= 1``,
+    on which random walks each node id draws. In ``eval()`` with ``walk_length=0`` the node outputs are
+    exactly equivariant (graph outputs invariant) under relabellings that keep the id order of nodes of equal
+    degree; under other relabellings, and with random-walk tokens, only in distribution (over the training-time
+    random tie-breaking and walks). The paper accepts the same for its degree, PPR and k-core orderings.
+
+    Args:
+        num_classes, hidden, layers, task, in_features, num_node_types, pe, pe_options, pe_attr, pool,
+        dropout: as for :class:`GINModel`.
+        walk_length: ``m`` (>= 0); 0 = node tokenization (no token stage).
+        num_walks: ``M`` walks per token. repeats: ``s`` tokens per walk length.
+        d_state, expand, d_conv: :class:`~domains.graphs.mamba.MambaBlock` options.
+        seed: seed of the evaluation-time tokens.
+
+    Shapes: ``forward(data)`` -> ``(num_graphs, num_classes)`` or ``(num_nodes, num_classes)``.
+    """
+
+    owner = "GraphMambaModel"
+
+    def __init__(self, *, num_classes: int, hidden: int = 64, layers: int = 4, task: str = "graph",
+                 in_features: int | None = None, num_node_types: int | None = None, pe: str | None = None,
+                 pe_options: dict[str, Any] | None = None, pe_attr: str | None = None, pool: str = "add",
+                 dropout: float = 0.0, walk_length: int = 2, num_walks: int = 4, repeats: int = 1, d_state: int = 8,
+                 expand: int = 1, d_conv: int = 4, seed: int = 0) -> None:
+        super().__init__(num_classes=num_classes, hidden=hidden, layers=layers, task=task, in_features=in_features,
+                         num_node_types=num_node_types, pe=pe, pe_options=pe_options, pe_attr=pe_attr, pool=pool,
+                         dropout=dropout)
+        owner = self.owner
+        self.walk_length = check_int(f"{owner}: walk_length", walk_length, minimum=0)
+        self.num_walks = check_int(f"{owner}: num_walks", num_walks)
+        self.repeats = check_int(f"{owner}: repeats", repeats)
+        self.seed = check_int(f"{owner}: seed", seed, minimum=0)
+        options = {"d_state": check_int(f"{owner}: d_state", d_state), "expand": check_int(f"{owner}: expand", expand),
+                   "d_conv": check_int(f"{owner}: d_conv", d_conv)}
+        self.convs = nn.ModuleList(GraphMambaLayer(hidden, use_tokens=walk_length > 0, dropout=self.dropout,
+                                                   mamba_options=options) for _ in range(layers))
+
+    def tokens_and_order(self, edge_index: Tensor, batch: Tensor) -> tuple[WalkTokens | None, Tensor]:
+        """The random-walk tokens (None for ``walk_length=0``) and the degree order of this forward."""
+        generator = None if self.training else torch.Generator().manual_seed(self.seed)
+        tokens = None
+        if self.walk_length > 0:
+            tokens = random_walk_tokens(edge_index, batch.numel(), walk_length=self.walk_length,
+                                        num_walks=self.num_walks, repeats=self.repeats, generator=generator)
+        return tokens, degree_order(edge_index, batch, random_ties=self.training)
+
+    def node_states(self, h: Tensor, edge_index: Tensor, batch: Tensor) -> Tensor:
+        tokens, order = self.tokens_and_order(edge_index, batch)
+        for conv in self.convs:
+            h = conv(h, edge_index, batch, tokens, order)
         return h

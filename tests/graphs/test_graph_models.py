@@ -22,6 +22,7 @@ from domains.graphs.models import (
     PE_CHOICES,
     GINModel,
     GPSModel,
+    GraphMambaModel,
     GraphPEInput,
     ToolkitGPSConv,
     node_index_in_graph,
@@ -38,7 +39,7 @@ PE_OPTIONS = {
     "rwse": {"in_features": WALK},
     "rfp": {"in_features": RFP.out_features},
 }
-MODELS = (GINModel, GPSModel)
+MODELS = (GINModel, GPSModel, GraphMambaModel)
 
 
 def undirected(pairs: list[tuple[int, int]]) -> torch.Tensor:
