@@ -35,7 +35,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from domains.multirobot.graph import edge_distance_matrix
 from domains.multirobot.simulator import Observation, PairSample, SimConfig, simulate_pairs
 from pe_toolkit.encoders.base import check_float, check_int
 
@@ -69,7 +68,7 @@ def collate_pairs(pairs: Sequence[PairSample], scale: float) -> dict[str, torch.
                                  f"expected {dim}")
             desc[s, :k] = obs.descriptors
             xy[s, :k] = obs.positions / scale
-            matrix = edge_distance_matrix(obs.positions)
+            matrix = obs.edge_matrix
             edges[s, :k, :k] = np.where(matrix >= 0, matrix / scale, -1.0)
             mask[s, :k] = True
         out[f"desc_{side}"], out[f"xy_{side}"] = torch.from_numpy(desc), torch.from_numpy(xy)

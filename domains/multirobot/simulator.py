@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import numpy as np
 
 from domains.multirobot.geometry import from_frame, relative_pose, to_frame
+from domains.multirobot.graph import edge_distance_matrix
 
 __all__ = [
     "Observation",
@@ -146,6 +148,11 @@ class Observation:
 
     def __len__(self) -> int:
         return len(self.object_ids)
+
+    @cached_property
+    def edge_matrix(self) -> np.ndarray:
+        """``(n, n)`` Delaunay edge lengths (:func:`domains.multirobot.graph.edge_distance_matrix`), computed once."""
+        return edge_distance_matrix(self.positions)
 
 
 @dataclass
