@@ -61,23 +61,20 @@ class QKLearningRateCallback(L.Callback):
             self.rule.detach()
 
 
-def max_attention_logits(model: torch.nn.Module, inputs: dict[int, tuple[Tensor, dict]]) -> list[float]:
-    """Largest visible scaled logit of each captured self-attention layer (index -> (x, forward kwargs))."""
-    layers = [m for m in model.modules() if isinstance(m, (MultiHeadAttention, MultiHeadLatentAttention))]
-    values = []
+def max_attention_logit(layer: torch.nn.Module, x: Tensor, kwargs: dict[str, Any]) -> float:
+    """Largest visible scaled logit of a self-attention layer (MHA or MLA) for its input ``x (B, L, dim)``."""
     with torch.no_grad():
-        for index, (x, kwargs) in sorted(inputs.items()):
-            logits = layers[index].attention_logits(x, q_pos=kwargs.get("q_pos"), encoding=kwargs.get("encoding"))
-            values.append(float(logits.amax()))  # masked entries are -inf
-    return values
+        logits = layer.attention_logits(x, q_pos=kwargs.get("q_pos"), encoding=kwargs.get("encoding"))
+    return float(logits.amax())  # masked entries are -inf
 
 
 class AttentionLogitMonitor(L.Callback):
     """Log the largest attention logit of each self-attention layer every ``every_n_steps`` steps.
 
-    The layer inputs of the training forward are captured (no extra forward pass); the logits are
-    then recomputed from them without autograd (:meth:`MultiHeadAttention.attention_logits`,
-    :meth:`MultiHeadLatentAttention.attention_logits`). Logged as ``attn_max_logit/layer_<i>``;
+    During the training forward of a measured step, a pre-hook on each layer recomputes its logits
+    from the layer's input without autograd (:meth:`MultiHeadAttention.attention_logits`,
+    :meth:`MultiHeadLatentAttention.attention_logits`), with the weights of that forward (before
+    the optimizer step); no extra model forward is run. Logged as ``attn_max_logit/layer_<i>``;
     :attr:`history` keeps ``(global_step, [max logit per layer])``. Cross-attention layers and calls
     with a KV cache are skipped.
 
@@ -89,7 +86,7 @@ class AttentionLogitMonitor(L.Callback):
         super().__init__()
         self.every_n_steps = check_int("every_n_steps", every_n_steps)
         self.history: list[tuple[int, list[float]]] = []
-        self._inputs: dict[int, tuple[Tensor, dict]] = {}
+        self._values: dict[int, float] = {}
         self._hooks: list[Any] = []
 
     def _layers(self, pl_module: L.LightningModule) -> list[torch.nn.Module]:
@@ -98,13 +95,13 @@ class AttentionLogitMonitor(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         if trainer.global_step % self.every_n_steps:
             return
-        self._inputs = {}
+        self._values = {}
 
         def capture(index: int):
             def hook(module, args, kwargs):
                 context = args[1] if len(args) > 1 else kwargs.get("context")
                 if context is None and kwargs.get("cache") is None:
-                    self._inputs[index] = (args[0].detach(), {k: kwargs.get(k) for k in ("q_pos", "encoding")})
+                    self._values[index] = max_attention_logit(module, args[0].detach(), kwargs)
             return hook
 
         layers = self._layers(pl_module)
@@ -114,10 +111,10 @@ class AttentionLogitMonitor(L.Callback):
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
-        if not self._inputs:
+        if not self._values:
             return
-        values = max_attention_logits(pl_module, self._inputs)
-        self._inputs = {}
+        values = [value for _, value in sorted(self._values.items())]
+        self._values = {}
         step = trainer.global_step - 1  # the step whose forward was captured (global_step already advanced)
         self.history.append((step, values))
         for i, value in enumerate(values):
