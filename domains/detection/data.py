@@ -1,0 +1,267 @@
+"""Detection data: seeded procedural shape images with COCO-format boxes, and a COCO JSON + images loader.
+
+Every sample is ``(image, target)``: ``image (3, H, W)`` float in ``[0, 1]`` and ``target`` a dict with
+``boxes (M, 4)`` float xyxy in pixels, ``labels (M,)`` long in ``[0, num_classes)`` and ``image_id`` (int).
+An image without objects has ``boxes (0, 4)`` and ``labels (0,)``.
+
+:class:`ShapesDetectionDataset` draws 1..``max_objects`` filled rectangles, ellipses and triangles (the class
+is the shape, the colour is random) of random sizes on a noisy random background; objects may overlap up to
+``max_overlap`` IoU (the later one occludes the earlier). :meth:`ShapesDetectionDataset.save_coco` writes
+it as PNG files plus a COCO JSON, which :class:`CocoDetectionDataset` reads back (as it reads a user's own
+COCO-format annotations). COCO boxes are ``[x, y, width, height]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from domains.detection.box_ops import box_xywh_to_xyxy, box_xyxy_to_xywh
+from pe_toolkit.encoders.base import check_float, check_int
+
+__all__ = ["SHAPE_CLASSES", "CocoDetectionDataset", "ShapesDetectionDataset", "collate_detection", "to_coco"]
+
+SHAPE_CLASSES = ("rectangle", "ellipse", "triangle")
+
+
+def _shape_mask(kind: int, x1: int, y1: int, w: int, h: int, size: int) -> np.ndarray:
+    """Bool ``(size, size)`` mask of a shape filling the box ``[x1, x1 + w) x [y1, y1 + h)``."""
+    ys, xs = np.mgrid[0:size, 0:size].astype(np.float64) + 0.5  # pixel centres
+    u, v = (xs - x1) / w, (ys - y1) / h  # box coordinates in [0, 1]
+    inside = (u >= 0) & (u <= 1) & (v >= 0) & (v <= 1)
+    if kind == 0:
+        return inside
+    if kind == 1:
+        return (u - 0.5) ** 2 + (v - 0.5) ** 2 <= 0.25
+    return inside & (np.abs(u - 0.5) <= 0.5 * v)  # apex at the top centre, base along the bottom edge
+
+
+def _mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
+    rows, cols = np.nonzero(mask.any(1))[0], np.nonzero(mask.any(0))[0]
+    return float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1)
+
+
+def _iou(a: Sequence[float], b: Sequence[float]) -> float:
+    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = iw * ih
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union
+
+
+class ShapesDetectionDataset(Dataset):
+    """Seeded images of rectangles, ellipses and triangles with tight xyxy boxes (all generated in ``__init__``).
+
+    Args:
+        num_images: dataset size.
+        image_size: square image side in pixels.
+        num_classes: 1..3, the first shapes of :data:`SHAPE_CLASSES`.
+        min_objects, max_objects: objects per image, drawn uniformly (``min_objects = 0`` allows empty images).
+        min_size, max_size: box side range in pixels.
+        max_overlap: the largest IoU allowed between two objects' boxes.
+        noise: std of the Gaussian pixel noise.
+        seed: everything is drawn from ``numpy.random.default_rng(seed)``.
+    """
+
+    def __init__(self, num_images: int, *, image_size: int = 64, num_classes: int = 3, min_objects: int = 1,
+                 max_objects: int = 4, min_size: int = 10, max_size: int = 28, max_overlap: float = 0.3,
+                 noise: float = 0.05, seed: int = 0) -> None:
+        check_int("num_images", num_images)
+        check_int("image_size", image_size, minimum=8)
+        check_int("num_classes", num_classes)
+        if num_classes > len(SHAPE_CLASSES):
+            raise ValueError(f"num_classes must be <= {len(SHAPE_CLASSES)} ({SHAPE_CLASSES}), got {num_classes}")
+        check_int("min_objects", min_objects, minimum=0)
+        check_int("max_objects", max_objects, minimum=min_objects)
+        check_int("min_size", min_size, minimum=3)
+        check_int("max_size", max_size, minimum=min_size)
+        if max_size > image_size:
+            raise ValueError(f"max_size ({max_size}) must be <= image_size ({image_size})")
+        check_float("max_overlap", max_overlap, positive=False, minimum=0.0)
+        check_float("noise", noise, positive=False, minimum=0.0)
+        self.image_size, self.num_classes = image_size, num_classes
+        self.categories = list(SHAPE_CLASSES[:num_classes])
+        rng = np.random.default_rng(seed)
+        self.images: list[Tensor] = []
+        self.targets: list[dict[str, Any]] = []
+        for index in range(num_images):
+            image, boxes, labels = self._draw(rng, image_size, num_classes, min_objects, max_objects, min_size,
+                                              max_size, max_overlap, noise)
+            self.images.append(torch.from_numpy(image).permute(2, 0, 1).contiguous())
+            self.targets.append({"boxes": torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+                                 "labels": torch.tensor(labels, dtype=torch.long), "image_id": index})
+
+    @staticmethod
+    def _draw(rng: np.random.Generator, size: int, num_classes: int, min_objects: int, max_objects: int,
+              min_size: int, max_size: int, max_overlap: float, noise: float):
+        background = rng.uniform(0.0, 0.4, size=3)
+        image = np.broadcast_to(background, (size, size, 3)).copy()
+        boxes: list[tuple[float, float, float, float]] = []
+        labels: list[int] = []
+        wanted = int(rng.integers(min_objects, max_objects + 1))
+        for _ in range(50 * max(wanted, 1)):  # rejection sampling of positions that overlap too much
+            if len(boxes) == wanted:
+                break
+            kind = int(rng.integers(num_classes))
+            w, h = (int(v) for v in rng.integers(min_size, max_size + 1, size=2))
+            x1, y1 = int(rng.integers(0, size - w + 1)), int(rng.integers(0, size - h + 1))
+            mask = _shape_mask(kind, x1, y1, w, h, size)
+            box = _mask_box(mask)
+            if any(_iou(box, other) > max_overlap for other in boxes):
+                continue
+            colour = rng.uniform(0.5, 1.0, size=3)  # brighter than the background
+            image[mask] = colour
+            boxes.append(box)
+            labels.append(kind)
+        image = np.clip(image + rng.normal(0.0, noise, size=image.shape), 0.0, 1.0).astype(np.float32)
+        return image, boxes, labels
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, dict[str, Any]]:
+        return self.images[index], self.targets[index]
+
+    def save_coco(self, directory: str | Path) -> Path:
+        """Write ``images/<id>.png`` and ``annotations.json`` (COCO) under ``directory``; returns the JSON path."""
+        from PIL import Image
+
+        root = Path(directory)
+        (root / "images").mkdir(parents=True, exist_ok=True)
+        names = []
+        for image, target in zip(self.images, self.targets):
+            name = f"{target['image_id']:06d}.png"
+            array = (image.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+            Image.fromarray(array).save(root / "images" / name)
+            names.append(name)
+        path = root / "annotations.json"
+        path.write_text(json.dumps(to_coco(self.targets, self.categories, self.image_size, self.image_size, names)))
+        return path
+
+
+def to_coco(targets: Sequence[dict[str, Any]], categories: Sequence[str], height: int, width: int,
+            file_names: Sequence[str] | None = None) -> dict[str, Any]:
+    """A COCO detection dict (``images``, ``annotations``, ``categories``) of xyxy pixel targets.
+
+    Category ids are ``label + 1`` and annotation ids start at 1 (COCOeval treats id 0 as "unmatched").
+    """
+    images, annotations = [], []
+    for i, target in enumerate(targets):
+        image_id = int(target["image_id"])
+        images.append({"id": image_id, "width": int(width), "height": int(height),
+                       "file_name": file_names[i] if file_names is not None else f"{image_id:06d}.png"})
+        for box, label in zip(box_xyxy_to_xywh(target["boxes"]).tolist(), target["labels"].tolist()):
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(label) + 1,
+                                "bbox": [float(v) for v in box], "area": float(box[2] * box[3]), "iscrowd": 0})
+    cats = [{"id": i + 1, "name": name} for i, name in enumerate(categories)]
+    return {"images": images, "annotations": annotations, "categories": cats}
+
+
+class CocoDetectionDataset(Dataset):
+    """A user's COCO-format detection annotations (JSON) plus an image folder.
+
+    Categories are mapped to contiguous labels ``0..C-1`` in increasing category id (``self.categories``
+    holds their names); ``iscrowd`` annotations are skipped (COCO does not train on them); images are
+    read with Pillow as RGB when accessed.
+
+    Args:
+        annotation_file: the COCO JSON (``images`` with ``id`` and ``file_name``; ``annotations`` with ``id``,
+            ``image_id``, ``category_id``, ``bbox`` = ``[x, y, w, h]``; ``categories`` with ``id``, ``name``).
+        image_dir: folder that ``file_name`` is relative to.
+
+    Raises:
+        FileNotFoundError: for a missing JSON, folder, or image file (checked up front).
+        ValueError: for malformed JSON or annotations (missing keys, unknown image or category ids,
+            a bbox that is not four finite numbers or has a negative width / height).
+    """
+
+    def __init__(self, annotation_file: str | Path, image_dir: str | Path) -> None:
+        path, self.image_dir = Path(annotation_file), Path(image_dir)
+        if not path.is_file():
+            raise FileNotFoundError(f"annotation_file {str(path)!r} does not exist")
+        if not self.image_dir.is_dir():
+            raise FileNotFoundError(f"image_dir {str(self.image_dir)!r} is not a folder")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"annotation_file {str(path)!r} is not valid JSON: {err}") from err
+        if not isinstance(data, dict) or not {"images", "annotations", "categories"} <= set(data):
+            keys = sorted(data) if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"annotation_file {str(path)!r} must hold 'images', 'annotations' and 'categories', "
+                             f"got {keys}")
+        try:
+            cat_ids = sorted(int(c["id"]) for c in data["categories"])
+            names = {int(c["id"]): str(c.get("name", c["id"])) for c in data["categories"]}
+            self.file_names = {int(im["id"]): str(im["file_name"]) for im in data["images"]}
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"annotation_file {str(path)!r}: every category needs an 'id' and every image an 'id' "
+                             f"and 'file_name' ({err!r})") from err
+        self.cat_to_label = {cid: i for i, cid in enumerate(cat_ids)}
+        self.categories = [names[c] for c in cat_ids]
+        self.image_ids = sorted(self.file_names)
+        for image_id in self.image_ids:
+            if not (self.image_dir / self.file_names[image_id]).is_file():
+                raise FileNotFoundError(f"image {self.file_names[image_id]!r} (id {image_id}) not found in "
+                                        f"{str(self.image_dir)!r}")
+        boxes: dict[int, list] = {i: [] for i in self.image_ids}
+        labels: dict[int, list] = {i: [] for i in self.image_ids}
+        for ann in data["annotations"]:
+            ident = ann.get("id", "?") if isinstance(ann, dict) else "?"
+            if not isinstance(ann, dict) or not {"image_id", "category_id", "bbox"} <= set(ann):
+                raise ValueError(f"annotation {ident}: needs 'image_id', 'category_id' and 'bbox', got {ann!r}")
+            if ann.get("iscrowd", 0):
+                continue
+            if ann["image_id"] not in boxes:
+                raise ValueError(f"annotation {ident}: image_id {ann['image_id']!r} is not in 'images'")
+            if ann["category_id"] not in self.cat_to_label:
+                raise ValueError(f"annotation {ident}: category_id {ann['category_id']!r} is not in 'categories' "
+                                 f"{cat_ids}")
+            bbox = ann["bbox"]
+            if (not isinstance(bbox, list) or len(bbox) != 4
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+                               for v in bbox)):
+                raise ValueError(f"annotation {ident}: bbox must be four finite numbers [x, y, w, h], got {bbox!r}")
+            if bbox[2] < 0 or bbox[3] < 0:
+                raise ValueError(f"annotation {ident}: bbox width and height must be >= 0, got {bbox!r}")
+            boxes[ann["image_id"]].append(bbox)
+            labels[ann["image_id"]].append(self.cat_to_label[ann["category_id"]])
+        self.targets = [
+            {"boxes": box_xywh_to_xyxy(torch.tensor(boxes[i], dtype=torch.float32).reshape(-1, 4)),
+             "labels": torch.tensor(labels[i], dtype=torch.long), "image_id": i}
+            for i in self.image_ids
+        ]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.categories)
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, dict[str, Any]]:
+        from PIL import Image
+
+        image_id = self.image_ids[index]
+        with Image.open(self.image_dir / self.file_names[image_id]) as im:
+            array = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+        return torch.from_numpy(array).permute(2, 0, 1).contiguous(), self.targets[index]
+
+
+def collate_detection(batch: Sequence[tuple[Tensor, dict[str, Any]]]) -> tuple[Tensor, list[dict[str, Any]]]:
+    """Stack same-sized images ``(B, 3, H, W)`` and keep the targets as a list.
+
+    Raises:
+        ValueError: if the images do not all have the same size (no silent resizing or padding).
+    """
+    images = [image for image, _ in batch]
+    shapes = {tuple(image.shape) for image in images}
+    if len(shapes) != 1:
+        raise ValueError(f"collate_detection: images must all have the same shape, got {sorted(shapes)}")
+    return torch.stack(images), [target for _, target in batch]
