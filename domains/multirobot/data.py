@@ -3,18 +3,13 @@
 :func:`collate_pairs` turns :class:`~domains.multirobot.simulator.PairSample` s into one dense batch
 (``M``/``N`` = the largest node count on each side, at least 1; padded nodes are masked):
 
-================  =====================  =====================================================
-key               shape                  content
-================  =====================  =====================================================
-``desc_a``        ``(B, M, D)`` float32  node descriptors of robot a (``desc_b`` likewise)
-``xy_a``          ``(B, M, 2)`` float32  node coordinates in a's frame, divided by ``scale``
-``edges_a``       ``(B, M, M)`` float32  Delaunay edge lengths / ``scale``, -1 for no edge, 0 on the diagonal
-``mask_a``        ``(B, M)`` bool        True for real nodes
-``match_a``       ``(B, M)`` long        index in b of the same object, or -1
-``match_b``       ``(B, N)`` long        index in a of the same object, or -1
-``pose``          ``(B, 3)`` float32     ``T_ab`` with the translation divided by ``scale``
-``overlap``       ``(B,)`` bool          the pair shares at least one detection
-================  =====================  =====================================================
+* ``desc_a`` ``(B, M, D)`` float32: node descriptors of robot a (``desc_b`` likewise, ``N`` nodes);
+* ``xy_a`` ``(B, M, 2)`` float32: node coordinates in a's frame, divided by ``scale``;
+* ``edges_a`` ``(B, M, M)`` float32: Delaunay edge lengths / ``scale``, -1 for no edge, 0 on the diagonal;
+* ``mask_a`` ``(B, M)`` bool: True for real nodes;
+* ``match_a`` ``(B, M)`` long: index in b of the same object, or -1 (``match_b`` ``(B, N)``: index in a);
+* ``pose`` ``(B, 3)`` float32: ``T_ab`` with the translation divided by ``scale``;
+* ``overlap`` ``(B,)`` bool: the pair shares at least one detection.
 
 ``scale`` (metres) is the sensor range, so coordinates are in ``[-1, 1]``.
 

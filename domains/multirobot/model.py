@@ -64,6 +64,9 @@ class NOPEConfig:
         match_threshold: minimum assignment probability of a match.
         match_method: ``"mutual"`` or ``"hungarian"``.
         min_matches: matches needed to decide "overlap".
+        match_on: ``"graph"`` (the paper: similarity of ``Psi``'s node embeddings) or ``"cross"`` (similarity
+            of the node features after the position-aware cross-attention, as SuperGlue matches after its
+            cross-attention layers).
     """
 
     descriptor_dim: int
@@ -78,6 +81,7 @@ class NOPEConfig:
     match_threshold: float = 0.2
     match_method: str = "mutual"
     min_matches: int = 3
+    match_on: str = "graph"
 
     def __post_init__(self) -> None:
         for name in ("descriptor_dim", "dim", "num_heads", "graph_layers", "cross_layers", "sinkhorn_iterations",
@@ -85,6 +89,7 @@ class NOPEConfig:
             check_int(f"NOPEConfig.{name}", getattr(self, name))
         check_choice("NOPEConfig.object_pe", self.object_pe, OBJECT_PES)
         check_choice("NOPEConfig.match_method", self.match_method, ("mutual", "hungarian"))
+        check_choice("NOPEConfig.match_on", self.match_on, ("graph", "cross"))
         check_float("NOPEConfig.match_threshold", self.match_threshold, positive=False, minimum=0.0)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"NOPEConfig.dropout must be in [0, 1), got {self.dropout}")
@@ -189,8 +194,16 @@ class NOPE(nn.Module):
         the batch's scaled units), ``match_a (B, M)``, ``match_score (B, M)``, ``overlap (B,)`` bool."""
         h_a = self.embed_graph(batch["desc_a"], batch["xy_a"], batch["edges_a"], batch["mask_a"])
         h_b = self.embed_graph(batch["desc_b"], batch["xy_b"], batch["edges_b"], batch["mask_b"])
+        # low level: position-aware cross-attention
+        x_a, x_b = h_a, h_b
+        if self.cross_pe is not None:
+            x_a, x_b = self.cross_pe.embed(x_a, batch["xy_a"]), self.cross_pe.embed(x_b, batch["xy_b"])
+        for layer in self.cross_layers:
+            x_a, x_b = (layer(x_a, x_b, batch["xy_a"], batch["xy_b"], batch["mask_b"]),
+                        layer(x_b, x_a, batch["xy_b"], batch["xy_a"], batch["mask_a"]))
         # high level: co-identification
-        f_a, f_b = self.match_proj(h_a), self.match_proj(h_b)
+        m_a, m_b = (h_a, h_b) if self.config.match_on == "graph" else (x_a, x_b)
+        f_a, f_b = self.match_proj(m_a), self.match_proj(m_b)
         scores = f_a @ f_b.transpose(1, 2) / math.sqrt(self.config.dim)
         log_assignment = log_sinkhorn_dustbin(scores, self.dustbin, iterations=self.config.sinkhorn_iterations,
                                               mask_a=batch["mask_a"], mask_b=batch["mask_b"])
@@ -198,13 +211,7 @@ class NOPE(nn.Module):
                                          method=self.config.match_method, mask_a=batch["mask_a"],
                                          mask_b=batch["mask_b"])
         overlap = decide_overlap((match_a >= 0).sum(1), self.config.min_matches)
-        # low level: position-aware cross-attention, gated pooling, pose head
-        x_a, x_b = h_a, h_b
-        if self.cross_pe is not None:
-            x_a, x_b = self.cross_pe.embed(x_a, batch["xy_a"]), self.cross_pe.embed(x_b, batch["xy_b"])
-        for layer in self.cross_layers:
-            x_a, x_b = (layer(x_a, x_b, batch["xy_a"], batch["xy_b"], batch["mask_b"]),
-                        layer(x_b, x_a, batch["xy_b"], batch["xy_a"], batch["mask_a"]))
+        # low level: gated pooling and the pose head
         pooled = torch.cat([self.pool(x_a, batch["xy_a"], batch["mask_a"]),
                             self.pool(x_b, batch["xy_b"], batch["mask_b"])], dim=-1)
         return {"log_assignment": log_assignment, "pose": self.pose_head(pooled), "match_a": match_a,
