@@ -1,0 +1,114 @@
+"""Time-interval-aware attention bias (TiSASRec): positions are timestamps, the bias reads their gaps.
+
+Li, Wang, McAuley 2020, "Time Interval Aware Self-Attention for Sequential Recommendation", WSDM 2020
+(official code: JiachengLi1995/TiSASRec).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from pe_toolkit.encoders.base import PositionalEncoding, check_int
+from pe_toolkit.registry import register_encoder
+
+__all__ = ["TimeIntervalBias", "clipped_intervals"]
+
+
+def clipped_intervals(q_time: Tensor, k_time: Tensor, max_interval: int) -> Tensor:
+    """TiSASRec's relation matrix ``r_ij = min(floor(|t_i - t_j|), max_interval)`` as long.
+
+    Args:
+        q_time: ``(Lq,)`` or ``(B, Lq)`` query times, already in the user's time unit (see
+            :func:`domains.recsys.split.time_positions`).
+        k_time: ``(Lk,)`` or ``(B, Lk)`` key times.
+    Returns:
+        ``(Lq, Lk)`` or ``(B, Lq, Lk)`` long.
+    """
+    gap = (k_time.unsqueeze(-2).to(torch.float64) - q_time.unsqueeze(-1).to(torch.float64)).abs()
+    return gap.floor().clamp(max=max_interval).long()
+
+
+@register_encoder(
+    "time_interval",
+    relative=False,  # relative in time, not in the index i - j (and the optional table is absolute)
+    reference="Li, Wang, McAuley 2020, Time Interval Aware Self-Attention for Sequential Recommendation (TiSASRec), "
+    "WSDM 2020",
+    domain="recsys",
+    example_options={"max_interval": 16, "max_len": 16},
+)
+class TimeIntervalBias(PositionalEncoding):
+    """TiSASRec's time-interval term as an attention bias: ``b_ij = q_i . R[r_ij] / sqrt(d)``.
+
+    Positions are vectors: ``positions[..., 0]`` is the index in the window and ``positions[..., 1]`` the
+    time in the user's unit (``position_vector_dims = 1``; shape ``(L, 2)`` or ``(B, L, 2)``). The
+    interval ``r_ij = min(floor(|t_i - t_j|), max_interval)`` picks a row of a learned table
+    ``R (max_interval + 1, head_dim)`` shared by the heads; TiSASRec clips intervals at ``k`` the same way.
+    With ``max_len``, the ``embed`` hook also adds TiSASRec's absolute position embedding, a learned table
+    ``P (max_len, dim)`` indexed by ``positions[..., 0]``.
+
+    Deviation: TiSASRec adds ``R^K_ij`` and ``P^K_j`` to the keys and ``R^V_ij``, ``P^V_j`` to the values.
+    The toolkit's hooks act on queries, keys and logits only, so this keeps the key-side interval term
+    (``q_i . R^K_ij``, the part that changes where attention goes) and moves the absolute term to the
+    input, as SASRec does; the value-side terms are omitted.
+
+    Options:
+        max_interval: the clip ``k`` (TiSASRec's ``time_span``, 256 by default there and here).
+        max_len: size of the absolute table; ``None`` (default) adds none.
+        init_std: standard deviation of the normal initialisation of both tables (0.02).
+    """
+
+    position_vector_dims = 1
+
+    def __init__(
+        self, dim: int, num_heads: int, *, max_interval: int = 256, max_len: int | None = None,
+        init_std: float = 0.02, causal: bool = True,
+    ) -> None:
+        super().__init__(dim, num_heads, causal=causal)
+        self.max_interval = check_int("time_interval: max_interval", max_interval, minimum=1)
+        self.max_len = None if max_len is None else check_int("time_interval: max_len", max_len)
+        self.interval_emb = nn.Parameter(torch.randn(self.max_interval + 1, self.head_dim) * init_std)
+        self.table = None
+        if self.max_len is not None:
+            self.table = nn.Embedding(self.max_len, dim)
+            nn.init.normal_(self.table.weight, std=init_std)
+
+    @staticmethod
+    def _split(name: str, positions: Tensor) -> tuple[Tensor, Tensor]:
+        if positions.dim() not in (2, 3) or positions.shape[-1] != 2:
+            raise ValueError(
+                f"time_interval: {name} must have shape (L, 2) or (B, L, 2) = (index, time), "
+                f"got {tuple(positions.shape)}"
+            )
+        return positions[..., 0], positions[..., 1]
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        index, _ = self._split("positions", positions)
+        if self.table is None:
+            return x
+        if index.is_floating_point():
+            if not torch.equal(index, index.round()):
+                raise ValueError("time_interval: index positions (positions[..., 0]) must be whole numbers")
+        index = index.long()
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.max_len):
+            raise ValueError(
+                f"time_interval: index positions must lie in [0, max_len={self.max_len}), got "
+                f"[{int(index.min())}, {int(index.max())}]"
+            )
+        return x + self.table(index).to(x.dtype)
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        _, q_time = self._split("q_pos", q_pos)
+        _, k_time = self._split("k_pos", k_pos)
+        relation = clipped_intervals(q_time, k_time, self.max_interval)  # (Lq, Lk) or (B, Lq, Lk)
+        compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+        logits = q.to(compute) @ self.interval_emb.to(compute).transpose(0, 1) / math.sqrt(q.shape[-1])
+        b, h, lq, _ = logits.shape
+        relation = relation.unsqueeze(-3) if relation.dim() == 3 else relation[None, None]
+        relation = relation.expand(b, h, lq, relation.shape[-1])
+        return logits.gather(-1, relation)  # (B, H, Lq, Lk)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", max_interval={self.max_interval}, max_len={self.max_len}"
