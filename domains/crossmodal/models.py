@@ -5,7 +5,9 @@ audio frame of ``F`` bins). A :class:`ModalityDenoiser` embeds them (MLP), adds 
 embedding and the sinusoidal temporal PE (``embed`` hook of the toolkit's ``"sinusoidal"`` encoding), runs
 bidirectional :class:`~pe_toolkit.nn.block.TransformerBlock` s and predicts the noise ``eps``. After each
 block a connector (:mod:`domains.crossmodal.conditioning`) mixes in the other modality: its current
-noisy sample and noise level, encoded per time step by a small MLP (the paper's ``connector_out``).
+noisy sample and noise level, encoded per time step by a small MLP (the paper's ``connector_out``). The
+paper feeds the other model's current x0-prediction concatenated with ``x_t``; using ``x_t`` alone keeps
+one denoiser pass per modality and step (the x0-prediction would need a second pass of the other model).
 
 This stands in for the paper's pretrained AudioLDM / AnimateDiff UNets (Ishii et al. 2024,
 arXiv:2409.17550), which are far beyond a CPU; as there, the connectors of both directions are trained
