@@ -42,8 +42,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "xl_input": {"encoding": "xl_pe", "encoding_options": {"strategy": "input"}},
     "xl_head": {"encoding": "xl_pe", "encoding_options": {"strategy": "head"}},
 }
-FULL = {"train_pairs": 4000, "test_pairs": 500, "max_depth": 2, "dim": 64, "num_heads": 4, "encoder_layers": 2,
-        "decoder_layers": 2, "steps": 1500, "batch_size": 64, "lr": 2e-3, "reorderer_epochs": 4, "seeds": [0],
+FULL = {"train_pairs": 3000, "test_pairs": 500, "max_depth": 2, "dim": 64, "num_heads": 4, "encoder_layers": 2,
+        "decoder_layers": 2, "steps": 1000, "batch_size": 64, "lr": 2e-3, "reorderer_epochs": 4, "seeds": [0],
         "positions": ["reorderer", "oracle"]}
 QUICK = {**FULL, "train_pairs": 600, "test_pairs": 100, "max_depth": 1, "dim": 32, "encoder_layers": 1,
          "decoder_layers": 1, "steps": 150, "lr": 3e-3, "batch_size": 32, "reorderer_epochs": 1,
