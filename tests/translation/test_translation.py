@@ -255,3 +255,14 @@ def test_tiny_lightning_run_reports_bleu():
         corpus_bleu([["A"]], [["A"], ["B"]])
     with pytest.raises(ValueError, match=r"xl_positions\[0\] must be a permutation of 0..6"):
         TranslationDataset(pairs[:1], sv, tv, [[0, 0, 1, 2, 3]])
+
+
+def test_empty_sentences_are_rejected():
+    from domains.translation import SentencePair
+
+    with pytest.raises(ValueError, match="source must not be empty"):
+        SentencePair((), ("A",), ())
+    with pytest.raises(ValueError, match="target must not be empty"):
+        SentencePair(("a",), (), ())
+    with pytest.raises(ValueError, match=r"alignment source index 1 is outside \[0, 1\)"):
+        SentencePair(("a",), ("A",), ((1, 0),))
