@@ -42,7 +42,7 @@ PES = ("fourier", "rope2d", "none")
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 QUICK = {"seeds": [0, 1], "num_train": 192, "num_val": 48, "num_test": 120, "steps": 30, "batch_size": 16,
          "dim": 32, "num_heads": 4, "graph_layers": 2, "cross_layers": 2, "raw_frames": 8}
-FULL = {"seeds": [0, 1, 2], "num_train": 3000, "num_val": 200, "num_test": 600, "steps": 700, "batch_size": 32,
+FULL = {"seeds": [0, 1, 2], "num_train": 3000, "num_val": 150, "num_test": 500, "steps": 500, "batch_size": 32,
         "dim": 64, "num_heads": 4, "graph_layers": 2, "cross_layers": 2, "raw_frames": 50}
 METRICS = ("precision", "recall", "f1", "nda", "te_mean", "te_median", "re_mean_deg", "re_median_deg", "coverage",
            "success")
@@ -226,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     frames = [raw_observation_bytes(world, p.a.pose) for p in test[:preset["raw_frames"]]]
     bandwidth = [
         {"payload": "graph message, float32 descriptors + float32 coordinates",
-         "bytes": float(np.mean([message_bytes(p.a) for p in test]))},
+         "bytes": float(np.mean([message_bytes(o) for p in test for o in (p.a, p.b)]))},
         {"payload": "graph message, float16 descriptors + float16 coordinates",
-         "bytes": float(np.mean([message_bytes(p.a, descriptor_dtype="float16", coordinate_dtype="float16")
-                                 for p in test]))},
+         "bytes": float(np.mean([message_bytes(o, descriptor_dtype="float16", coordinate_dtype="float16")
+                                 for p in test for o in (p.a, p.b)]))},
         {"payload": "raw RGB-D frame 640x480 (uint8 RGB + uint16 depth), uncompressed",
          "bytes": float(np.mean([f["raw"] for f in frames]))},
         {"payload": "raw RGB-D frame 640x480, zlib level 6", "bytes": float(np.mean([f["zlib"] for f in frames]))},
