@@ -14,7 +14,7 @@ Three sections (``--sections``, default all):
   need, where its estimated footprint exceeds 60 % of the available memory.
 
     python benchmarks/graphs.py --quick                      # pipeline check, < 2 minutes
-    python benchmarks/graphs.py                              # full run (hours on 2 CPU cores)
+    python benchmarks/graphs.py                              # full run (about an hour on a shared CPU core)
     python benchmarks/graphs.py --sections csl --pes none rwse rfp --models gin gps --folds 2
 
 Models come from :data:`MODELS`, a table of ``name -> (module, class, extra kwargs)``; a model whose class
@@ -55,8 +55,8 @@ from common import (  # noqa: E402
 NAME = "graphs"
 SECTIONS = ("csl", "sbm", "precompute")
 
-# name -> (module, class name, extra constructor kwargs). Add "graph_mamba" here once it exists; until
-# then it is reported as unavailable (no numbers).
+# name -> (module, class name, extra constructor kwargs); a model whose class is missing is reported as
+# unavailable (no numbers). Graph Mamba: walk_length 2, 4 walks per token, 1 repetition, d_state 8 (defaults).
 MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gin": ("domains.graphs.models", "GINModel", {}),
     "gps": ("domains.graphs.models", "GPSModel", {"heads": 2}),
@@ -77,23 +77,23 @@ PES: dict[str, dict[str, Any] | None] = {
 
 FULL = {
     "folds": 5,
-    "csl": {"hidden": 64, "layers": 4, "epochs": 150, "batch_size": 16, "lr": 1e-3},
-    "sbm": {"hidden": 64, "layers": 4, "epochs": 40, "batch_size": 32, "lr": 1e-3},
-    "sbm_num_graphs": {"pattern": 600, "cluster": 600},
+    "csl": {"hidden": 32, "layers": 3, "epochs": 40, "batch_size": 16, "lr": 2e-3},
+    "sbm": {"hidden": 32, "layers": 3, "epochs": 10, "batch_size": 16, "lr": 2e-3},
+    "sbm_num_graphs": {"pattern": 160, "cluster": 160},
     "sbm_fractions": [0.7, 0.15, 0.15],
     "pes": list(PES),
-    "sizes": [1_000, 5_000, 10_000, 100_000],
+    "sizes": [1_000, 2_000, 5_000, 10_000, 100_000],
     "repeats": 3,
-    "timeout_s": 600.0,
+    "timeout_s": 300.0,
 }
 QUICK = {
-    "folds": 2,
-    "csl": {"hidden": 16, "layers": 2, "epochs": 30, "batch_size": 16, "lr": 3e-3},
-    "sbm": {"hidden": 16, "layers": 2, "epochs": 10, "batch_size": 16, "lr": 3e-3},
-    "sbm_num_graphs": {"pattern": 80, "cluster": 80},
+    "folds": 1,
+    "csl": {"hidden": 16, "layers": 2, "epochs": 15, "batch_size": 16, "lr": 3e-3},
+    "sbm": {"hidden": 16, "layers": 2, "epochs": 3, "batch_size": 16, "lr": 3e-3},
+    "sbm_num_graphs": {"pattern": 40, "cluster": 40},
     "sbm_fractions": [0.6, 0.2, 0.2],
     "pes": ["none", "rwse"],
-    "models": ["gin"],
+    "models": ["gin", "gps", "graph_mamba"],
     "sizes": [1_000, 2_000],
     "repeats": 2,
     "timeout_s": 90.0,
@@ -101,7 +101,9 @@ QUICK = {
 SBM_TASKS = ("pattern", "cluster")
 PRECOMPUTE_METHODS = ("rwse", "pyg_rwse", "lap_pe", "pyg_lap_pe", "rfp")
 MONTE_CARLO_ABOVE = 20_000  # RandomWalkPE switches from "exact" (O(T nnz N)) to "monte_carlo" above this size
+MONTE_CARLO_WALKS = 256  # walks per node: standard error <= 0.5 / sqrt(256) = 0.031 per entry
 MEMORY_FRACTION = 0.6  # PyG is skipped where its estimated footprint exceeds this share of available memory
+MEMORY_CAP_GIB = 3.5  # ... or this cap (--memory-cap-gib); this project's machines are shared
 PYG_SPARSE_BYTES_PER_ENTRY = 128
 
 
@@ -164,13 +166,16 @@ def estimate_pyg_bytes(method: str, num_nodes: int, *, walk_length: int = RW_STE
     raise ValueError(f"estimate_pyg_bytes: method must be 'pyg_rwse' or 'pyg_lap_pe', got {method!r}")
 
 
-def pyg_skip_reason(method: str, num_nodes: int, memory_bytes: int | None = None) -> str | None:
-    """``"skipped: would need X GiB"`` when the estimate exceeds 60 % of available memory, else None."""
+def pyg_skip_reason(method: str, num_nodes: int, memory_bytes: int | None = None,
+                    cap_bytes: int | None = None) -> str | None:
+    """``"skipped: would need X GiB"`` when the estimate exceeds 60 % of available memory (or ``cap_bytes``)."""
     memory_bytes = total_memory_bytes() if memory_bytes is None else memory_bytes
     need = estimate_pyg_bytes(method, num_nodes)
     if need > MEMORY_FRACTION * memory_bytes:
         gib = memory_bytes / 2**30
         return f"skipped: would need {need / 2**30:.1f} GiB (> {MEMORY_FRACTION:.0%} of {gib:.1f} GiB available)"
+    if cap_bytes is not None and need > cap_bytes:
+        return f"skipped: would need {need / 2**30:.1f} GiB (> the {cap_bytes / 2**30:.1f} GiB cap)"
     return None
 
 
@@ -353,8 +358,8 @@ def precompute_transform(method: str, num_nodes: int):
 
     if method == "rwse":
         if num_nodes > MONTE_CARLO_ABOVE:
-            transform = RandomWalkPE(RW_STEPS, method="monte_carlo", num_walks=1000)
-            return transform, "RandomWalkPE(16, monte_carlo, 1000 walks)"
+            transform = RandomWalkPE(RW_STEPS, method="monte_carlo", num_walks=MONTE_CARLO_WALKS)
+            return transform, f"RandomWalkPE(16, monte_carlo, {MONTE_CARLO_WALKS} walks)"
         return RandomWalkPE(RW_STEPS), "RandomWalkPE(16, exact)"
     if method == "pyg_rwse":
         return AddRandomWalkPE(RW_STEPS), "PyG AddRandomWalkPE(16)"
@@ -393,15 +398,17 @@ def _warmup_precompute(method: str, threads: int):
     return warm
 
 
-def run_precompute(sizes: list[int], repeats: int, timeout: float, threads: int, progress: Progress) -> list[dict]:
+def run_precompute(sizes: list[int], repeats: int, timeout: float, threads: int, progress: Progress,
+                   cap_bytes: int | None = None) -> list[dict]:
     """One row per (method, size): median time and peak memory growth, or an error / skip note."""
     rows = []
     memory = total_memory_bytes()
+    limit = int(MEMORY_FRACTION * memory) if cap_bytes is None else min(int(MEMORY_FRACTION * memory), 2 * cap_bytes)
     for n in sizes:
         for method in PRECOMPUTE_METHODS:
             row: dict[str, Any] = {"section": "precompute", "method": method, "num_nodes": n,
                                    "library": "pyg" if method.startswith("pyg_") else "pe_toolkit"}
-            reason = pyg_skip_reason(method, n, memory) if method.startswith("pyg_") else None
+            reason = pyg_skip_reason(method, n, memory, cap_bytes) if method.startswith("pyg_") else None
             if reason:
                 row["status"] = reason
             else:
@@ -409,7 +416,7 @@ def run_precompute(sizes: list[int], repeats: int, timeout: float, threads: int,
                 try:
                     result, peak = peak_memory_in_subprocess(
                         _measure_precompute, method, n, reps, threads, warmup=_warmup_precompute(method, threads),
-                        timeout=timeout, memory_limit_bytes=int(MEMORY_FRACTION * memory))
+                        timeout=timeout, memory_limit_bytes=limit)
                     row.update(status="ok", median_s=statistics.median(result["times_s"]), min_s=min(result["times_s"]),
                                repeats=reps, peak_mib=peak / 2**20, description=result["description"],
                                num_edges=result["num_edges"])
@@ -471,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="+", type=int, help="precompute graph sizes (nodes)")
     parser.add_argument("--repeats", type=int, help="precompute repeats per size (<= 10k nodes)")
     parser.add_argument("--timeout", type=float, help="seconds per precompute measurement")
+    parser.add_argument("--memory-cap-gib", type=float, default=MEMORY_CAP_GIB,
+                        help=f"skip PyG transforms estimated above this (default {MEMORY_CAP_GIB})")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker / child (default 1)")
     parser.add_argument("--jobs", type=int, default=2, help="training runs in parallel (0: in this process)")
     parser.add_argument("--data-root", type=Path, help="dataset cache (default OUT/graphs/data)")
@@ -507,17 +516,22 @@ def main(argv: list[str] | None = None) -> int:
     # Precompute first: its children are forked, so this process must not have run torch compute yet.
     if "precompute" in args.sections:
         progress = Progress(len(sizes) * len(PRECOMPUTE_METHODS), f"{NAME} precompute")
-        rows += run_precompute(sizes, repeats, timeout, args.threads, progress)
+        rows += run_precompute(sizes, repeats, timeout, args.threads, progress,
+                               cap_bytes=int(args.memory_cap_gib * 2**30))
 
+    # Order: CSL fold 0 and the SBM runs for every (PE, model) first, then the other CSL folds, so that a run
+    # stopped early (and reported with --report-only) has every cell with as many folds as possible.
     specs = []
     base = {"seed": 0, "threads": args.threads, "data_root": str(data_root)}
-    if "csl" in args.sections:
-        specs += [{**base, "task": "csl", "pe": pe, "model": m, "fold": f, "training": csl_hp}
-                  for pe in pes for m in models for f in range(folds)]
+    csl_specs = [{**base, "task": "csl", "pe": pe, "model": m, "fold": f, "training": csl_hp}
+                 for f in range(folds) for pe in pes for m in models] if "csl" in args.sections else []
+    per_fold = len(pes) * len(models)
+    specs += csl_specs[:per_fold]
     if "sbm" in args.sections:
         specs += [{**base, "task": t, "pe": pe, "model": m, "fold": 0, "training": sbm_hp,
                    "num_graphs": sbm_graphs[t], "fractions": preset["sbm_fractions"]}
                   for t in SBM_TASKS for pe in pes for m in models]
+    specs += csl_specs[per_fold:]
     todo = []
     for spec in specs:
         path = runs_dir / f"{spec['task']}__{spec['pe']}__{spec['model']}__fold{spec['fold']}.json"
@@ -597,8 +611,9 @@ def main(argv: list[str] | None = None) -> int:
             f"Connected random sparse graphs (ring + 2N random edges, mean degree ~6), one forked child per cell, "
             f"median of up to {repeats} calls (1 above 10k nodes), {args.threads} torch thread(s), timeout "
             f"{timeout:.0f} s. Peak = the child's resident-memory growth. PyG is skipped where its estimated "
-            f"footprint exceeds {MEMORY_FRACTION:.0%} of the available memory. RandomWalkPE uses Monte-Carlo "
-            f"(1000 walks) above {MONTE_CARLO_ABOVE:,} nodes.\n\n"
+            f"footprint exceeds {MEMORY_FRACTION:.0%} of the available memory or {args.memory_cap_gib:.1f} GiB. "
+            "RandomWalkPE uses Monte-Carlo "
+            f"({MONTE_CARLO_WALKS} walks) above {MONTE_CARLO_ABOVE:,} nodes.\n\n"
             + markdown_table(pre_rows, ["method", ("num_nodes", "nodes"), ("median_s", "median s"), "repeats",
                                         ("peak_mib", "peak MiB"), "status"],
                              {"median_s": ".4f", "peak_mib": ".0f"})

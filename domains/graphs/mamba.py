@@ -62,15 +62,23 @@ def _check_scan_inputs(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor
         raise ValueError(f"{owner}: D must have shape (E,) = ({e},), got {tuple(D.shape)}")
 
 
-def _doubling_scan(a: Tensor, b: Tensor) -> Tensor:
-    """All prefixes of ``h_t = a_t h_{t-1} + b_t`` along dim 1 (``h_{-1} = 0``), Hillis-Steele, no autograd."""
+def _doubling_scan(a: Tensor, b: Tensor, *, reverse: bool = False) -> Tensor:
+    """All prefixes of ``h_t = a_t h_{t-1} + b_t`` along dim 1 (``h_{-1} = 0``), Hillis-Steele, no autograd.
+
+    ``reverse=True``: all suffixes of ``h_t = a_t h_{t+1} + b_t`` (``h_L = 0``), without flipping the tensors.
+    """
     length = a.size(1)
     h, a = b.clone(), a.clone()
     d = 1
-    while d < length:  # after this step, (a_t, h_t) composes positions t-2d+1 .. t
-        h[:, d:] += a[:, d:] * h[:, :-d]  # the product is a new tensor: reads the old h before writing
-        if 2 * d < length:  # the last step needs no products of a
-            a[:, d:] = a[:, d:] * a[:, :-d]
+    while d < length:  # after this step, (a_t, h_t) composes 2d positions ending (or starting) at t
+        if reverse:
+            h[:, :-d] += a[:, :-d] * h[:, d:]  # the product is a new tensor: reads the old h before writing
+            if 2 * d < length:  # the last step needs no products of a
+                a[:, :-d] = a[:, :-d] * a[:, d:]
+        else:
+            h[:, d:] += a[:, d:] * h[:, :-d]
+            if 2 * d < length:
+                a[:, d:] = a[:, d:] * a[:, :-d]
         d *= 2
     return h
 
@@ -91,8 +99,8 @@ class _LinearScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
         a, h = ctx.saved_tensors
-        a_next = torch.cat([torch.ones_like(a[:, :1]), a.flip(1)[:, :-1]], dim=1)  # reversed a_{t+1}
-        lam = _doubling_scan(a_next, grad.flip(1)).flip(1)
+        a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)  # a_{t+1}, 0 past the end
+        lam = _doubling_scan(a_next, grad, reverse=True)
         h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
         return lam * h_prev, lam
 
@@ -140,7 +148,7 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
     a = torch.exp(delta.unsqueeze(-1) * A)  # (B, L, E, N), in (0, 1] for A <= 0
     b = (delta * u).unsqueeze(-1) * B.unsqueeze(2)  # (B, L, E, N): delta_t B_t u_t
     h = linear_scan(a, b)
-    y = torch.einsum("blen,bln->ble", h, C)
+    y = (h * C.unsqueeze(2)).sum(-1)  # <C_t, h_t>: (B, L, E); faster on CPU than a batched matmul of 1-wide
     if D is not None:
         y = y + u * D
     return y

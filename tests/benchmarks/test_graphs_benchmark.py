@@ -59,7 +59,7 @@ def test_speedups_only_where_both_measured():
 
 def test_model_table_reports_missing_models():
     found, missing = graphs.available_models()
-    assert {"gin", "gps"} <= set(found)
+    assert {"gin", "gps", "graph_mamba"} <= set(found)
     assert set(found) | set(missing) == set(graphs.MODELS)
     assert not set(found) & set(missing)
 
