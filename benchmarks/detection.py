@@ -16,7 +16,8 @@ with independent stages while having fewer parameters. This benchmark checks tha
     python benchmarks/detection.py --quick            # pipeline check, < 2 minutes on an idle core
     python benchmarks/detection.py                    # full run (3 seeds)
 
-Outputs in ``<out>/detection/``: ``results.json`` (one row per variant x seed), ``report.md`` (per-run table,
+Outputs in ``<out>/detection/``: ``results.json`` (one row per variant x seed), ``runs.jsonl`` (each run as it
+finishes), ``report.md`` (per-run table,
 mean +- std per variant, the claim check), ``map_vs_parameters.png`` and ``predictions.png`` (test images with
 ground truth and each variant's detections). Deviation from the issue: torchvision and torchmetrics'
 MeanAveragePrecision cannot be used here (torchvision's wheels fail to load beside the pinned CPU torch), so
@@ -25,6 +26,7 @@ RoI Align, box ops and the metric are the domain's own / pycocotools (see ``doma
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import statistics
@@ -37,7 +39,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    markdown_table,
+    results_dir,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "detection"
 
@@ -54,7 +63,7 @@ MODEL = {"dim": 32, "num_heads": 4, "ffn_dim": 64, "dynamic_dim": 8, "pooler_res
          "num_proposals": 16, "num_stages": 4, "backbone_channels": (16, 32)}
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"train_images": 128, "test_images": 32, "steps": 25, "batch_size": 8, "seeds": [0], "lr": 5e-4},
-    "full": {"train_images": 2048, "test_images": 256, "steps": 400, "batch_size": 8, "seeds": [0, 1, 2],
+    "full": {"train_images": 1024, "test_images": 128, "steps": 250, "batch_size": 8, "seeds": [0, 1, 2],
              "lr": 5e-4},
 }
 
@@ -214,12 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     train_set = ShapesDetectionDataset(preset["train_images"], seed=1000)
     test_set = ShapesDetectionDataset(preset["test_images"], seed=2000)
     rows, drawn = [], {}
+    runs_path = results_dir(NAME, args.out) / "runs.jsonl"
+    runs_path.unlink(missing_ok=True)
     progress = Progress(len(variants) * len(preset["seeds"]), f"{NAME} train")
     for seed in preset["seeds"]:
         for variant in variants:
             draw = 4 if seed == preset["seeds"][-1] else 0
             row, preds = train_one(variant, seed, preset, train_set, test_set, draw_images=draw)
             rows.append(row)
+            with open(runs_path, "a") as handle:  # every finished run survives an interrupted benchmark
+                handle.write(json.dumps(row) + "\n")
             if preds is not None:
                 drawn[variant] = preds
             progress(f"{variant} seed {seed}: mAP {row['map']:.4f} AP50 {row['map_50']:.4f} "

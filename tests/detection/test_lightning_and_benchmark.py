@@ -66,3 +66,5 @@ def test_tiny_benchmark_run(tmp_path, monkeypatch):
     assert doc["rows"][1]["parameters"] < doc["rows"][0]["parameters"]
     assert (out / "map_vs_parameters.png").stat().st_size > 0 and (out / "predictions.png").stat().st_size > 0
     assert "Claim check" in (out / "report.md").read_text()
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert runs == doc["rows"]
