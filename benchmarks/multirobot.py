@@ -103,7 +103,7 @@ def _pm(summary: list[dict], key: str, fmt: str) -> None:
                                                                                   " ± " + format(std, fmt)))
 
 
-def plot_alignment(pair, predictions: dict, config, path: Path) -> None:
+def plot_alignment(pair, predictions: dict, config, path: Path, pe: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,7 +122,7 @@ def plot_alignment(pair, predictions: dict, config, path: Path) -> None:
     ax.scatter(*pair.a.positions.T, s=40, color="tab:blue", label="a's detections")
     ax.scatter(*from_frame(pair.pose, pair.b.positions).T, s=90, facecolors="none", edgecolors="tab:green",
                label="b's detections, true T_ab")
-    markers = {"NOPE (fourier)+procrustes": ("x", "tab:red"), "NOPE (fourier)": ("^", "tab:purple"),
+    markers = {f"NOPE ({pe})+procrustes": ("x", "tab:red"), f"NOPE ({pe})": ("^", "tab:purple"),
                "classical": ("+", "tab:orange")}
     for name, (marker, colour) in markers.items():
         pred = predictions.get(name)
@@ -134,7 +134,8 @@ def plot_alignment(pair, predictions: dict, config, path: Path) -> None:
     ax.set_aspect("equal")
     ax.set_xlabel("x in robot a's frame (m)")
     ax.set_ylabel("y (m)")
-    ax.set_title("Two robots' views: true vs. predicted alignment (test pair)")
+    ax.set_title("Two robots' views: true vs. predicted alignment\n(first overlapping test pair where the "
+                 "baseline and NOPE both gave a pose)", fontsize=9)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -198,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         test = data.pairs["test"]
         mean_message = float(np.mean([message_bytes(p.a) for p in test] + [message_bytes(p.b) for p in test]))
         base = predict_baseline(test)
-        rows.append({"method": "classical", "seed": seed, "object_pe": None, "pose_source": "ransac+procrustes",
-                     "message_bytes": mean_message, **evaluate_predictions(test, base)})
+        rows.append({"method": "classical", "kind": "run", "seed": seed, "object_pe": None,
+                     "pose_source": "ransac+procrustes", "message_bytes": mean_message, **evaluate_predictions(test, base)})
         progress(f"seed {seed} classical")
         predictions = {"classical": base}
         for pe in args.pes:
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 method = f"NOPE ({pe})" + ("" if source == "head" else "+procrustes")
                 pred = predict_nope(model, test, sim.fov_range, pose_source=source)
                 predictions[method] = pred
-                rows.append({"method": method, "seed": seed, "object_pe": pe, "pose_source": source,
+                rows.append({"method": method, "kind": "run", "seed": seed, "object_pe": pe, "pose_source": source,
                              "threshold": threshold, "train_seconds": seconds, "steps": preset["steps"],
                              "parameters": model.num_parameters(),
                              "position_parameters": model.num_parameters() - model.num_parameters(
@@ -218,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
                              "message_bytes": mean_message, **evaluate_predictions(test, pred)})
             progress(f"seed {seed} NOPE {pe} ({seconds:.0f}s, tau={threshold})")
         if seed == preset["seeds"][0]:
-            index = next(i for i, p in enumerate(test) if p.overlap)
+            overlapping = [i for i, p in enumerate(test) if p.overlap]
+            # the first overlapping pair on which the baseline and some NOPE variant both gave a pose, if any
+            index = next((i for i in overlapping if predictions["classical"][i].overlap
+                          and any(v[i].overlap for k, v in predictions.items() if k != "classical")), overlapping[0])
             example = {"pair": test[index], "predictions": {k: v[index] for k, v in predictions.items()}}
 
     # bandwidth: the message against the raw RGB-D frame, over some test observations
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for entry in bandwidth:
         entry["ratio_to_raw"] = entry["bytes"] / bandwidth[2]["bytes"]
-        rows.append({"method": "bandwidth", **entry})
+        rows.append({"method": "bandwidth", "kind": "bandwidth", **entry})
 
     seconds = time.perf_counter() - start
     out_dir = Path(args.out) / NAME
@@ -249,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         _pm(summary, key, fmt)
     config = {"quick": args.quick, **preset, "pes": args.pes, "thresholds": THRESHOLDS, "sim": sim.to_dict(),
               "success": "te <= 1 m and re <= 5 deg", "min_matches": 3}
-    write_results(NAME, config, rows + [{"method": "summary", **s} for s in summary], seconds, root=args.out)
-    plot_alignment(example["pair"], example["predictions"], sim, out_dir / "alignment.png")
+    write_results(NAME, config, rows + [{**s, "kind": "summary"} for s in summary], seconds, root=args.out)
+    plot_alignment(example["pair"], example["predictions"], sim, out_dir / "alignment.png", args.pes[0])
     plot_metrics(summary, out_dir / "metrics.png")
 
     def find(method: str) -> dict:
