@@ -43,15 +43,15 @@ NAME = "recsys"
 ENCODERS = ("learned", "nope", "rope", "cope", "cape", "time_interval")
 DATASETS = ("ml-100k", "synthetic")
 METRICS = ("hr@5", "ndcg@5", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
-SYNTHETIC = {"length": [20, 40], "num_signal_items": 100, "num_filler_items": 50, "lag": 3, "filler_prob": 0.5,
-             "recall_prob": 0.5, "seed": 0}
+SYNTHETIC = {"length": [20, 40], "num_signal_items": 30, "num_filler_items": 30, "lag": 2, "filler_prob": 0.5,
+             "recall_prob": 0.7, "seed": 0}
 
 FULL = {
     "seeds": [0, 1, 2],
     "ml-100k": {"users": None, "max_len": 30, "dim": 64, "num_heads": 2, "num_layers": 2, "dropout": 0.2,
-                "lr": 3e-3, "batch_size": 128, "max_epochs": 15, "patience": 3},
+                "lr": 3e-3, "batch_size": 128, "max_epochs": 12, "patience": 3},
     "synthetic": {"users": 500, "max_len": 40, "dim": 32, "num_heads": 2, "num_layers": 2, "dropout": 0.1,
-                  "lr": 3e-3, "batch_size": 64, "max_epochs": 25, "patience": 5},
+                  "lr": 3e-3, "batch_size": 64, "max_epochs": 15, "patience": 4},
 }
 QUICK = {
     "seeds": [0],

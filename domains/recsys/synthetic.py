@@ -4,9 +4,9 @@ The case CAPE (Yuan, Cai, Dong 2025, arXiv:2502.09027) and CoPE (Golovneva et al
 arXiv:2405.18719) target: which earlier interaction matters is fixed by counting only some kinds of
 interactions, not by the plain distance in the sequence.
 
-Items are of two kinds: ``num_signal_items`` *signal* items (indices ``1 .. num_signal_items`` in the
-resulting :class:`~domains.recsys.data.Interactions`) and ``num_filler_items`` *filler* items (the
-rest). Each user's sequence is generated step by step; at every step
+Items are of two kinds: ``num_signal_items`` *signal* items (raw ids ``"1" .. "num_signal_items"``) and
+``num_filler_items`` *filler* items (the following raw ids); signal items get the smaller indices in the
+resulting :class:`~domains.recsys.data.Interactions`. Each user's sequence is generated step by step; at every step
 
 * with probability ``filler_prob`` the user consumes a uniformly random filler item;
 * otherwise a signal step: a *recall* (probability ``recall_prob``, once the user has at least ``lag``
