@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         mean_message = float(np.mean([message_bytes(p.a) for p in test] + [message_bytes(p.b) for p in test]))
         base = predict_baseline(test)
         rows.append({"method": "classical", "kind": "run", "seed": seed, "object_pe": None,
-                     "pose_source": "ransac+procrustes", "message_bytes": mean_message, **evaluate_predictions(test, base)})
+                     "pose_source": "ransac+procrustes", "message_bytes": mean_message,
+                     **evaluate_predictions(test, base)})
         progress(f"seed {seed} classical")
         predictions = {"classical": base}
         for pe in args.pes:
