@@ -47,11 +47,11 @@ QUICK: dict[str, Any] = {
     # (strategy, svd, rope_dim r, latent d_kv per latent)
     "conversions": [(s, "joint", 4, 8) for s in STRATEGIES] + [("2-norm", "joint", 2, 4), ("2-norm", "split", 4, 4)],
 }
-FULL: dict[str, Any] = {  # sized for ~30-40 min on one shared core
+FULL: dict[str, Any] = {  # sized for ~30 min on one shared (busy) core
     "model": {"dim": 128, "num_heads": 4, "num_layers": 2},
-    "context": 128, "batch_size": 16, "train_steps": 1000, "lr": 3e-3,
-    "finetune_steps": 150, "finetune_lr": 1e-3, "max_bytes": 3_000_000, "val_windows": 64, "calibration_windows": 32,
-    "conversions": [(s, "joint", 4, d) for s in STRATEGIES for d in (8, 16, 32)]
+    "context": 64, "batch_size": 16, "train_steps": 500, "lr": 3e-3,
+    "finetune_steps": 80, "finetune_lr": 1e-3, "max_bytes": 3_000_000, "val_windows": 64, "calibration_windows": 32,
+    "conversions": [(s, "joint", 4, d) for s in STRATEGIES for d in (8, 16)]
     + [("2-norm", "joint", 2, 16), ("2-norm", "split", 4, 4), ("high", "split", 4, 4)],
 }
 
