@@ -32,7 +32,8 @@ class SentimentTask(Task):
     """Majority polarity of 1 or 3 (possibly negated) adjectives among filler words.
 
     Args:
-        negation_probability: chance that a polar word is preceded by ``not`` (0.35).
+        negation_probability: chance that a polar word is preceded by ``not`` (0.2; with 0.35 the small
+            models of the benchmark stayed at chance for 1,000 steps, the bag-of-words signal being too weak).
         train_lengths, test_lengths: inclusive ranges of the number of words (default 6..16, 17..24).
     """
 
@@ -42,7 +43,7 @@ class SentimentTask(Task):
     default_test_lengths = (17, 24)
     min_length = 6
 
-    def __init__(self, *, negation_probability: float = 0.35, **kwargs: Any) -> None:
+    def __init__(self, *, negation_probability: float = 0.2, **kwargs: Any) -> None:
         self.negation_probability = check_probability(self.name, "negation_probability", negation_probability)
         super().__init__(**kwargs)
 
