@@ -79,7 +79,11 @@ class SequenceLMModule(ExactMatchModule):
         positions = None
         if self.training and self.hparams.randomized_max_position is not None:
             b, length = batch["input_ids"].shape
-            positions = randomized_positions(b, length, self.hparams.randomized_max_position, device=self.device)
+            # seeded by (run seed, step), not the global RNG, so a resumed run draws the same positions
+            generator = torch.Generator().manual_seed((torch.initial_seed() * 1_000_003 + self.global_step) % 2**63)
+            positions = randomized_positions(
+                b, length, self.hparams.randomized_max_position, generator=generator
+            ).to(self.device)
         logits = self.model(batch["input_ids"], positions=positions)
         return F.cross_entropy(
             logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1), ignore_index=IGNORE_INDEX

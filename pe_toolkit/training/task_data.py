@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from pe_toolkit.tasks import Example, Vocabulary, get_task
+from pe_toolkit.training.resumable import ResumableDataLoader
 
 
 class _ListDataset(torch.utils.data.Dataset):
@@ -150,10 +151,12 @@ class TaskDataModule(L.LightningDataModule):
         }
 
     def train_dataloader(self) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.hparams.seed)
-        return DataLoader(
-            _ListDataset(self.examples("train")), batch_size=self.batch_size, shuffle=True,
-            collate_fn=self._collate_train, generator=generator,
+        # Resumable: an interrupted fit continues with the batches it would have seen (see resumable.py).
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        return ResumableDataLoader(
+            _ListDataset(self.examples("train")), batch_size=self.batch_size, seed=self.hparams.seed,
+            collate_fn=self._collate_train, rank=rank, world_size=world,
         )
 
     def _eval_loader(self, split: str) -> DataLoader:
