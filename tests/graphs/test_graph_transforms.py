@@ -152,6 +152,19 @@ def test_dense_and_sparse_solvers_agree(make):
     assert_equal_up_to_sign(dense.lap_pe[:, simple], sparse.lap_pe[:, simple], atol=1e-6)
 
 
+def test_float32_default_tolerance_matches_the_exact_eigenpairs():
+    """tol=None gives 1e-7 for float32 outputs: eigenvalues and eigenvectors agree with a float64 dense solve
+    to float32 accuracy (PyG's float32 ARPACK is ~1e-3 away on such graphs)."""
+    data = er_graph(400, 0.015, seed=11)
+    transform = LaplacianEigenvectorPE(8, solver="sparse")
+    assert transform.tol == 1e-7 and LaplacianEigenvectorPE(8, dtype=torch.float64).tol == 0.0
+    fast = transform(data)
+    exact = LaplacianEigenvectorPE(8, solver="dense", dtype=torch.float64)(data)
+    assert fast.lap_pe.dtype == torch.float32
+    torch.testing.assert_close(fast.lap_eigval.double(), exact.lap_eigval, atol=1e-6, rtol=0)
+    assert_equal_up_to_sign(fast.lap_pe.double(), exact.lap_pe, atol=2e-5)
+
+
 def test_signs_are_deterministic_and_ignore_the_global_rng():
     data = er_graph(30, 0.2, seed=7)
     torch.manual_seed(1)
