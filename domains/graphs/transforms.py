@@ -369,7 +369,8 @@ class RandomWalkPE(BaseTransform):
         walk_length: number of steps ``T`` (>= 1); the encoding has ``T`` features.
         attr_name: node attribute for the ``(N, T)`` encoding; ``None`` concatenates it to ``data.x``.
         method: ``"exact"`` or ``"monte_carlo"``.
-        block_size: unit vectors per block in ``"exact"`` (memory ``O(N block_size)``).
+        block_size: at most this many unit vectors per block in ``"exact"`` (memory ``O(N block_size)``); blocks
+            are also capped at ``2^24 / N`` columns, so one float64 block never exceeds 128 MiB.
         num_walks: walks per node in ``"monte_carlo"``.
         seed: seed of the Monte-Carlo generator.
         dtype: floating dtype of the stored tensor.
@@ -398,13 +399,24 @@ class RandomWalkPE(BaseTransform):
         self.seed = check_int(f"{owner}: seed", seed, minimum=0)
         self.dtype = _check_dtype(owner, dtype)
 
-    def return_probabilities(self, data: Data) -> np.ndarray:
-        """The ``(N, walk_length)`` float64 return probabilities of ``data``."""
+    def return_probabilities(self, data: Data, nodes: Any = None) -> np.ndarray:
+        """The ``(N, walk_length)`` float64 return probabilities of ``data``.
+
+        ``nodes``: optional node ids (a 1-D integer sequence or tensor); then only their rows are computed,
+        ``(len(nodes), walk_length)``, at ``len(nodes) / N`` of the cost (e.g. the target nodes of a large graph).
+        """
         n = _check_data("RandomWalkPE", data, undirected=False)
+        if nodes is not None:
+            nodes = np.asarray(nodes.cpu() if isinstance(nodes, Tensor) else nodes)
+            if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
+                raise TypeError(f"RandomWalkPE: nodes must be a 1-D sequence of integer node ids, got {nodes!r}")
+            if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
+                raise ValueError(f"RandomWalkPE: nodes must lie in [0, {n - 1}], got [{nodes.min()}, {nodes.max()}]")
         adj = graph_adjacency(data, self_loops=True)
         if self.method == "monte_carlo":
-            return _monte_carlo_returns(adj, self.walk_length, self.num_walks, self.seed)
-        return _exact_returns(adj, self.walk_length, self.block_size, symmetric=_is_symmetric(adj), n=n)
+            return _monte_carlo_returns(adj, self.walk_length, self.num_walks, self.seed, nodes=nodes)
+        block = max(1, min(self.block_size, 2**24 // n))
+        return _exact_returns(adj, self.walk_length, block, symmetric=_is_symmetric(adj), n=n, nodes=nodes)
 
     def forward(self, data: Data) -> Data:
         pe = torch.from_numpy(self.return_probabilities(data)).to(data.edge_index.device, self.dtype)
@@ -419,12 +431,15 @@ def _is_symmetric(adj: sp.csr_matrix) -> bool:
     return diff.nnz == 0 or float(abs(diff).max()) <= 1e-12 * max(float(abs(adj).max()), 1.0)
 
 
-def _exact_returns(adj: sp.csr_matrix, steps: int, block: int, *, symmetric: bool, n: int) -> np.ndarray:
+def _exact_returns(adj: sp.csr_matrix, steps: int, block: int, *, symmetric: bool, n: int,
+                   nodes: np.ndarray | None = None) -> np.ndarray:
     d_is = _inv_sqrt(np.asarray(adj.sum(axis=1)).ravel())
     s = (sp.diags(d_is) @ adj @ sp.diags(d_is)).tocsr()
-    out = np.zeros((n, steps))
-    for start in range(0, n, block):
-        idx = np.arange(start, min(start + block, n))
+    targets = np.arange(n) if nodes is None else nodes
+    out = np.zeros((targets.size, steps))
+    for start in range(0, targets.size, block):
+        rows = np.arange(start, min(start + block, targets.size))  # rows of `out`
+        idx = targets[rows]
         y = np.zeros((n, idx.size))
         y[idx, np.arange(idx.size)] = 1.0  # block of unit vectors
         if symmetric:
@@ -432,17 +447,18 @@ def _exact_returns(adj: sp.csr_matrix, steps: int, block: int, *, symmetric: boo
                 if h > 0:
                     y = s @ y
                 if 2 * h <= steps and h > 0:
-                    out[idx, 2 * h - 1] = np.einsum("ij,ij->j", y, y)
+                    out[rows, 2 * h - 1] = np.einsum("ij,ij->j", y, y)
                 if 2 * h + 1 <= steps:
-                    out[idx, 2 * h] = np.einsum("ij,ij->j", y, s @ y)
+                    out[rows, 2 * h] = np.einsum("ij,ij->j", y, s @ y)
         else:
             for t in range(steps):
                 y = s @ y
-                out[idx, t] = y[idx, np.arange(idx.size)]
+                out[rows, t] = y[idx, np.arange(idx.size)]
     return out
 
 
-def _monte_carlo_returns(adj: sp.csr_matrix, steps: int, walks: int, seed: int) -> np.ndarray:
+def _monte_carlo_returns(adj: sp.csr_matrix, steps: int, walks: int, seed: int,
+                         nodes: np.ndarray | None = None) -> np.ndarray:
     n = adj.shape[0]
     gen = torch.Generator().manual_seed(seed)
     indptr = torch.from_numpy(adj.indptr.astype(np.int64))
@@ -452,10 +468,11 @@ def _monte_carlo_returns(adj: sp.csr_matrix, steps: int, walks: int, seed: int) 
     cum_before = torch.cat([torch.zeros(1, dtype=torch.float64), cum])
     deg = cum_before[indptr[1:]] - cum_before[indptr[:-1]]
     unweighted = adj.nnz == 0 or bool(np.all(adj.data == adj.data[0]))
-    out = np.zeros((n, steps))
+    targets = torch.arange(n) if nodes is None else torch.from_numpy(np.asarray(nodes, dtype=np.int64))
+    out = np.zeros((targets.numel(), steps))
     chunk = max(1, 2**20 // walks)  # start nodes per chunk: at most ~1M walkers in memory
-    for start in range(0, n, chunk):
-        origin = torch.arange(start, min(start + chunk, n)).repeat_interleave(walks)
+    for start in range(0, targets.numel(), chunk):
+        origin = targets[start:start + chunk].repeat_interleave(walks)
         pos = origin.clone()
         alive = torch.ones_like(origin, dtype=torch.bool)
         for t in range(steps):

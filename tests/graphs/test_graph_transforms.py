@@ -445,3 +445,21 @@ def test_sparse_solver_and_its_fallback_match_dense(kind):
     sparse = LaplacianEigenvectorPE(4, solver="sparse")(data)
     torch.testing.assert_close(sparse.lap_eigval, dense.lap_eigval, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(sparse.lap_pe.abs(), dense.lap_pe.abs(), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["exact", "monte_carlo"])
+def test_random_walk_pe_on_a_subset_of_nodes(method):
+    data = er_graph(40, 0.15, seed=3)
+    transform = RandomWalkPE(6, method=method, block_size=3, num_walks=200, seed=4)
+    nodes = [7, 0, 31, 7]
+    part = transform.return_probabilities(data, nodes=torch.tensor(nodes))
+    assert part.shape == (4, 6)
+    if method == "exact":  # same rows as the full computation (blocks of 3 columns, unordered ids, a repeat)
+        np.testing.assert_allclose(part, transform.return_probabilities(data)[nodes], atol=1e-12, rtol=0)
+    else:  # an unbiased estimate of the exact rows within 5 standard errors
+        exact = RandomWalkPE(6).return_probabilities(data)[nodes]
+        assert np.all(np.abs(part - exact) <= 5 * random_walk_std(exact, 200) + 1e-12)
+    with pytest.raises(ValueError, match=r"nodes must lie in \[0, 39\], got \[0, 40\]"):
+        transform.return_probabilities(data, nodes=[0, 40])
+    with pytest.raises(TypeError, match="nodes must be a 1-D sequence of integer node ids"):
+        transform.return_probabilities(data, nodes=[[1, 2]])
