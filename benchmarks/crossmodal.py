@@ -44,7 +44,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cross_attention_rope": {"connector": "cross_attention", "connector_options": {"time_encoding": "rope"}},
 }
 FULL = {"train_clips": 3000, "eval_clips": 48, "dim": 48, "num_heads": 4, "num_layers": 2, "num_steps": 200,
-        "steps": 400, "batch_size": 32, "lr": 2e-3, "sampling_steps": 25, "gammas": [1.0, 1.5], "seeds": [0]}
+        "steps": 600, "batch_size": 32, "lr": 2e-3, "sampling_steps": 25, "gammas": [1.0, 1.5], "seeds": [0]}
 QUICK = {**FULL, "train_clips": 256, "eval_clips": 8, "dim": 32, "num_layers": 1, "steps": 15,
          "sampling_steps": 8}
 

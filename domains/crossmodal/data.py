@@ -88,7 +88,7 @@ def _bounce_times(start: Tensor, velocity: Tensor, low: float, high: float, dura
 
 def generate_clips(
     num_clips: int, *, seed: int, video_frames: int = 32, frame_size: int = 16, audio_frames: int = 64,
-    freq_bins: int = 16, speed: tuple[float, float] = (0.25, 0.6), radius: float = 1.2,
+    freq_bins: int = 16, speed: tuple[float, float] = (0.25, 0.6), radius: float = 2.0,
 ) -> AVClips:
     """``num_clips`` seeded bouncing-ball clips (see the module docstring).
 

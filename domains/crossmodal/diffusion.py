@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from pe_toolkit.encoders.base import check_float, check_int
+from pe_toolkit.encoders.base import check_choice, check_float, check_int
 
 __all__ = ["cosine_alpha_bar", "modality_gammas", "warp_timesteps", "ddim_timesteps", "joint_ddim_sample"]
 
@@ -68,11 +68,18 @@ def ddim_timesteps(num_steps: int, sampling_steps: int) -> Tensor:
     return torch.round(torch.linspace(num_steps, 0, sampling_steps + 1, dtype=torch.float64)).long()
 
 
-def _ddim_update(x: Tensor, eps: Tensor, a_t: Tensor, a_next: Tensor) -> Tensor:
-    """One deterministic DDIM step from noise level ``a_t`` to ``a_next`` (``alpha_bar`` values, ``(B,)``)."""
+PREDICTIONS = ("eps", "x0")
+
+
+def _ddim_update(x: Tensor, output: Tensor, a_t: Tensor, a_next: Tensor, prediction: str) -> Tensor:
+    """One deterministic DDIM step from noise level ``a_t`` to ``a_next`` (``alpha_bar`` values, ``(B,)``).
+
+    ``output`` is the model's noise estimate (``prediction="eps"``) or clean-data estimate (``"x0"``).
+    """
     shape = (-1,) + (1,) * (x.dim() - 1)
     a_t, a_next = a_t.view(shape).to(x.dtype), a_next.view(shape).to(x.dtype)
-    x0 = ((x - (1 - a_t).sqrt() * eps) / a_t.sqrt()).clamp(-1, 1)  # data lie in [-1, 1] (x0 clipping, Ho et al.)
+    x0 = output if prediction == "x0" else (x - (1 - a_t).sqrt() * output) / a_t.sqrt()
+    x0 = x0.clamp(-1, 1)  # data lie in [-1, 1] (x0 clipping, Ho et al. 2020)
     eps = (x - a_t.sqrt() * x0) / (1 - a_t).sqrt().clamp(min=1e-8)
     return a_next.sqrt() * x0 + (1 - a_next).sqrt() * eps
 
@@ -86,21 +93,25 @@ def joint_ddim_sample(
     *,
     sampling_steps: int = 25,
     gamma: float = 1.0,
+    prediction: str = "eps",
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Sample video and audio together with DDIM and per-modality warped timesteps.
 
     Args:
-        denoise: ``(video_t, audio_t, t_video, t_audio) -> (eps_video, eps_audio)``, timesteps ``(B,)`` long.
+        denoise: ``(video_t, audio_t, t_video, t_audio) -> (video_output, audio_output)``, timesteps ``(B,)``
+            long; the outputs are noise estimates (``prediction="eps"``) or clean-data estimates (``"x0"``).
         video_shape, audio_shape: full shapes including the batch, e.g. ``(B, T_v, H, W)``, ``(B, T_a, F)``.
         alpha_bar: ``(T + 1,)`` from :func:`cosine_alpha_bar`.
         sampling_steps: DDIM steps.
         gamma: timestep adjustment (1 = none); see :func:`modality_gammas`.
+        prediction: what ``denoise`` returns, ``"eps"`` or ``"x0"``.
     Returns:
         ``(video, audio)`` at ``t = 0``.
     """
     if video_shape[0] != audio_shape[0]:
         raise ValueError(f"joint_ddim_sample: batch sizes differ: video {video_shape[0]}, audio {audio_shape[0]}")
+    check_choice("prediction", prediction, PREDICTIONS)
     num_steps = alpha_bar.shape[0] - 1
     gamma_v, gamma_a = modality_gammas(gamma)
     base = ddim_timesteps(num_steps, sampling_steps)
@@ -113,9 +124,9 @@ def joint_ddim_sample(
         tv_next, ta_next = t_video[step + 1], t_audio[step + 1]
         if tv == tv_next and ta == ta_next:
             continue
-        eps_v, eps_a = denoise(video, audio, tv.expand(b), ta.expand(b))
+        out_v, out_a = denoise(video, audio, tv.expand(b), ta.expand(b))
         if tv != tv_next:
-            video = _ddim_update(video, eps_v, alpha_bar[tv].expand(b), alpha_bar[tv_next].expand(b))
+            video = _ddim_update(video, out_v, alpha_bar[tv].expand(b), alpha_bar[tv_next].expand(b), prediction)
         if ta != ta_next:
-            audio = _ddim_update(audio, eps_a, alpha_bar[ta].expand(b), alpha_bar[ta_next].expand(b))
+            audio = _ddim_update(audio, out_a, alpha_bar[ta].expand(b), alpha_bar[ta_next].expand(b), prediction)
     return video, audio

@@ -1,7 +1,8 @@
 """Lightning training of the joint audio-video denoiser, and a data module over :class:`AVClips`.
 
-``JointDiffusionModule`` trains :class:`~domains.crossmodal.models.JointDenoiser` with the DDPM noise
-prediction loss on both modalities: one timestep ``t ~ U{1..T}`` shared by the two targets, and independent
+``JointDiffusionModule`` trains :class:`~domains.crossmodal.models.JointDenoiser` with the DDPM loss on
+both modalities, predicting the clean sample (``prediction="x0"``, default) or the noise (``"eps"``):
+one timestep ``t ~ U{1..T}`` shared by the two targets, and independent
 levels ``t_con ~ U{0..T}`` for the other modality's input to each connector (Ishii et al. 2024,
 arXiv:2409.17550, ``train_svg.py``). :meth:`JointDiffusionModule.sample` draws clips with joint DDIM and the
 timestep adjustment ``gamma``; :meth:`JointDiffusionModule.evaluate_alignment` samples and scores AV-Align.
@@ -19,9 +20,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from domains.crossmodal.alignment import av_align_batch
 from domains.crossmodal.data import AVClips
-from domains.crossmodal.diffusion import cosine_alpha_bar, joint_ddim_sample
+from domains.crossmodal.diffusion import PREDICTIONS, cosine_alpha_bar, joint_ddim_sample
 from domains.crossmodal.models import JointDenoiser
-from pe_toolkit.encoders.base import check_int
+from pe_toolkit.encoders.base import check_choice, check_int
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 
 __all__ = ["AVDataModule", "JointDiffusionModule"]
@@ -58,13 +59,18 @@ class JointDiffusionModule(L.LightningModule):
             ``{"time_encoding": "rope"}`` for cross-attention.
         dim, num_heads, num_layers: denoiser sizes.
         num_steps: diffusion steps ``T``.
+        prediction: the denoisers' target, ``"x0"`` (clean data; default) or ``"eps"`` (noise, Ho et al. 2020).
+            Each time step of a modality is read through a ``dim``-wide token, too narrow to carry the
+            ``H * W``-dimensional noise of a video frame but wide enough for the frame's content (one
+            object), so the small models here predict ``x0``; DDIM converts either into the other.
         lr, weight_decay, betas, warmup_steps, max_steps: optimisation (:func:`adamw_with_warmup_cosine`).
     """
 
     def __init__(self, video_shape: Sequence[int] = (32, 16, 16), audio_shape: Sequence[int] = (64, 16), *,
                  connector: str = "cmc_pe", connector_options: dict[str, Any] | None = None, dim: int = 64,
-                 num_heads: int = 4, num_layers: int = 3, num_steps: int = 200, lr: float = 1e-3,
-                 weight_decay: float = 0.01, betas: Sequence[float] = (0.9, 0.99), warmup_steps: int = 50,
+                 num_heads: int = 4, num_layers: int = 3, num_steps: int = 200, prediction: str = "x0",
+                 lr: float = 1e-3, weight_decay: float = 0.01, betas: Sequence[float] = (0.9, 0.99),
+                 warmup_steps: int = 50,
                  max_steps: int = 0) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -72,6 +78,7 @@ class JointDiffusionModule(L.LightningModule):
                                    connector_options=connector_options, dim=dim, num_heads=num_heads,
                                    num_layers=num_layers)
         self.num_steps = check_int("num_steps", num_steps)
+        self.prediction = check_choice("prediction", prediction, PREDICTIONS)
         self.register_buffer("alpha_bar", cosine_alpha_bar(num_steps).float(), persistent=False)
 
     def _noise(self, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +87,7 @@ class JointDiffusionModule(L.LightningModule):
         return a.sqrt() * x + (1 - a).sqrt() * eps, eps
 
     def loss(self, video: torch.Tensor, audio: torch.Tensor) -> torch.Tensor:
-        """Sum of the two modalities' noise-prediction MSEs for a batch of clean clips."""
+        """Sum of the two modalities' MSEs (on ``x0`` or on the noise) for a batch of clean clips."""
         b = video.shape[0]
         if audio.shape[0] != b:
             raise ValueError(f"JointDiffusionModule: video has batch size {b} but audio has {audio.shape[0]}")
@@ -92,6 +99,8 @@ class JointDiffusionModule(L.LightningModule):
         video_con, _ = self._noise(video, t_video_con)
         audio_con, _ = self._noise(audio, t_audio_con)
         pred_video, pred_audio = self.model(video_t, audio_t, t, t, video_con, audio_con, t_video_con, t_audio_con)
+        if self.prediction == "x0":
+            return F.mse_loss(pred_video, video) + F.mse_loss(pred_audio, audio)
         return F.mse_loss(pred_video, eps_video) + F.mse_loss(pred_audio, eps_audio)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -113,7 +122,7 @@ class JointDiffusionModule(L.LightningModule):
         video, audio = joint_ddim_sample(
             lambda v, a, tv, ta: self.model(v, a, tv, ta), (num_clips, *hp.video_shape), (num_clips, *hp.audio_shape),
             self.alpha_bar.double(), sampling_steps=sampling_steps, gamma=gamma,
-            generator=torch.Generator().manual_seed(seed))
+            prediction=self.prediction, generator=torch.Generator().manual_seed(seed))
         self.train(was_training)
         return video, audio
 
