@@ -84,6 +84,17 @@ def test_joint_ddim_with_an_oracle_denoiser_recovers_the_data():
         joint_ddim_sample(oracle, (2, 4, 3, 3), (3, 8, 5), alpha_bar)
 
 
+def test_joint_ddim_with_an_x0_oracle_recovers_the_data():
+    alpha_bar = cosine_alpha_bar(40)
+    video0, audio0 = torch.rand(2, 4, 3, 3) * 2 - 1, torch.rand(2, 8, 5) * 2 - 1
+    video, audio = joint_ddim_sample(lambda v, a, tv, ta: (video0, audio0), video0.shape, audio0.shape, alpha_bar,
+                                     sampling_steps=7, gamma=2.0, prediction="x0")
+    torch.testing.assert_close(video, video0)
+    torch.testing.assert_close(audio, audio0)
+    with pytest.raises(ValueError, match="prediction must be one of"):
+        joint_ddim_sample(lambda v, a, tv, ta: (v, a), video0.shape, audio0.shape, alpha_bar, prediction="v")
+
+
 # ------------------------------------------------------------------------------------ models
 
 
