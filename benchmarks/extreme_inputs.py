@@ -1,0 +1,146 @@
+"""Extreme inputs: every sequence encoder at long lengths and far positions, float32 and bfloat16.
+
+For each registered sequence encoder, one causal attention layer with that encoder (query blocks of
+1024, so memory stays linear in the length) is run in a forked child:
+
+* at length ``L`` (32,768 in the full run, 4,096 with ``--quick``), positions ``0 .. L-1``;
+* at positions ``10**6 - 256 .. 10**6 - 1`` (256 tokens far from the origin).
+
+in float32 and bfloat16. Reported per encoder and dtype: whether every output is finite, the largest
+deviation of the far-position float32 output from a float64 evaluation of the same weights (a
+silent precision loss would show here), wall time and peak resident memory of the child.
+
+    python benchmarks/extreme_inputs.py [--quick] [--encoders rope alibi ...]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from common import (
+    Progress,
+    markdown_table,
+    peak_memory_in_subprocess,
+    standard_argparser,
+    write_report,
+    write_results,
+)
+
+NAME = "extreme_inputs"
+DIM, HEADS, BLOCK = 64, 2, 1024
+FAR_POSITION, FAR_TOKENS = 10**6, 256
+
+
+def build_layer(name: str, max_position: int):
+    import torch
+
+    import pe_toolkit as pet
+    from pe_toolkit.nn.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    options = dict(pet.encoder_info(name).example_options)
+    if "max_len" in options:  # a learned table must cover the positions it is asked for
+        options["max_len"] = max_position
+    encoding = pet.get_encoder(name, DIM, HEADS, causal=True, **options)
+    return encoding, MultiHeadAttention(DIM, HEADS, encoding=encoding, causal=True, query_block_size=BLOCK)
+
+
+def run_case(name: str, dtype_name: str, length: int, start: int) -> dict[str, Any]:
+    """One forward pass at positions ``start .. start+length-1``; runs in the forked child."""
+    import torch
+
+    torch.set_num_threads(1)
+    dtype = getattr(torch, dtype_name)
+    encoding, layer = build_layer(name, start + length)
+    positions = torch.arange(start, start + length)
+    x = torch.randn(1, length, DIM, generator=torch.Generator().manual_seed(1))
+    began = time.perf_counter()
+    with torch.no_grad():
+        layer32 = layer.to(dtype)
+        encoding = encoding.to(dtype)
+        out = layer32(encoding.embed(x.to(dtype), positions), q_pos=positions)
+        seconds = time.perf_counter() - began
+        finite = bool(torch.isfinite(out).all())
+        deviation = None
+        if dtype == torch.float32 and length <= FAR_TOKENS:
+            reference = layer.double()(encoding.double().embed(x.double(), positions), q_pos=positions)
+            deviation = float((out.double() - reference).abs().max())
+    return {"finite": finite, "seconds": seconds, "max_abs_dev_vs_float64": deviation}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = standard_argparser(__doc__.splitlines()[0])
+    parser.add_argument("--encoders", nargs="+", help="subset of the sequence encoders (default: all)")
+    args = parser.parse_args(argv)
+    import pe_toolkit as pet
+
+    encoders = args.encoders or pet.list_encoders(domain="sequence")
+    unknown = sorted(set(encoders) - set(pet.list_encoders(domain="sequence")))
+    if unknown:
+        parser.error(f"unknown sequence encoder(s) {unknown}; available: {pet.list_encoders(domain='sequence')}")
+    length = 4096 if args.quick else 32_768
+    cases = [
+        (name, dtype, case_length, start)
+        for name in encoders
+        for dtype in ("float32", "bfloat16")
+        for case_length, start in ((length, 0), (FAR_TOKENS, FAR_POSITION - FAR_TOKENS))
+    ]
+    progress = Progress(len(cases), NAME)
+    rows = []
+    began = time.perf_counter()
+    for name, dtype, case_length, start in cases:
+        try:
+            result, peak = peak_memory_in_subprocess(run_case, name, dtype, case_length, start, timeout=1800)
+            row = {**result, "peak_mib": peak / 2**20, "error": ""}
+        except RuntimeError as error:
+            row = {"finite": False, "seconds": None, "max_abs_dev_vs_float64": None, "peak_mib": None,
+                   "error": str(error).strip().splitlines()[-1][:120]}
+        row = {"encoder": name, "dtype": dtype, "length": case_length, "first_position": start, **row}
+        rows.append(row)
+        progress(f"{name} {dtype} L={case_length} from {start}: finite={row['finite']} {row['error']}")
+    seconds = time.perf_counter() - began
+    config = {"dim": DIM, "heads": HEADS, "query_block": BLOCK, "length": length, "far_position": FAR_POSITION,
+              "quick": args.quick}
+    write_results(NAME, config, rows, seconds, root=args.out)
+    _plot(rows, args.out / NAME / "peak_memory.png", length)
+    failures = [r for r in rows if not r["finite"]]
+    body = (
+        f"One causal attention layer (dim {DIM}, {HEADS} heads, query blocks of {BLOCK}, batch 1) per encoder, "
+        f"in a forked child; one thread.\n\n"
+        + markdown_table(
+            rows,
+            ["encoder", "dtype", "length", "first_position", "finite", ("max_abs_dev_vs_float64", "|f32 - f64|"),
+             ("seconds", "s"), ("peak_mib", "peak MiB"), "error"],
+            {"max_abs_dev_vs_float64": ".1e", "seconds": ".1f", "peak_mib": ".0f"},
+        )
+        + f"\n{len(failures)} of {len(rows)} cases non-finite or failed.\n\n![peak memory](peak_memory.png)\n"
+    )
+    write_report(NAME, "Extreme inputs: long sequences and far positions", body, root=args.out)
+    return 0
+
+
+def _plot(rows: list[dict[str, Any]], path, length: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    long_rows = [r for r in rows if r["length"] == length and r["peak_mib"] is not None]
+    names = sorted({r["encoder"] for r in long_rows})
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for offset, dtype in enumerate(("float32", "bfloat16")):
+        values = [next((r["peak_mib"] for r in long_rows if r["encoder"] == n and r["dtype"] == dtype), 0)
+                  for n in names]
+        ax.bar([i + 0.4 * offset for i in range(len(names))], values, width=0.4, label=dtype)
+    ax.set_xticks([i + 0.2 for i in range(len(names))], names, rotation=45, ha="right")
+    ax.set_ylabel(f"peak MiB at L={length}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
