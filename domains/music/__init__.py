@@ -1,0 +1,33 @@
+"""Music domain: structure-informed positional encodings on 16th-note piano rolls (Bach chorales), MIDI in/out.
+
+``import domains.music`` registers the encoders under ``domain="music"``:
+
+>>> import pe_toolkit as pet, domains.music
+>>> pet.list_encoders(domain="music")
+['music_relative', 'ns_rpe', 's_ape', 's_rpe']
+
+Data (:mod:`domains.music.scores`, :mod:`domains.music.midi`), structure labels
+(:mod:`domains.music.structure`), encoders (:mod:`domains.music.encoders`), tasks and models
+(:mod:`domains.music.data`, :mod:`domains.music.models`), metrics (:mod:`domains.music.metrics`).
+Lightning lives in :mod:`domains.music.lightning_module` and :mod:`domains.music.data`, imported on demand.
+"""
+
+from domains.music.encoders import MusicRelativeAttention, NonStationaryStructureRPE, StructureAPE, StructureRPE
+from domains.music.metrics import (
+    chroma_similarity,
+    frame_f1,
+    grooving_similarity,
+    nll_per_step,
+    note_density_distance,
+    ssm_distance,
+)
+from domains.music.midi import midi_to_piece, roll_to_midi
+from domains.music.scores import ChoraleCorpus, Piece, load_bach_chorales, score_to_piece
+from domains.music.structure import FIELDS, LABEL_FIELDS, add_segment_fields
+
+__all__ = [
+    "FIELDS", "LABEL_FIELDS", "ChoraleCorpus", "MusicRelativeAttention", "NonStationaryStructureRPE", "Piece",
+    "StructureAPE", "StructureRPE", "add_segment_fields", "chroma_similarity", "frame_f1", "grooving_similarity",
+    "load_bach_chorales", "midi_to_piece", "nll_per_step", "note_density_distance", "roll_to_midi", "score_to_piece",
+    "ssm_distance",
+]

@@ -1,0 +1,211 @@
+"""MIDI in and out with ``pretty_midi``: piano rolls on the 16th grid <-> ``.mid`` files.
+
+* :func:`roll_to_midi` writes one instrument per voice; consecutive active steps of one pitch in one voice
+  become one note (a piano roll cannot tell a held note from re-struck ones). Optional structure labels
+  write the bars as time signatures, so a pickup survives the round trip.
+* :func:`midi_to_piece` reads any MIDI file: note times are converted to 16th steps through the file's own
+  tempo map (MIDI ticks / resolution), bars and beats come from its time-signature track (each change starts
+  a new bar), the key from its first key signature, chords and the melody from the notes. A first bar
+  shorter than the second whose time signature differs is read as a pickup and right-aligned, which undoes
+  what :func:`roll_to_midi` writes for a pickup.
+
+``piece -> midi -> piece`` is exact on the grid (roll, bars, beats, chords, melody; phrases are not stored
+in MIDI and read back as 0, the key only if given).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from domains.music.scores import STEPS_PER_QUARTER, Piece, melody_from_roll
+from domains.music.structure import LABEL_FIELDS, chord_labels_from_roll
+
+__all__ = ["bar_lengths", "midi_to_piece", "roll_to_midi"]
+
+VOICE_NAMES = ("Soprano", "Alto", "Tenor", "Bass")
+
+
+def bar_lengths(bar: Tensor) -> list[int]:
+    """Lengths in steps of the consecutive bars of a ``bar`` label column ``(T,)``."""
+    _, counts = torch.unique_consecutive(bar, return_counts=True)
+    return counts.tolist()
+
+
+def _time_signature_for(steps: int) -> tuple[int, int]:
+    # a bar of n 16ths: n/4 quarters -> "n/4 over 4" when whole quarters, else n/16
+    if steps % STEPS_PER_QUARTER == 0:
+        return steps // STEPS_PER_QUARTER, 4
+    return steps, 16
+
+
+def roll_to_midi(roll: Tensor, path: str | os.PathLike | None = None, *, tempo: float = 90.0,
+                 labels: Tensor | None = None, velocity: int = 80, program: int = 0,
+                 voice_names: tuple[str, ...] | None = None):
+    """Write a piano roll ``(T, V, 128)`` as MIDI (one instrument per voice); returns the ``PrettyMIDI``.
+
+    Args:
+        roll: bool or {0, 1} ``(T, V, 128)`` (or ``(T, 128)`` for one voice).
+        path: if given, the ``.mid`` file to write.
+        tempo: quarter notes per minute.
+        labels: optional ``(T, len(LABEL_FIELDS))`` structure labels: their bars become time signatures
+            (a pickup becomes a short first bar), their ``key`` the key signature. Default: 4/4 throughout.
+        velocity, program: of every note.
+        voice_names: instrument names (default Soprano, Alto, Tenor, Bass, then ``Voice <n>``).
+
+    Raises:
+        TypeError / ValueError: for a roll of another shape or with values other than 0 / 1, bad labels,
+            or a non-positive tempo.
+    """
+    import pretty_midi
+
+    if not isinstance(roll, Tensor):
+        raise TypeError(f"roll_to_midi: roll must be a Tensor, got {type(roll).__name__}")
+    if roll.dim() == 2:
+        roll = roll.unsqueeze(1)
+    if roll.dim() != 3 or roll.shape[-1] != 128:
+        raise ValueError(f"roll_to_midi: roll must have shape (T, V, 128) or (T, 128), got {tuple(roll.shape)}")
+    if roll.dtype != torch.bool:
+        if not bool(((roll == 0) | (roll == 1)).all()):
+            raise ValueError("roll_to_midi: roll must be binary (0/1 or bool); binarise probabilities first")
+        roll = roll.bool()
+    if not (isinstance(tempo, (int, float)) and math.isfinite(tempo) and tempo > 0):
+        raise ValueError(f"roll_to_midi: tempo must be a positive number, got {tempo!r}")
+    length, voices, _ = roll.shape
+    if labels is not None and tuple(labels.shape) != (length, len(LABEL_FIELDS)):
+        raise ValueError(f"roll_to_midi: labels must have shape ({length}, {len(LABEL_FIELDS)}), "
+                         f"got {tuple(labels.shape)}")
+    names = voice_names or tuple(VOICE_NAMES[v] if v < len(VOICE_NAMES) else f"Voice {v + 1}" for v in range(voices))
+    if len(names) != voices:
+        raise ValueError(f"roll_to_midi: voice_names has {len(names)} names for {voices} voices")
+    resolution = 480
+    pm = pretty_midi.PrettyMIDI(resolution=resolution, initial_tempo=float(tempo))
+    step_seconds = 60.0 / tempo / STEPS_PER_QUARTER
+
+    # onsets / offsets of every (voice, pitch) at once: +1 where a run starts, -1 after it ends
+    padded = torch.nn.functional.pad(roll.permute(1, 2, 0).to(torch.int8), (1, 1))  # (V, 128, T + 2)
+    change = padded[..., 1:] - padded[..., :-1]  # (V, 128, T + 1)
+    starts = torch.nonzero(change == 1)  # rows (v, pitch, t), sorted, so they pair with the ends
+    ends = torch.nonzero(change == -1)
+    for v in range(voices):
+        instrument = pretty_midi.Instrument(program=program, name=names[v])
+        for (_, pitch, on), (_, _, off) in zip(starts[starts[:, 0] == v].tolist(), ends[ends[:, 0] == v].tolist()):
+            instrument.notes.append(pretty_midi.Note(velocity=velocity, pitch=pitch, start=on * step_seconds,
+                                                     end=off * step_seconds))
+        instrument.notes.sort(key=lambda n: (n.start, n.pitch))
+        pm.instruments.append(instrument)
+
+    if labels is None:
+        pm.time_signature_changes.append(pretty_midi.TimeSignature(4, 4, 0.0))
+    else:
+        step, previous = 0, None
+        for n in bar_lengths(labels[:, LABEL_FIELDS.index("bar")]):  # a pickup is a short bar of its own
+            signature = _time_signature_for(n)
+            if signature != previous:
+                pm.time_signature_changes.append(pretty_midi.TimeSignature(*signature, step * step_seconds))
+                previous = signature
+            step += n
+        key = int(labels[0, LABEL_FIELDS.index("key")])
+        if 0 <= key < 24:
+            pm.key_signature_changes.append(pretty_midi.KeySignature(key, 0.0))
+    if path is not None:
+        pm.write(str(path))
+    return pm
+
+
+def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = None) -> Piece:
+    """Read a MIDI file (path or ``PrettyMIDI``) into a :class:`Piece` on the 16th grid.
+
+    Each non-drum instrument is one voice, in file order. Note starts and ends are rounded to the nearest
+    16th of the file's own tempo map (``Piece.quantized_notes`` counts those that moved); a note shorter
+    than a 16th lasts one step.
+
+    Args:
+        source: a path to a ``.mid`` file, or a ``pretty_midi.PrettyMIDI``.
+        num_voices: pad with silent voices up to this many (an instrument without notes is not stored in
+            a MIDI file); more instruments than this is an error.
+        name: stored in the piece (default the file stem).
+
+    Raises:
+        FileNotFoundError: if the path does not exist.
+        ValueError: if the file is not a readable MIDI file, has no notes, or has more voices than
+            ``num_voices``.
+    """
+    import pretty_midi
+
+    if isinstance(source, pretty_midi.PrettyMIDI):
+        pm, name = source, name or "midi"
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"midi_to_piece: no such file: {path}")
+        try:
+            pm = pretty_midi.PrettyMIDI(str(path))
+        except Exception as error:  # noqa: BLE001 - mido / pretty_midi raise many types for a bad file
+            raise ValueError(f"midi_to_piece: {path} is not a readable MIDI file ({type(error).__name__}: "
+                             f"{error})") from error
+        name = name or path.stem
+    instruments = [i for i in pm.instruments if not i.is_drum and i.notes]
+    if not instruments:
+        raise ValueError(f"midi_to_piece: {name} contains no (non-drum) notes")
+    voices = len(instruments)
+    if num_voices is not None:
+        if voices > num_voices:
+            raise ValueError(f"midi_to_piece: {name} has {voices} instruments with notes, more than "
+                             f"num_voices={num_voices}")
+        voices = num_voices
+    per_step = pm.resolution / STEPS_PER_QUARTER  # ticks per 16th
+    counter = 0
+
+    def to_step(seconds: float) -> int:
+        nonlocal counter
+        exact = pm.time_to_tick(seconds) / per_step
+        rounded = round(exact)
+        if abs(exact - rounded) > 1e-3:
+            counter += 1
+        return int(rounded)
+
+    spans = [[(to_step(n.start), to_step(n.end), n.pitch) for n in inst.notes] for inst in instruments]
+    length = max(max(max(a + 1, b) for a, b, _ in notes) for notes in spans)
+    roll = torch.zeros(length, voices, 128, dtype=torch.bool)
+    for v, notes in enumerate(spans):
+        for start, end, pitch in notes:
+            roll[start:max(end, start + 1), v, pitch] = True
+
+    # bars: every time-signature change starts a bar; default 4/4 from step 0
+    changes = sorted((to_step(ts.time), ts.numerator, ts.denominator) for ts in pm.time_signature_changes)
+    if not changes or changes[0][0] > 0:
+        changes.insert(0, (0, 4, 4))
+    bar = torch.zeros(length, dtype=torch.long)
+    beat = torch.zeros(length, dtype=torch.long)
+    bar_starts: list[int] = []
+    for i, (start, numerator, denominator) in enumerate(changes):
+        stop = changes[i + 1][0] if i + 1 < len(changes) else length
+        bar_len = numerator * STEPS_PER_QUARTER * 4 // denominator
+        if bar_len <= 0:
+            raise ValueError(f"midi_to_piece: {name} has an unusable time signature {numerator}/{denominator}")
+        bar_starts += list(range(start, min(stop, length), bar_len))
+    starts = torch.tensor(bar_starts, dtype=torch.long)
+    steps = torch.arange(length)
+    bar = torch.searchsorted(starts, steps, right=True) - 1
+    beat = steps - starts[bar]
+    lengths = torch.diff(torch.cat([starts, torch.tensor([length])]))
+    # a short first bar under its own time signature, followed by a longer bar: a pickup, right-aligned
+    if len(changes) > 1 and changes[1][0] == lengths[0] and len(lengths) > 1 and lengths[0] < lengths[1]:
+        beat[: int(lengths[0])] += int(lengths[1] - lengths[0])
+    key = pm.key_signature_changes[0].key_number if pm.key_signature_changes else -1
+    columns = {
+        "time": steps,
+        "bar": bar,
+        "beat": beat,
+        "phrase": torch.zeros(length, dtype=torch.long),
+        "key": torch.full((length,), key, dtype=torch.long),
+        "chord": chord_labels_from_roll(roll),
+        "melody": melody_from_roll(roll, 0),
+    }
+    labels = torch.stack([columns[f] for f in LABEL_FIELDS], dim=-1)
+    return Piece(name=name, roll=roll, labels=labels, quantized_notes=counter)

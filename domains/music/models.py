@@ -1,0 +1,194 @@
+"""A piano-roll Transformer whose positional encoding is chosen by name, and KV-cache generation.
+
+The trunk is the toolkit's :class:`pe_toolkit.Transformer` (causal, feature-in / feature-out). Encoders
+with vector positions (``s_ape``, ``s_rpe``, ``ns_rpe``) receive the whole structure tensor ``(B, L, F)``;
+every other encoder (``sinusoidal``, ``rope``, ``nope``, ``music_relative``, ...) receives its ``time``
+column. Agarwal et al. 2024 (arXiv:2402.13301) use a 2-layer, 4-head decoder; the sizes here are options.
+
+Decoding a step's logits into a roll (:func:`decode_step`):
+
+* ``"voice_top1"`` (default): per voice, the most likely pitch if the probability that the voice sounds
+  any note, ``1 - prod_p (1 - p_p)`` under the model's independent cells, is at least ``threshold``; else a
+  rest (a chorale voice sings at most one note);
+* ``"threshold"``: every cell with probability >= ``threshold``;
+* ``"bernoulli"``: every cell sampled independently (``generator`` for reproducibility).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import pe_toolkit as pet
+from domains.music.data import task_features
+from domains.music.structure import FIELDS, field_index
+from pe_toolkit.encoders.base import check_choice, check_float, check_int
+
+__all__ = ["DECODE_MODES", "MusicModelConfig", "PianoRollTransformer", "decode_step", "generate_accompaniment",
+           "generate_continuation"]
+
+DECODE_MODES = ("voice_top1", "threshold", "bernoulli")
+
+
+@dataclass
+class MusicModelConfig:
+    """Sizes and encoding of :class:`PianoRollTransformer`.
+
+    Attributes:
+        task: ``"next_step"`` or ``"accompaniment"`` (sets the input / output widths).
+        encoding: registry name (``"s_ape"``, ``"s_rpe"``, ``"ns_rpe"``, ``"music_relative"``, ``"sinusoidal"``,
+            ``"rope"``, ``"nope"``, ...); ``encoding_options`` its options.
+        voices: voices of the roll (4 for SATB).
+        dim, num_heads, num_layers, mlp_hidden, dropout: trunk sizes.
+        share_encoding: one encoding for all layers (default: one per layer, as Music Transformer's
+            per-layer relative tables).
+    """
+
+    task: str = "next_step"
+    encoding: str = "s_ape"
+    encoding_options: dict[str, Any] = field(default_factory=dict)
+    voices: int = 4
+    dim: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    mlp_hidden: int | None = None
+    dropout: float = 0.1
+    share_encoding: bool = False
+
+
+class PianoRollTransformer(nn.Module):
+    """Linear in -> causal Transformer (positional hooks) -> linear out, on flattened piano-roll steps.
+
+    Shapes: ``forward(x (B, L, in_features), structure (B, L, F), cache=None) -> logits (B, L, out_features)``.
+    """
+
+    def __init__(self, config: MusicModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.in_features, self.out_features = task_features(config.task, check_int("voices", config.voices))
+        self.input = nn.Linear(self.in_features, config.dim)
+        self.trunk = pet.Transformer(pet.TransformerConfig(
+            vocab_size=None, dim=config.dim, num_heads=config.num_heads, num_layers=config.num_layers, causal=True,
+            encoding=config.encoding, encoding_options=dict(config.encoding_options), mlp_hidden=config.mlp_hidden,
+            dropout=config.dropout, share_encoding=config.share_encoding,
+        ))
+        self.head = nn.Linear(config.dim, self.out_features)
+        # Prior initialisation of the output bias (Lin et al. 2017, arXiv:1708.02002): log-odds of one pitch in
+        # 128, the base rate of a cell. Without it the blocks first learn the base rate by blowing up the
+        # residual stream, which drowns the input and stalls learning for hundreds of steps (measured here).
+        nn.init.constant_(self.head.bias, -math.log(127.0))
+        self.structured = getattr(self.trunk.encodings[0], "position_vector_dims", 0) == 1
+
+    def positions_for(self, structure: Tensor) -> Tensor:
+        """The positions the encoding takes: the structure ``(B, L, F)`` or its ``time`` column ``(B, L)``."""
+        if structure.dim() != 3 or structure.shape[-1] != len(FIELDS):
+            raise ValueError(f"structure must have shape (B, L, {len(FIELDS)}) (columns {FIELDS}), "
+                             f"got {tuple(structure.shape)}")
+        return structure if self.structured else structure[..., field_index("time")]
+
+    def new_cache(self) -> list:
+        return self.trunk.new_cache()
+
+    def forward(self, x: Tensor, structure: Tensor, *, cache: list | None = None) -> Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.in_features:
+            raise ValueError(f"x must have shape (B, L, {self.in_features}), got {tuple(x.shape)}")
+        if structure.shape[:2] != x.shape[:2]:
+            raise ValueError(f"structure {tuple(structure.shape)} must match x {tuple(x.shape)} in (B, L)")
+        hidden = self.trunk.forward_features(self.input(x), positions=self.positions_for(structure), cache=cache)
+        return self.head(hidden)
+
+
+def decode_step(logits: Tensor, voices: int, *, mode: str = "voice_top1", threshold: float = 0.5,
+                generator: torch.Generator | None = None) -> Tensor:
+    """Binary roll ``(..., voices * 128)`` from logits ``(..., voices * 128)`` (see the module docstring)."""
+    check_choice("mode", mode, DECODE_MODES)
+    check_float("threshold", threshold)
+    if logits.shape[-1] != voices * 128:
+        raise ValueError(f"logits must have {voices} x 128 = {voices * 128} features, got {logits.shape[-1]}")
+    probs = torch.sigmoid(logits.float())
+    if mode == "threshold":
+        return (probs >= threshold).float()
+    if mode == "bernoulli":
+        return torch.bernoulli(probs, generator=generator)
+    per_voice = probs.view(*probs.shape[:-1], voices, 128)
+    best = per_voice.argmax(-1, keepdim=True)
+    # P(voice sounds) = 1 - prod(1 - p), in log space: sum of log1p(-p)
+    active = 1 - torch.exp(torch.log1p(-per_voice.clamp(max=1 - 1e-7)).sum(-1, keepdim=True))
+    out = torch.zeros_like(per_voice).scatter_(-1, best, (active >= threshold).float())
+    return out.flatten(-2)
+
+
+@torch.no_grad()
+def generate_continuation(model: PianoRollTransformer, prompt: Tensor, structure: Tensor, steps: int, *,
+                          mode: str = "voice_top1", threshold: float = 0.5,
+                          generator: torch.Generator | None = None) -> Tensor:
+    """Continue a roll step by step with the KV cache (next-step model).
+
+    Args:
+        prompt: ``(B, P, V, 128)`` given steps (``P >= 1``).
+        structure: ``(B, >= P + steps - 1, F)`` structure of the steps that are fed to the model (the
+            structure is given, the notes are generated).
+        steps: new steps to generate.
+    Returns:
+        ``(B, P + steps, V, 128)`` float roll (prompt followed by the generated steps).
+    """
+    if model.config.task != "next_step":
+        raise ValueError(f"generate_continuation needs a next_step model, got task {model.config.task!r}")
+    check_int("steps", steps, minimum=0)
+    if prompt.dim() != 4 or prompt.shape[1] < 1:
+        raise ValueError(f"prompt must have shape (B, P >= 1, V, 128), got {tuple(prompt.shape)}")
+    b, p, v, _ = prompt.shape
+    if structure.shape[0] != b or structure.shape[1] < p + steps - 1:
+        raise ValueError(f"structure must cover the {p + steps - 1} fed steps of each of {b} sequences, "
+                         f"got shape {tuple(structure.shape)}")
+    was_training = model.training
+    model.eval()
+    cache = model.new_cache()
+    out = [prompt.float()]
+    logits = model(prompt.float().flatten(-2), structure[:, :p], cache=cache)[:, -1]
+    for t in range(p, p + steps):
+        step = decode_step(logits, v, mode=mode, threshold=threshold, generator=generator)  # (B, V*128)
+        out.append(step.view(b, 1, v, 128))
+        if t + 1 < p + steps:
+            logits = model(step.unsqueeze(1), structure[:, t:t + 1], cache=cache)[:, -1]
+    model.train(was_training)
+    return torch.cat(out, dim=1)
+
+
+@torch.no_grad()
+def generate_accompaniment(model: PianoRollTransformer, melody: Tensor, structure: Tensor, *,
+                           mode: str = "voice_top1", threshold: float = 0.5,
+                           generator: torch.Generator | None = None) -> Tensor:
+    """Generate the lower voices under a given top voice, one step at a time with the KV cache.
+
+    Args:
+        melody: ``(B, T, 128)`` the top voice (soprano).
+        structure: ``(B, T, F)``.
+    Returns:
+        ``(B, T, V, 128)`` float roll: the melody as voice 0, the generated voices below.
+    """
+    if model.config.task != "accompaniment":
+        raise ValueError(f"generate_accompaniment needs an accompaniment model, got task {model.config.task!r}")
+    if melody.dim() != 3 or melody.shape[-1] != 128:
+        raise ValueError(f"melody must have shape (B, T, 128), got {tuple(melody.shape)}")
+    b, length, _ = melody.shape
+    if tuple(structure.shape[:2]) != (b, length):
+        raise ValueError(f"structure must have shape ({b}, {length}, F), got {tuple(structure.shape)}")
+    lower_voices = model.config.voices - 1
+    was_training = model.training
+    model.eval()
+    cache = model.new_cache()
+    previous = melody.new_zeros(b, lower_voices * 128).float()
+    steps = []
+    for t in range(length):
+        x = torch.cat([melody[:, t].float(), previous], dim=-1).unsqueeze(1)
+        logits = model(x, structure[:, t:t + 1], cache=cache)[:, -1]
+        previous = decode_step(logits, lower_voices, mode=mode, threshold=threshold, generator=generator)
+        steps.append(previous)
+    model.train(was_training)
+    lower = torch.stack(steps, dim=1).view(b, length, lower_voices, 128)
+    return torch.cat([melody.float().unsqueeze(2), lower], dim=2)
