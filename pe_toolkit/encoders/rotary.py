@@ -591,6 +591,9 @@ class RotaryEncoding(PositionalEncoding):
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
         return cos.to(dtype), sin.to(dtype)
 
+    MAX_CACHED_POSITIONS = 1 << 17
+    """Positions at or beyond this are computed per call instead of growing the cos/sin tables."""
+
     @staticmethod
     def _cache_size(length: int) -> int:
         return max(1024, 1 << (length - 1).bit_length())
@@ -613,8 +616,10 @@ class RotaryEncoding(PositionalEncoding):
     ) -> tuple[Tensor, Tensor]:
         """cos and sin of the rotation angles times the attention factor, ``(..., rotary_dim/2)`` in ``dtype``.
 
-        Non-negative integer positions are read from the float32 cache (grown on demand, never
-        truncated); float positions, negative positions and float64 requests are computed directly.
+        Non-negative integer positions below ``MAX_CACHED_POSITIONS`` are read from the float32 cache
+        (grown on demand, never truncated); float positions, negative or larger positions and float64
+        requests are computed directly (float64 angles), so a few far positions (say near 10**6) cost
+        memory for those positions only, not a table from 0.
         ``length`` is the current length for ``dynamic`` / ``longrope`` (default ``positions.max() + 1``).
         """
         key = None
@@ -622,7 +627,7 @@ class RotaryEncoding(PositionalEncoding):
             key = self.frequency_key(self.current_length(positions) if length is None else length)
         if dtype == torch.float32 and not positions.is_floating_point() and positions.numel():
             lo, hi = int(positions.min()), int(positions.max())
-            if lo >= 0:
+            if lo >= 0 and hi < self.MAX_CACHED_POSITIONS:
                 if key is None:
                     if hi >= self.cos_cached.shape[0]:
                         self._grow_cache(hi + 1)

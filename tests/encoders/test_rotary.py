@@ -248,6 +248,17 @@ def test_cache_grows_on_demand_and_is_never_truncated():
     assert enc.cos_cached.shape[0] == grown
 
 
+def test_far_positions_are_computed_directly_without_growing_the_cache():
+    enc = RotaryEncoding(8, 1)
+    q = torch.randn(1, 1, 2, 8)
+    far = [10**6, 10**6 + 7]
+    q_rot, _ = enc.rotate(q, q, torch.tensor(far), torch.tensor(far))
+    assert enc.cos_cached.shape[0] == 0  # no table from 0 to 10**6
+    torch.testing.assert_close(q_rot.double(), reference_rope(q, far), rtol=1e-5, atol=1e-5)
+    cos, _ = enc.cos_sin(torch.tensor([RotaryEncoding.MAX_CACHED_POSITIONS - 1]), torch.float32)
+    assert enc.cos_cached.shape[0] == RotaryEncoding.MAX_CACHED_POSITIONS  # below the limit: cached
+
+
 def test_cached_cos_sin_equal_direct_float64_rounded():
     enc = RotaryEncoding(8, 1)
     pos = torch.tensor([0, 1, 999, 5000])
