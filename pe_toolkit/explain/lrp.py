@@ -402,6 +402,8 @@ def explain(
 
     Returns:
         an :class:`Attribution`; ``attr.total() + attr.total_absorbed() == attr.logit`` up to rounding.
+        The pass is the model's evaluation-mode function (no dropout), over the whole sequence at
+        once (no KV cache, no padding mask).
 
     Raises:
         TypeError: unsupported model or layer, non-integer tokens / target / index.
