@@ -27,7 +27,9 @@ It also records conservation: ``coverage = sum(input relevance) / logit`` for PA
     python benchmarks/explain.py                  # full run
 
 Outputs in ``<out>/explain/``: results.json, report.md, ``perturbation_auc.png`` and one heatmap
-``heatmap_<task>_<encoding>.png`` of token and position relevance per trained model.
+``heatmap_<task>_<encoding>.png`` of token and position relevance per trained model. Every finished
+model is stored in ``<out>/explain/runs/{quick,full}/<task>_<encoding>.json``; ``--resume`` reuses
+those whose configuration matches, ``--report-only`` trains nothing and reports what is stored.
 """
 
 from __future__ import annotations
@@ -357,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encodings", nargs="+", choices=ENCODINGS, help="positional encodings to train")
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
+    parser.add_argument("--num-explain", type=int, help="examples explained per model (default 100 full, 24 quick)")
     parser.add_argument("--resume", action="store_true", help="reuse stored runs whose configuration matches")
     parser.add_argument("--report-only", action="store_true", help="train nothing; report the stored runs")
     args = parser.parse_args(argv)
@@ -367,10 +370,15 @@ def main(argv: list[str] | None = None) -> int:
     config = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (QUICK if args.quick else FULL).items()}
     if args.encodings:
         config["encodings"] = list(args.encodings)
+    if args.num_explain is not None:
+        if args.num_explain < 1:
+            parser.error(f"--num-explain must be >= 1, got {args.num_explain}")
+        config["num_explain"] = args.num_explain
     config["tasks"] = list(args.tasks)
+    config["quick"] = args.quick
     config["fractions"] = FRACTIONS
     out_dir = Path(args.out) / NAME
-    runs_dir = out_dir / "runs"
+    runs_dir = out_dir / "runs" / ("quick" if args.quick else "full")  # quick runs never overwrite full ones
     runs_dir.mkdir(parents=True, exist_ok=True)
     todo = [(t, e) for t in config["tasks"] for e in config["encodings"]]
     progress = Progress(len(todo), NAME)

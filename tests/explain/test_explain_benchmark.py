@@ -49,7 +49,7 @@ def test_explain_set_and_evaluate_on_an_untrained_model(task):
 
 
 def test_report_only_from_stored_runs(tmp_path):
-    runs = tmp_path / "explain" / "runs"
+    runs = tmp_path / "explain" / "runs" / "full"
     runs.mkdir(parents=True)
     for encoding, pa in (("rope", 0.2), ("nope", 0.3)):
         run = {"config": {}, "model": {"task": "copy", "encoding": encoding, "accuracy": 1.0, "examples": 2},
