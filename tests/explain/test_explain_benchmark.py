@@ -64,3 +64,15 @@ def test_report_only_from_stored_runs(tmp_path):
     assert (tmp_path / "explain" / "perturbation_auc.png").exists()
     assert "PA-LRP against plain LRP" in (tmp_path / "explain" / "report.md").read_text()
     assert bench.main(["--report-only", "--tasks", "sentiment", "--out", str(tmp_path)]) == 1  # nothing stored
+
+
+def test_heatmap_png_is_written(tmp_path):
+    from pe_toolkit.tasks import Vocabulary
+
+    vocab = Vocabulary(["a", "b"])
+    example = {"ids": [1, 4, 5, 3], "token": [0.1, 0.5, -0.2, 0.3], "plain": [0.1, 0.4, -0.1, 0.2],
+               "grad_x_input": [0.0, 0.2, 0.1, 0.0], "position_terms": {"layer0.cos": [0.0, 0.1, -0.1, 0.0]},
+               "removable": [1, 2]}
+    path = tmp_path / "heatmap.png"
+    bench.plot_heatmap(example, vocab, "demo", path)
+    assert path.stat().st_size > 1000
