@@ -172,7 +172,7 @@ def frame_f1(pred: Tensor, ref: Tensor) -> Tensor:
         if not bool(((x == 0) | (x == 1)).all()):
             raise ValueError(f"frame_f1: {name} must be binary (0/1); binarise probabilities first")
     f1 = binary_f1_score(p.flatten(1).long(), r.flatten(1).long(), multidim_average="samplewise", zero_division=1)
-    return _out(f1.double(), single)
+    return _out(f1.double().reshape(p.shape[0]), single)
 
 
 def nll_per_step(logits: Tensor, target: Tensor) -> Tensor:

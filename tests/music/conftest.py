@@ -1,0 +1,24 @@
+"""Music test fixtures: one torch thread (many small ops), a hand-checked chorale, small synthetic scores."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def bwv66():
+    """BWV 66.6 (``Christ unser Herr zum Jordan kam``, F# minor), parsed once per session."""
+    from music21 import corpus
+
+    from domains.music.scores import score_to_piece
+
+    return score_to_piece(corpus.parse("bach/bwv66.6"), name="bwv66.6")

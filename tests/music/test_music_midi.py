@@ -1,0 +1,98 @@
+"""MIDI in and out: exact round trips on the 16th grid, time signatures, tempo changes, bad files."""
+
+from __future__ import annotations
+
+import pretty_midi
+import pytest
+import torch
+
+from domains.music.midi import midi_to_piece, roll_to_midi
+from domains.music.structure import LABEL_FIELDS
+
+
+def test_chorale_round_trip_is_exact(bwv66, tmp_path):
+    path = tmp_path / "bwv66.mid"
+    roll_to_midi(bwv66.roll, path, labels=bwv66.labels, tempo=72.0)
+    back = midi_to_piece(path)
+    assert torch.equal(back.roll, bwv66.roll)
+    for name in ("bar", "beat", "key", "chord", "melody", "time"):  # the pickup survives via a 1/4 bar
+        assert torch.equal(back.label(name), bwv66.label(name)), name
+    assert back.label("phrase").eq(0).all()  # fermatas are not stored in MIDI
+    assert back.quantized_notes == 0 and back.name == "bwv66"
+
+
+def test_random_roll_round_trip_is_exact(tmp_path):
+    g = torch.Generator().manual_seed(1)
+    roll = torch.rand(48, 3, 128, generator=g) < 0.05  # many short notes, repeated and overlapping
+    roll[-1, 0, 60] = True  # the file ends with the roll (MIDI stores no trailing silence)
+    roll_to_midi(roll, tmp_path / "r.mid", tempo=133.0)
+    assert torch.equal(midi_to_piece(tmp_path / "r.mid").roll, roll)
+
+
+def test_time_signature_change_gives_bars_and_beats(tmp_path):
+    pm = pretty_midi.PrettyMIDI(resolution=480, initial_tempo=120.0)  # a quarter = 0.5 s, a 16th = 0.125 s
+    inst = pretty_midi.Instrument(0)
+    inst.notes.append(pretty_midi.Note(80, 60, 0.0, 4.0))  # 32 steps
+    pm.instruments.append(inst)
+    pm.time_signature_changes += [pretty_midi.TimeSignature(4, 4, 0.0), pretty_midi.TimeSignature(3, 4, 2.0)]
+    pm.write(str(tmp_path / "ts.mid"))
+    piece = midi_to_piece(tmp_path / "ts.mid")
+    assert len(piece) == 32
+    assert piece.label("bar").tolist() == [0] * 16 + [1] * 12 + [2] * 4
+    assert piece.label("beat").tolist() == list(range(16)) + list(range(12)) + list(range(4))
+    assert piece.label("key").eq(-1).all()  # no key signature in the file
+
+
+def test_tempo_change_keeps_the_grid(tmp_path):
+    # 4/4; 120 bpm for the first bar (2 s), then 60 bpm: a note at 3.0 s is one beat after the bar line
+    pm = pretty_midi.PrettyMIDI(resolution=480, initial_tempo=120.0)
+    pm._tick_scales = [(0, 60.0 / (120.0 * 480)), (1920, 60.0 / (60.0 * 480))]
+    pm._update_tick_to_time(4000)
+    inst = pretty_midi.Instrument(0)
+    inst.notes += [pretty_midi.Note(80, 60, 0.0, 2.0), pretty_midi.Note(80, 62, 3.0, 4.0)]
+    pm.instruments.append(inst)
+    pm.write(str(tmp_path / "tempo.mid"))
+    piece = midi_to_piece(tmp_path / "tempo.mid")
+    assert torch.nonzero(piece.roll[:, 0, 62]).flatten().tolist() == [20, 21, 22, 23]
+    assert piece.label("beat")[20].item() == 4 and piece.label("bar")[20].item() == 1
+
+
+def test_off_grid_notes_are_rounded_and_counted(tmp_path):
+    pm = pretty_midi.PrettyMIDI(resolution=480, initial_tempo=120.0)
+    inst = pretty_midi.Instrument(0)
+    inst.notes.append(pretty_midi.Note(80, 60, 0.02, 0.5))  # starts 0.16 of a 16th late
+    pm.instruments.append(inst)
+    piece = midi_to_piece(pm)
+    assert piece.quantized_notes == 1 and piece.roll[:, 0, 60].tolist() == [True] * 4
+
+
+def test_bad_files(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("this is not a MIDI file")
+    with pytest.raises(ValueError, match="not a readable MIDI file"):
+        midi_to_piece(text)
+    empty = tmp_path / "empty.mid"
+    pretty_midi.PrettyMIDI().write(str(empty))
+    with pytest.raises(ValueError, match="contains no"):
+        midi_to_piece(empty)
+    with pytest.raises(FileNotFoundError):
+        midi_to_piece(tmp_path / "missing.mid")
+    roll = torch.zeros(4, 3, 128, dtype=torch.bool)
+    roll[:, :, 60] = True
+    roll_to_midi(roll, tmp_path / "three.mid")
+    with pytest.raises(ValueError, match="more than num_voices=2"):
+        midi_to_piece(tmp_path / "three.mid", num_voices=2)
+    assert midi_to_piece(tmp_path / "three.mid", num_voices=5).roll.shape == (4, 5, 128)  # padded with silence
+
+
+def test_roll_to_midi_errors():
+    with pytest.raises(ValueError, match="binary"):
+        roll_to_midi(torch.full((4, 1, 128), 0.5))
+    with pytest.raises(ValueError, match="shape"):
+        roll_to_midi(torch.zeros(4, 1, 64))
+    with pytest.raises(ValueError, match="tempo"):
+        roll_to_midi(torch.zeros(4, 1, 128), tempo=0)
+    with pytest.raises(ValueError, match="labels must have shape"):
+        roll_to_midi(torch.zeros(4, 1, 128), labels=torch.zeros(3, len(LABEL_FIELDS), dtype=torch.long))
+    with pytest.raises(TypeError, match="Tensor"):
+        roll_to_midi([[0]])

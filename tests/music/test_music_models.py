@@ -1,0 +1,164 @@
+"""Windows for the two tasks, the piano-roll Transformer, KV-cache generation, decoding and a training smoke test."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import domains.music  # noqa: F401
+from domains.music.data import WindowDataset, task_features, task_tensors
+from domains.music.models import (
+    MusicModelConfig,
+    PianoRollTransformer,
+    decode_step,
+    generate_accompaniment,
+    generate_continuation,
+)
+from domains.music.scores import Piece
+from domains.music.structure import FIELDS, LABEL_FIELDS, field_index
+
+ENCODINGS = {"s_ape": {}, "s_rpe": {}, "ns_rpe": {}, "music_relative": {"max_distance": 32}, "sinusoidal": {},
+             "rope": {}, "nope": {}}
+
+
+def synthetic_piece(length: int = 40, seed: int = 0) -> Piece:
+    """Four voices holding random chord tones for two steps each, 4/4 bars, a phrase every 16 steps."""
+    g = torch.Generator().manual_seed(seed)
+    roll = torch.zeros(length, 4, 128, dtype=torch.bool)
+    for v, base in enumerate((72, 64, 57, 48)):
+        pitches = base + torch.randint(0, 5, (length // 2 + 1,), generator=g).repeat_interleave(2)[:length]
+        roll[torch.arange(length), v, pitches] = True
+    labels = torch.zeros(length, len(LABEL_FIELDS), dtype=torch.long)
+    t = torch.arange(length)
+    for name, values in (("time", t), ("bar", t // 16), ("beat", t % 16), ("phrase", t // 16),
+                         ("chord", 1 + (t // 4) % 3), ("melody", roll[:, 0].float().argmax(-1))):
+        labels[:, LABEL_FIELDS.index(name)] = values
+    return Piece("synthetic", roll, labels)
+
+
+def test_task_tensors_align_inputs_targets_and_structure():
+    piece = synthetic_piece(9)
+    nxt = task_tensors("next_step", piece.roll, piece.labels)
+    flat = piece.roll.float().flatten(-2)
+    assert torch.equal(nxt["inputs"], flat[:-1]) and torch.equal(nxt["targets"], flat[1:])
+    assert nxt["structure"].shape == (8, len(FIELDS)) and nxt["labels"].shape == (9, len(LABEL_FIELDS))
+    acc = task_tensors("accompaniment", piece.roll, piece.labels)
+    assert acc["inputs"].shape == (9, 512) and acc["targets"].shape == (9, 384)
+    assert torch.equal(acc["inputs"][:, :128], piece.roll[:, 0].float())  # the soprano of the same step
+    assert acc["inputs"][0, 128:].eq(0).all()  # no lower voices before the first step
+    assert torch.equal(acc["inputs"][1:, 128:], acc["targets"][:-1])  # the lower voices of the previous step
+    assert task_features("next_step") == (512, 512) and task_features("accompaniment") == (512, 384)
+    with pytest.raises(ValueError, match="task must be one of"):
+        task_tensors("continuation", piece.roll, piece.labels)
+
+
+def test_window_dataset_counts_and_skips_short_pieces():
+    ds = WindowDataset([synthetic_piece(40), synthetic_piece(10, seed=1)], "next_step", 16, stride=8)
+    assert len(ds) == len(range(0, 40 - 17 + 1, 8)) and ds.skipped == ["synthetic"]
+    item = ds[1]
+    assert item["inputs"].shape == (16, 512) and item["structure"][:, field_index("time")].tolist() == list(range(16))
+    with pytest.raises(ValueError, match="length must be >= 1"):
+        WindowDataset([synthetic_piece()], "next_step", 0)
+
+
+@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("task", ["next_step", "accompaniment"])
+def test_cached_decoding_equals_full_forward(name, task):
+    model = PianoRollTransformer(MusicModelConfig(task=task, encoding=name, encoding_options=ENCODINGS[name],
+                                                  dim=16, num_heads=2, num_layers=2, dropout=0.0)).double().eval()
+    batch = [task_tensors(task, synthetic_piece(13, seed=s).roll, synthetic_piece(13, seed=s).labels)
+             for s in range(2)]
+    x = torch.stack([b["inputs"] for b in batch]).double()
+    s = torch.stack([b["structure"] for b in batch])
+    with torch.no_grad():
+        full = model(x, s)
+        cache = model.new_cache()
+        steps = [model(x[:, :3], s[:, :3], cache=cache)] + [model(x[:, t:t + 1], s[:, t:t + 1], cache=cache)
+                                                             for t in range(3, x.shape[1])]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-12, rtol=1e-12)
+
+
+def test_structure_encoders_see_structure_and_baselines_only_time():
+    piece = synthetic_piece(12)
+    b = task_tensors("next_step", piece.roll, piece.labels)
+    x, s = b["inputs"][None], b["structure"][None]
+    changed = s.clone()
+    changed[..., field_index("chord")] += 7
+    for name, sensitive in (("s_ape", True), ("sinusoidal", False)):
+        model = PianoRollTransformer(MusicModelConfig(encoding=name, dim=16, num_heads=2, dropout=0.0)).eval()
+        differs = not torch.allclose(model(x, s), model(x, changed))
+        assert differs == sensitive, name
+
+
+def test_decode_step_modes():
+    logits = torch.full((1, 2 * 128), -9.0)
+    logits[0, 60] = 3.0   # voice 0: one likely pitch
+    logits[0, 61] = 2.0
+    logits[0, 128:] = -3.0  # voice 1: every pitch at p = 0.047: P(voice sounds) = 1 - 0.953^128 > 0.99
+    logits[0, 128 + 50] = -2.5
+    top = decode_step(logits, 2)
+    assert torch.nonzero(top[0]).flatten().tolist() == [60, 128 + 50]
+    assert torch.nonzero(decode_step(logits, 2, mode="threshold")[0]).flatten().tolist() == [60, 61]
+    quiet = decode_step(torch.full((1, 128), -9.0), 1)
+    assert quiet.sum() == 0  # P(voice sounds) = 1 - (1 - 1.2e-4)^128 < 0.5: a rest
+    sample = decode_step(logits, 2, mode="bernoulli", generator=torch.Generator().manual_seed(0))
+    assert set(sample.unique().tolist()) <= {0.0, 1.0}
+    with pytest.raises(ValueError, match="mode must be one of"):
+        decode_step(logits, 2, mode="beam")
+    with pytest.raises(ValueError, match="features"):
+        decode_step(logits, 3)
+
+
+def test_generate_continuation_matches_greedy_full_recompute():
+    model = PianoRollTransformer(MusicModelConfig(encoding="ns_rpe", dim=16, num_heads=2, dropout=0.0)).eval()
+    piece = synthetic_piece(20)
+    b = task_tensors("next_step", piece.roll, piece.labels)
+    prompt = piece.roll[None, :4].float()
+    out = generate_continuation(model, prompt, b["structure"][None], 6)
+    assert out.shape == (1, 10, 4, 128) and torch.equal(out[:, :4], prompt)
+    rolls = prompt
+    for t in range(4, 10):  # no cache: recompute the whole prefix every step
+        with torch.no_grad():
+            logits = model(rolls.flatten(-2), b["structure"][None, :t])[:, -1]
+        rolls = torch.cat([rolls, decode_step(logits, 4).view(1, 1, 4, 128)], dim=1)
+    assert torch.equal(out, rolls)
+    with pytest.raises(ValueError, match="structure must cover"):
+        generate_continuation(model, prompt, b["structure"][None, :5], 6)
+
+
+def test_generate_accompaniment_keeps_the_melody():
+    model = PianoRollTransformer(MusicModelConfig(task="accompaniment", encoding="s_rpe", dim=16, num_heads=2))
+    piece = synthetic_piece(12)
+    b = task_tensors("accompaniment", piece.roll, piece.labels)
+    out = generate_accompaniment(model, piece.roll[None, :, 0].float(), b["structure"][None])
+    assert out.shape == (1, 12, 4, 128) and torch.equal(out[0, :, 0], piece.roll[:, 0].float())
+    assert (out[0, :, 1:].sum(-1) <= 1).all()  # at most one note per generated voice
+    with pytest.raises(ValueError, match="needs a next_step model"):
+        generate_continuation(model, piece.roll[None, :2].float(), b["structure"][None], 2)
+
+
+def test_model_input_errors():
+    model = PianoRollTransformer(MusicModelConfig(dim=16, num_heads=2))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, 512\)"):
+        model(torch.zeros(1, 4, 384), torch.zeros(1, 4, len(FIELDS), dtype=torch.long))
+    with pytest.raises(ValueError, match="structure must have shape"):
+        model(torch.zeros(1, 4, 512), torch.zeros(1, 4, 3, dtype=torch.long))
+
+
+def test_lightning_training_lowers_the_loss():
+    import lightning as L
+
+    from domains.music.lightning_module import ChoraleDataModule, PianoRollModule
+
+    L.seed_everything(0, verbose=False)
+    pieces = [synthetic_piece(40, seed=s) for s in range(4)]
+    data = ChoraleDataModule((pieces[:2], pieces[2:3], pieces[3:]), task="accompaniment", length=16, batch_size=4)
+    module = PianoRollModule(MusicModelConfig(task="accompaniment", encoding="s_rpe", dim=16, num_heads=2),
+                             lr=1e-2, max_steps=30)
+    trainer = L.Trainer(max_steps=30, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    before = trainer.test(module, data, verbose=False)[0]
+    trainer.fit(module, data)
+    after = trainer.test(module, data, verbose=False)[0]
+    assert after["test/nll"] < 0.7 * before["test/nll"]
+    assert 0.0 <= after["test/f1"] <= 1.0
