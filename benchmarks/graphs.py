@@ -474,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=list(MODELS), help="default: every available model")
     parser.add_argument("--folds", type=int, help="CSL folds to run, out of 5 (default 5 full, 1 quick)")
     parser.add_argument("--epochs", type=int, help="training epochs (overrides the preset, CSL and SBM)")
+    parser.add_argument("--sbm-epochs", type=int, help="SBM training epochs (overrides --epochs and the preset)")
     parser.add_argument("--sbm-graphs", type=int, help="graphs per SBM dataset (overrides the preset)")
     parser.add_argument("--sizes", nargs="+", type=int, help="precompute graph sizes (nodes)")
     parser.add_argument("--repeats", type=int, help="precompute repeats per size (<= 10k nodes)")
@@ -500,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     csl_hp, sbm_hp = dict(preset["csl"]), dict(preset["sbm"])
     if args.epochs is not None:
         csl_hp["epochs"] = sbm_hp["epochs"] = args.epochs
+    if args.sbm_epochs is not None:
+        sbm_hp["epochs"] = args.sbm_epochs
     sbm_graphs = dict(preset["sbm_num_graphs"])
     if args.sbm_graphs is not None:
         sbm_graphs = {t: args.sbm_graphs for t in sbm_graphs}
