@@ -22,10 +22,14 @@ piano rolls next to the reference.
 
 Outputs in ``<out>/music/``: ``results.json`` (one row per task x encoder x seed), ``report.md``,
 ``metrics.png``, ``rolls_<task>.png``, ``midi/<task>/<encoder>_seed<k>_<n>.mid`` and ``midi/<task>/reference_<n>.mid``.
+Runs go seed by seed (every task and encoder with the first seed, then the next seed), and each finished run is
+stored in ``runs/`` (its row and its first generated / reference roll): ``--resume`` reuses those with the same
+configuration, ``--report-only`` trains nothing and reports what is stored.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 import sys
@@ -58,7 +62,7 @@ LOWER_IS_BETTER = {"test_nll", "note_density_distance", "ssm_distance"}
 QUICK = {"limit": 40, "length": 64, "stride": 32, "dim": 32, "heads": 4, "layers": 2, "batch_size": 16,
          "steps": 80, "lr": 3e-3, "seeds": [0], "gen_windows": 8, "prompt": 16}
 FULL = {"limit": None, "length": 64, "stride": 32, "dim": 64, "heads": 4, "layers": 2, "batch_size": 16,
-        "steps": 300, "lr": 3e-3, "seeds": [0, 1], "gen_windows": 16, "prompt": 16}
+        "steps": 250, "lr": 3e-3, "seeds": [0, 1, 2], "gen_windows": 16, "prompt": 16}
 
 
 def evaluate_generation(model, task: str, batch: dict, prompt: int) -> tuple[Any, Any, dict[str, float]]:
@@ -244,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="optimiser steps per run (overrides the preset)")
     parser.add_argument("--limit", type=int, help="use only the first N corpus files (default all; quick 40)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
+    parser.add_argument("--report-only", action="store_true", help="train nothing; report the stored runs")
     args = parser.parse_args(argv)
+    args.resume = args.resume or args.report_only
     import torch
 
     from domains.music.scores import load_bach_chorales
@@ -267,25 +274,52 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{NAME}: {len(corpus.pieces)} chorales ({len(corpus.skipped)} files skipped), split "
           f"{[len(s) for s in splits]}", flush=True)
 
-    runs = [(t, e, s) for t in args.tasks for e in args.encodings for s in hp["seeds"]]
+    runs = [(t, e, s) for s in hp["seeds"] for t in args.tasks for e in args.encodings]  # seed-major
+    runs_dir = out_dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    run_config = {k: v for k, v in hp.items() if k != "seeds"}
     progress = Progress(len(runs), f"{NAME}")
     rows, examples, references = [], {t: {} for t in TASKS}, {}
     for task, encoding, seed in runs:
-        row, generated, reference = run_one(task, encoding, seed, splits, hp, out_dir / "midi")
+        stem = runs_dir / f"{task}__{encoding}__seed{seed}"
+        stored = None
+        if args.resume and stem.with_suffix(".json").exists():
+            stored = json.loads(stem.with_suffix(".json").read_text())
+            if stored.get("run_config") != json.loads(json.dumps(run_config)):
+                stored = None
+        if stored is None and args.report_only:
+            continue
+        if stored is None:
+            row, generated, reference = run_one(task, encoding, seed, splits, hp, out_dir / "midi")
+            row["run_config"] = run_config
+            stem.with_suffix(".json").write_text(json.dumps(row, indent=1) + "\n")
+            torch.save({"generated": generated.bool(), "reference": reference.bool()}, stem.with_suffix(".pt"))
+            label = "trained"
+        else:
+            row = stored
+            saved = torch.load(stem.with_suffix(".pt"), weights_only=True)
+            generated, reference = saved["generated"].float(), saved["reference"].float()
+            label = "reused"
         rows.append(row)
         if seed == hp["seeds"][0]:
             examples[task][encoding] = generated
             references[task] = reference
-        progress(f"{task} {encoding} seed {seed}: nll {row['test_nll']:.2f} ssm {row['ssm_distance']:.2f} "
+        progress(f"{task} {encoding} seed {seed} ({label}): nll {row['test_nll']:.2f} ssm {row['ssm_distance']:.2f} "
                  f"chroma {row['chroma_similarity']:.1f} ({row['seconds']:.0f}s)")
+    if not rows:
+        print(f"{NAME}: no finished runs to report", flush=True)
+        return 1
     seconds = time.perf_counter() - start
 
     summary = summarize(rows)
     checks = claim_check(summary)
     plot_metrics(summary, out_dir / "metrics.png")
     for task in args.tasks:
-        plot_rolls(examples[task], references[task], task, out_dir / f"rolls_{task}.png")
-    config = {"quick": args.quick, "tasks": args.tasks, "encodings": {e: ENCODINGS[e] for e in args.encodings},
+        if examples[task]:
+            plot_rolls(examples[task], references[task], task, out_dir / f"rolls_{task}.png")
+    seeds_done = sorted({r["seed"] for r in rows})
+    config = {"quick": args.quick, "tasks": args.tasks, "seeds_finished": seeds_done, "runs_finished": len(rows),
+              "runs_planned": len(runs), "encodings": {e: ENCODINGS[e] for e in args.encodings},
               **hp, "chorales": len(corpus.pieces), "skipped_files": len(corpus.skipped),
               "split_chorales": [len(s) for s in splits], "threads": args.threads}
     write_results(NAME, config, rows, seconds, root=args.out)
@@ -301,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         f"four parts or unparsable), split by chorale {[len(s) for s in splits]} (train / val / test). Windows of "
         f"{hp['length']} 16th steps (stride {hp['stride']} in training). Model: causal Transformer, dim {hp['dim']}, "
         f"{hp['heads']} heads, {hp['layers']} layers, {hp['steps']} AdamW steps (lr {hp['lr']}, warmup + cosine), "
-        f"batch {hp['batch_size']}; seeds {hp['seeds']}. Generation on the first {hp['gen_windows']} test windows "
+        f"batch {hp['batch_size']}; seeds planned {hp['seeds']}, runs finished {len(rows)} of {len(runs)} (a task x "
+        "encoder row lists its own number of seeds). Generation on the first {hp['gen_windows']} test windows "
         f"(greedy per-voice decoding with the KV cache; next_step continues from the first {hp['prompt']} steps). "
         "Mean over seeds, ± = sample std (blank with one seed). NLL: nats per step, teacher-forced; F1 (tf): "
         "teacher-forced frame F1 at p = 0.5; the other columns compare the generated part with the reference.\n",
@@ -316,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "step), the phrase and beat structure and the melody; the baselines see only time. In the accompaniment "
         "task the chord labels describe exactly the harmony to be generated.\n",
     ]
-    for task in args.tasks:
+    for task in [t for t in args.tasks if examples[t]]:
         body.append(f"\n## Generated piano rolls, {task}\n\n![{task}](rolls_{task}.png)\n\nMIDI files: "
                     f"`midi/{task}/` (`reference_<n>.mid` and `<encoding>_seed<k>_<n>.mid`).\n")
     write_report(NAME, "Music: structure-informed positional encodings on Bach chorales", "".join(body), root=args.out)

@@ -120,9 +120,10 @@ def roll_to_midi(roll: Tensor, path: str | os.PathLike | None = None, *, tempo: 
 def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = None) -> Piece:
     """Read a MIDI file (path or ``PrettyMIDI``) into a :class:`Piece` on the 16th grid.
 
-    Each non-drum instrument is one voice, in file order. Note starts and ends are rounded to the nearest
-    16th of the file's own tempo map (``Piece.quantized_notes`` counts those that moved); a note shorter
-    than a 16th lasts one step.
+    Each non-drum instrument is one voice, in file order (instruments named Soprano, Alto, Tenor, Bass, as
+    :func:`roll_to_midi` names them, go to their own voice, so a silent voice keeps its place). Note starts
+    and ends are rounded to the nearest 16th of the file's own tempo map (``Piece.quantized_notes`` counts
+    those that moved); a note shorter than a 16th lasts one step.
 
     Args:
         source: a path to a ``.mid`` file, or a ``pretty_midi.PrettyMIDI``.
@@ -158,6 +159,13 @@ def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = N
             raise ValueError(f"midi_to_piece: {name} has {voices} instruments with notes, more than "
                              f"num_voices={num_voices}")
         voices = num_voices
+    # Instruments named Soprano / Alto / Tenor / Bass (as roll_to_midi writes them) keep their voice even when a
+    # voice above them is silent (a MIDI file stores no instrument without notes); otherwise: file order.
+    names = [i.name for i in instruments]
+    if len(set(names)) == len(names) and all(n in VOICE_NAMES[:voices] for n in names):
+        slots = [VOICE_NAMES.index(n) for n in names]
+    else:
+        slots = list(range(len(instruments)))
     per_step = pm.resolution / STEPS_PER_QUARTER  # ticks per 16th
     counter = 0
 
@@ -172,7 +180,7 @@ def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = N
     spans = [[(to_step(n.start), to_step(n.end), n.pitch) for n in inst.notes] for inst in instruments]
     length = max(max(max(a + 1, b) for a, b, _ in notes) for notes in spans)
     roll = torch.zeros(length, voices, 128, dtype=torch.bool)
-    for v, notes in enumerate(spans):
+    for v, notes in zip(slots, spans):
         for start, end, pitch in notes:
             roll[start:max(end, start + 1), v, pitch] = True
 

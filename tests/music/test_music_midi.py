@@ -85,6 +85,13 @@ def test_bad_files(tmp_path):
     assert midi_to_piece(tmp_path / "three.mid", num_voices=5).roll.shape == (4, 5, 128)  # padded with silence
 
 
+def test_a_silent_voice_keeps_its_place(tmp_path):
+    roll = torch.zeros(4, 4, 128, dtype=torch.bool)
+    roll[:, 0, 72] = roll[:, 2, 55] = roll[:, 3, 48] = True  # the alto rests throughout
+    roll_to_midi(roll, tmp_path / "no_alto.mid")
+    assert torch.equal(midi_to_piece(tmp_path / "no_alto.mid", num_voices=4).roll, roll)
+
+
 def test_roll_to_midi_errors():
     with pytest.raises(ValueError, match="binary"):
         roll_to_midi(torch.full((4, 1, 128), 0.5))
