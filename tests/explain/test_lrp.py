@@ -276,3 +276,58 @@ def test_unknown_rotate_hook_is_rejected():
     model.encodings[0] = Custom(16, 4)
     with pytest.raises(TypeError, match=r"encodings\.0\.rotate \(Custom\)"):
         explain(model, torch.randint(0, 11, (1, 4)), 1)
+
+
+def test_hand_built_two_token_rope_case_places_table_relevance_at_the_right_positions():
+    """One head of width 2 (one rotated pair, angle = position), q = k = v = normalised input."""
+    model = pet.Transformer(pet.TransformerConfig(
+        vocab_size=2, dim=2, num_heads=1, num_layers=1, encoding="rope", encoding_options={"base": 10_000.0},
+        tie_embeddings=False,
+    )).double().eval()
+    e = torch.tensor([[1.0, 0.5], [-0.3, 2.0]], dtype=D)
+    w = torch.tensor([0.7, 1.3], dtype=D)
+    block = model.blocks[0]
+    with torch.no_grad():
+        model.token_embedding.weight.copy_(e)
+        model.lm_head.weight.copy_(torch.stack((w, -w)))
+        for proj in (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj, block.attn.o_proj):
+            proj.weight.copy_(torch.eye(2))
+        block.mlp.down.weight.zero_()
+    attr = explain(model, torch.tensor([[0, 1]]), 0, index=1, epsilon=0.0)
+
+    def rms(v):
+        return v / torch.sqrt((v**2).mean() + torch.finfo(D).eps)
+
+    def rot(u):
+        return torch.stack((-u[1], u[0]))
+
+    x = e
+    n = torch.stack((rms(x[0]), rms(x[1])))
+    cos = torch.cos(torch.tensor([0.0, 1.0], dtype=D))                 # angle = position * theta_0, theta_0 = 1
+    sin = torch.sin(torch.tensor([0.0, 1.0], dtype=D))
+    q = n[1] * cos[1] + rot(n[1]) * sin[1]
+    k = torch.stack([n[j] * cos[j] + rot(n[j]) * sin[j] for j in range(2)])
+    c = 1 / math.sqrt(2)
+    z = c * (k @ q)
+    a = torch.softmax(z, 0)
+    o = a @ n
+    h = x[1] + o
+    r_h = w * rms(h)
+    r_o = o * r_h / h
+    r_a = torch.stack([(a[j] * n[j] * r_o / (2 * o)).sum() for j in range(2)])
+    r_z = z * (r_a - a * r_a.sum())
+    share = r_z / (2 * z) * c
+    r_q = q * (share[:, None] * k).sum(0)
+    r_k = k * share[:, None] * q
+
+    def table_relevance(u, t, r):  # rope of u at position t receiving relevance r: (R_cos, R_sin)
+        rotated = u * cos[t] + rot(u) * sin[t]
+        return (u * cos[t] * r / rotated).sum() / 2, (rot(u) * sin[t] * r / rotated).sum() / 2
+
+    cos_q, sin_q = table_relevance(n[1], 1, r_q)
+    cos_k0, sin_k0 = table_relevance(n[0], 0, r_k[0])
+    cos_k1, sin_k1 = table_relevance(n[1], 1, r_k[1])
+    assert_close(attr.position_terms["layer0.cos"][0], torch.stack((cos_k0, cos_q + cos_k1)))
+    assert_close(attr.position_terms["layer0.sin"][0], torch.stack((sin_k0, sin_q + sin_k1)))
+    assert attr.position_terms["layer0.sin"][0, 0] == 0  # sin(0) = 0: no share at position 0
+    assert_close(attr.total() + attr.total_absorbed(), attr.logit)
