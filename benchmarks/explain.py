@@ -360,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
     parser.add_argument("--num-explain", type=int, help="examples explained per model (default 100 full, 24 quick)")
+    parser.add_argument("--steps", type=int, help="training steps for every task (cosine decay over them for copy)")
     parser.add_argument("--resume", action="store_true", help="reuse stored runs whose configuration matches")
     parser.add_argument("--report-only", action="store_true", help="train nothing; report the stored runs")
     args = parser.parse_args(argv)
@@ -374,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.num_explain < 1:
             parser.error(f"--num-explain must be >= 1, got {args.num_explain}")
         config["num_explain"] = args.num_explain
+    if args.steps is not None:
+        if args.steps < 1:
+            parser.error(f"--steps must be >= 1, got {args.steps}")
+        config["steps"] = {t: args.steps for t in TASKS}
+        config["decay"] = {t: (args.steps if config["decay"][t] else 0) for t in TASKS}
     config["tasks"] = list(args.tasks)
     config["quick"] = args.quick
     config["fractions"] = FRACTIONS
