@@ -331,3 +331,19 @@ def test_hand_built_two_token_rope_case_places_table_relevance_at_the_right_posi
     assert_close(attr.position_terms["layer0.sin"][0], torch.stack((sin_k0, sin_q + sin_k1)))
     assert attr.position_terms["layer0.sin"][0, 0] == 0  # sin(0) = 0: no share at position 0
     assert_close(attr.total() + attr.total_absorbed(), attr.logit)
+
+
+def test_qk_norm_is_propagated_with_the_identity_rule():
+    model = make_model("rope", qk_norm=True)
+    tokens = torch.randint(0, 11, (2, 6))
+    attr = explain(model, tokens, 3, dtype=D, epsilon=0.0)
+    assert_close(attr.logit, reference_logits(model, tokens, torch.tensor([5, 5]), torch.tensor([3, 3])),
+                 rtol=0, atol=1e-10)
+    assert_close(attr.total() + attr.absorbed["softmax"], attr.logit, rtol=0, atol=1e-12)
+
+
+def test_latent_attention_is_rejected_by_name():
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=11, dim=16, num_heads=4, num_layers=1, encoding="rope",
+                                                  attention="mla", latent_options={"latent_dim": 8}))
+    with pytest.raises(TypeError, match=r"blocks\.0\.attn \(MultiHeadLatentAttention\); supported: MultiHeadAttention"):
+        explain(model, torch.randint(0, 11, (1, 4)), 3)
