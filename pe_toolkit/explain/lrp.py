@@ -25,8 +25,9 @@ enter at the three hooks of the architecture:
   rule; the bias of each (query, key) pair is an input, split half to the query position and half to
   the key position for the per-position score (the full pair map is kept).
 
-Unsupported: content-dependent biases (CoPE), cross-attention, and any module other than those of
-:class:`~pe_toolkit.nn.TransformerBlock`; these raise ``TypeError`` naming the module.
+QK-norm (per-head RMSNorm on queries and keys) takes the identity rule like every normalisation.
+Unsupported: content-dependent biases (CoPE), cross-attention, latent attention (MLA), and any module
+other than those of :class:`~pe_toolkit.nn.TransformerBlock`; these raise ``TypeError`` naming the module.
 """
 
 from __future__ import annotations
