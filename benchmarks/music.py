@@ -18,7 +18,7 @@ time. Every generated sequence and its reference are written as ``.mid`` files, 
 piano rolls next to the reference.
 
     python benchmarks/music.py --quick      # < 2 minutes: a corpus subset, tiny model, one seed
-    python benchmarks/music.py              # full: all chorales, 2 seeds (about 40 minutes on a busy core)
+    python benchmarks/music.py              # full: all chorales, 3 seeds (sized for ~20-40 min on one free core)
 
 Outputs in ``<out>/music/``: ``results.json`` (one row per task x encoder x seed), ``report.md``,
 ``metrics.png``, ``rolls_<task>.png``, ``midi/<task>/<encoder>_seed<k>_<n>.mid`` and ``midi/<task>/reference_<n>.mid``.

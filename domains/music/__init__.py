@@ -22,12 +22,13 @@ from domains.music.metrics import (
     ssm_distance,
 )
 from domains.music.midi import midi_to_piece, roll_to_midi
-from domains.music.scores import ChoraleCorpus, Piece, load_bach_chorales, score_to_piece
+from domains.music.scores import ChoraleCorpus, Piece, load_bach_chorales, load_score_file, score_to_piece
 from domains.music.structure import FIELDS, LABEL_FIELDS, add_segment_fields
 
 __all__ = [
     "FIELDS", "LABEL_FIELDS", "ChoraleCorpus", "MusicRelativeAttention", "NonStationaryStructureRPE", "Piece",
     "StructureAPE", "StructureRPE", "add_segment_fields", "chroma_similarity", "frame_f1", "grooving_similarity",
-    "load_bach_chorales", "midi_to_piece", "nll_per_step", "note_density_distance", "roll_to_midi", "score_to_piece",
+    "load_bach_chorales", "load_score_file",
+    "midi_to_piece", "nll_per_step", "note_density_distance", "roll_to_midi", "score_to_piece",
     "ssm_distance",
 ]

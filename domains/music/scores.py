@@ -39,6 +39,7 @@ __all__ = [
     "bach_chorale_paths",
     "default_cache_dir",
     "load_bach_chorales",
+    "load_score_file",
     "melody_from_roll",
     "score_to_piece",
 ]
@@ -191,6 +192,33 @@ def score_to_piece(score, *, name: str = "score", num_voices: int | None = 4) ->
     }
     labels = torch.stack([columns[f] for f in LABEL_FIELDS], dim=-1)
     return Piece(name=name, roll=roll, labels=labels, quantized_notes=counter[0])
+
+
+def load_score_file(path: str | os.PathLike, *, num_voices: int | None = None) -> Piece:
+    """Read a user's score file (MusicXML ``.xml`` / ``.mxl`` / ``.musicxml``, Humdrum ``.krn``, ABC, ...; anything
+    music21 parses) into a :class:`Piece` with labels from the score (see :func:`score_to_piece`).
+
+    Raises:
+        FileNotFoundError: if the path does not exist.
+        ValueError: if music21 cannot parse it as a score, or :func:`score_to_piece` rejects it.
+    """
+    from music21 import converter, stream
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"load_score_file: no such file: {path}")
+    try:
+        score = converter.parse(str(path))
+    except Exception as error:  # noqa: BLE001 - music21 raises many types for an unreadable file
+        raise ValueError(f"load_score_file: {path} is not a score music21 can read ({type(error).__name__}: "
+                         f"{error})"[:300]) from error
+    if isinstance(score, stream.Opus):
+        raise ValueError(f"load_score_file: {path} holds {len(score.scores)} scores (an opus); pass one score")
+    if not isinstance(score, stream.Score):  # a single part: wrap it
+        wrapped = stream.Score()
+        wrapped.insert(0, score)
+        score = wrapped
+    return score_to_piece(score, name=path.stem, num_voices=num_voices)
 
 
 def bach_chorale_paths() -> list[Path]:

@@ -23,7 +23,7 @@ def test_chorale_round_trip_is_exact(bwv66, tmp_path):
 
 def test_random_roll_round_trip_is_exact(tmp_path):
     g = torch.Generator().manual_seed(1)
-    roll = torch.rand(48, 3, 128, generator=g) < 0.05  # many short notes, repeated and overlapping
+    roll = torch.rand(24, 3, 128, generator=g) < 0.03  # many short notes, repeated and overlapping
     roll[-1, 0, 60] = True  # the file ends with the roll (MIDI stores no trailing silence)
     roll_to_midi(roll, tmp_path / "r.mid", tempo=133.0)
     assert torch.equal(midi_to_piece(tmp_path / "r.mid").roll, roll)

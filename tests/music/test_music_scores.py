@@ -7,7 +7,14 @@ import pytest
 import torch
 from music_helpers import make_score
 
-from domains.music.scores import ChoraleCorpus, Piece, load_bach_chorales, melody_from_roll, score_to_piece
+from domains.music.scores import (
+    ChoraleCorpus,
+    Piece,
+    load_bach_chorales,
+    load_score_file,
+    melody_from_roll,
+    score_to_piece,
+)
 from domains.music.structure import LABEL_FIELDS, chord_label
 
 
@@ -118,3 +125,20 @@ def test_corpus_split_is_by_piece_and_seeded():
     assert [p.name for p in corpus.split(seed=3)[0]] == [p.name for p in train]
     with pytest.raises(ValueError, match="fractions"):
         corpus.split((0.5, 0.2))
+
+
+def test_user_score_file_and_bad_files(tmp_path, bwv66):
+    from music21 import corpus
+
+    path = tmp_path / "chorale.musicxml"
+    corpus.parse("bach/bwv66.6").write("musicxml", fp=str(path))
+    piece = load_score_file(path, num_voices=4)
+    n = len(bwv66)  # music21's export may pad the short last bar with rests
+    assert len(piece) >= n and not piece.roll[n:].any()
+    assert torch.equal(piece.roll[:n], bwv66.roll) and torch.equal(piece.labels[:n], bwv66.labels)
+    bad = tmp_path / "bad.musicxml"
+    bad.write_text("<score-partwise><part id='P1'><measure")
+    with pytest.raises(ValueError, match="not a score music21 can read"):
+        load_score_file(bad)
+    with pytest.raises(FileNotFoundError):
+        load_score_file(tmp_path / "missing.xml")
