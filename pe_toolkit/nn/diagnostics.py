@@ -7,30 +7,18 @@ import math
 import torch
 from torch import Tensor
 
-from pe_toolkit.encoders.base import causal_visibility
-from pe_toolkit.nn.attention import MultiHeadAttention, positional_logits
-
 
 def attention_probabilities(
-    attn: MultiHeadAttention, x: Tensor, *, q_pos: Tensor | None = None, encoding=None,
-    key_padding_mask: Tensor | None = None,
+    attn, x: Tensor, *, q_pos: Tensor | None = None, encoding=None, key_padding_mask: Tensor | None = None,
 ) -> Tensor:
     """The softmax attention matrix of a self-attention layer, ``(B, H, L, L)``, for inspection.
 
-    Computed explicitly (not through SDPA) from the same projections and hooks as the layer's forward.
+    ``attn`` is a :class:`~pe_toolkit.nn.MultiHeadAttention` or
+    :class:`~pe_toolkit.nn.MultiHeadLatentAttention`; its ``attention_logits`` gives the logits of
+    the layer's own forward (projections, QK-norm, hooks, causal mask), computed explicitly rather
+    than through SDPA. ``key_padding_mask (B, L)`` is True for real keys.
     """
-    encoding = encoding if encoding is not None else attn.encoding
-    b, length, _ = x.shape
-    q_pos = torch.arange(length, device=x.device) if q_pos is None else q_pos
-    q = attn.q_proj(x).view(b, length, attn.num_heads, attn.head_dim).transpose(1, 2)
-    k = attn.k_proj(x).view(b, length, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
-    k = k.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)
-    if encoding is None:
-        logits = q @ k.transpose(-1, -2) / math.sqrt(attn.head_dim)
-    else:
-        logits = positional_logits(encoding, q, k, q_pos, q_pos)
-    if attn.causal:
-        logits = logits.masked_fill(~causal_visibility(length, length, x.device), float("-inf"))
+    logits = attn.attention_logits(x, q_pos=q_pos, encoding=encoding)
     if key_padding_mask is not None:
         logits = logits.masked_fill(~key_padding_mask[:, None, None, :], float("-inf"))
     return logits.float().softmax(-1)

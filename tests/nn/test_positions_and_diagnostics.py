@@ -55,3 +55,22 @@ def test_train_positional_only_and_constraints():
         model.encodings[0].head_scale.copy_(torch.tensor([0.5, 2.0]))
     constrain_encodings(model)
     torch.testing.assert_close(model.encodings[0].head_scale, torch.tensor([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("attention", ["mha_qk_norm", "mla"])
+def test_diagnostics_work_with_qk_norm_and_latent_attention(attention):
+    """Diagnostics use the layer's own ``attention_logits``, so QK-norm and MLA layers are supported."""
+    mla = {"attention": "mla", "latent_options": {"latent_dim": 16}}
+    options = {"qk_norm": True} if attention == "mha_qk_norm" else mla
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=20, dim=32, num_heads=4, num_layers=2, encoding="rope",
+                                                  **options))
+    tokens = torch.randint(0, 20, (2, 12))
+    entropy = attention_entropy(model, tokens)
+    assert entropy.shape == (2, 4) and torch.isfinite(entropy).all()
+    block = model.blocks[0]
+    x = torch.randn(2, 12, 32)
+    probs = attention_probabilities(block.attn, x, encoding=model.encoding_for_layer(0))
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 12))
+    assert torch.all(probs.triu(1) == 0)  # causal
+    expected = block.attn.attention_logits(x, encoding=model.encoding_for_layer(0)).softmax(-1)
+    torch.testing.assert_close(probs, expected)
