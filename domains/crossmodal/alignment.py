@@ -12,11 +12,14 @@ The reference uses librosa onsets and optical-flow peaks. Here, for one bright o
 background: audio onsets are peaks of the spectral flux (sum over bins of the positive frame-to-frame
 increase of the log spectrogram); video peaks are peaks of the change of the object's velocity
 ``|v_t - v_{t-1}|``, with the position the intensity-weighted centroid of each frame (a bounce is a
-peak of this acceleration, as it is a jump of the optical flow). When neither modality has an event the
-clip counts as aligned (1.0); when only one has, as 0.0.
+peak of this acceleration, as it is a jump of the optical flow). When only one modality has events the
+score is 0.0; when neither has any it is undefined (``nan``), and :func:`av_align_batch` averages over the
+clips where it is defined and reports the share of such silent clips.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -60,11 +63,14 @@ def video_motion_peaks(video: Tensor, *, threshold: float = VIDEO_THRESHOLD, rad
 
 
 def av_align(onsets: list[float], peaks: list[float], *, tolerance: float = 1.0) -> float:
-    """AV-Align of event times on one time axis (video frames): ``p1 p2 / (p1 + p2 - p1 p2)``."""
+    """AV-Align of event times on one time axis (video frames): ``p1 p2 / (p1 + p2 - p1 p2)``.
+
+    ``nan`` when there are no events at all (undefined), 0.0 when only one modality has events.
+    """
     if tolerance < 0:
         raise ValueError(f"av_align: tolerance must be >= 0, got {tolerance}")
     if not onsets and not peaks:
-        return 1.0
+        return math.nan
     if not onsets or not peaks:
         return 0.0
     a, v = torch.tensor(onsets, dtype=torch.float64), torch.tensor(peaks, dtype=torch.float64)
@@ -78,7 +84,9 @@ def av_align_batch(video: Tensor, audio: Tensor, *, tolerance: float = 1.0, audi
                    video_threshold: float = VIDEO_THRESHOLD) -> dict[str, float]:
     """Mean AV-Align of clips ``video (N, T_v, H, W)`` and ``audio (N, T_a, F)``, onsets mapped to video frames.
 
-    Returns ``{"av_align", "audio_events", "video_events"}`` (the last two: mean events per clip).
+    Returns ``{"av_align", "audio_events", "video_events", "silent_clips"}``: the mean AV-Align over the clips
+    with at least one event (``nan`` if none has any), mean events per clip, and the share of clips without
+    any event.
 
     Raises:
         ValueError: different numbers of clips, or no clips.
@@ -99,4 +107,6 @@ def av_align_batch(video: Tensor, audio: Tensor, *, tolerance: float = 1.0, audi
         n_audio += len(onsets)
         n_video += len(peaks)
     n = video.shape[0]
-    return {"av_align": sum(scores) / n, "audio_events": n_audio / n, "video_events": n_video / n}
+    defined = [x for x in scores if not math.isnan(x)]
+    return {"av_align": sum(defined) / len(defined) if defined else math.nan, "audio_events": n_audio / n,
+            "video_events": n_video / n, "silent_clips": (n - len(defined)) / n}
