@@ -86,7 +86,8 @@ def test_encoder_decoder_run_and_task_keys():
 
 def test_report_only_rebuilds_the_report_from_stored_runs(tmp_path):
     spec = {"task": "copy_repeat", "task_options": {"train_lengths": [1, 8], "test_lengths": [9, 16]},
-            "encoding": "nope", "seed": 0, "model": lg.QUICK_MODEL, "training": lg.QUICK_TRAINING}
+            "encoding": "nope", "seed": 0, "model": {**lg.QUICK_MODEL, "scale_embeddings": True},
+            "training": lg.QUICK_TRAINING}
     stored = {**row("copy_repeat", "nope", 0.5), "architecture": "decoder", "per_length": {"3": {"correct": 1,
               "total": 2}, "12": {"correct": 1, "total": 2}}, "final_train_loss": 0.1, "parameters": 10,
               "parameters_without_pe": 10, "train_lengths": [1, 8], "test_lengths": [9, 16], "spec": spec}

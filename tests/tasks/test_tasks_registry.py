@@ -22,7 +22,9 @@ IDS = [name + ("+scratchpad" if opts else "") for name, opts in CONFIGS]
 
 
 def test_registry_names_are_stable():
-    assert list_tasks() == sorted(EXPECTED)
+    # other packages may register tasks of their own (pe_toolkit.explain's sentiment task, when imported)
+    core = [name for name in list_tasks() if type(get_task(name)).__module__.startswith("pe_toolkit.tasks")]
+    assert core == sorted(EXPECTED)
     assert list_tasks("copy_*") == [
         "copy_random", "copy_random_x2", "copy_repeat", "copy_repeat_x2", "copy_replace"]
 
