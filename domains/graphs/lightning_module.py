@@ -7,8 +7,15 @@ loss, AdamW (optional linear warmup and cosine decay), and per stage ``<stage>/l
 metric for PATTERN / CLUSTER). Metrics are accumulated over the whole epoch in a confusion matrix
 (``torchmetrics``, summed across processes under DDP) rather than averaged over batches.
 
-``GraphDataModule`` turns a PyG dataset plus ``(train, val, test)`` index splits into
-``torch_geometric.loader.DataLoader`` s, optionally with an extra per-access transform.
+``GraphDataModule`` turns a PyG dataset plus ``(train, val, test)`` index splits into loaders (the
+training one a :class:`~pe_toolkit.training.resumable.ResumableDataLoader`, evaluation ones
+``torch_geometric.loader.DataLoader`` s), optionally with an extra per-access transform.
+
+Resume without loss: the training order is a function of ``(seed, epoch)`` and the loader's position
+is saved in checkpoints; every random draw of a training step (dropout, LapPE sign flips, random walks,
+random node features, and the per-access transform) comes from the global RNG re-seeded with
+``(run seed, global step, rank)`` for that step, so a fit resumed with ``ckpt_path=`` ends with the
+same weights as one that never stopped (on CPU).
 """
 
 from __future__ import annotations
@@ -22,11 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.loader import DataLoader
+from torch_geometric.loader.dataloader import Collater
 from torch_geometric.transforms import Compose
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from pe_toolkit.encoders.base import check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
+from pe_toolkit.training.resumable import ResumableDataLoader
 
 __all__ = ["GraphClassificationModule", "GraphDataModule", "accuracy", "confusion_matrix", "weighted_accuracy"]
 
@@ -91,6 +100,12 @@ def weighted_accuracy(pred: Tensor, target: Tensor, num_classes: int) -> float:
         the weighted accuracy, or ``nan`` when ``target`` is empty.
     """
     return weighted_accuracy_from_confusion(confusion_matrix(pred, target, num_classes))
+
+
+def step_seed(step: int, rank: int = 0) -> int:
+    """Seed of training step ``step`` on process ``rank``: a function of the run seed (``torch.initial_seed()``,
+    set by ``seed_everything``), the step and the rank, in ``[0, 2**63)``."""
+    return (torch.initial_seed() * 1_000_003 + step * 1_009 + rank) % 2**63
 
 
 class GraphClassificationModule(L.LightningModule):
@@ -161,7 +176,12 @@ class GraphClassificationModule(L.LightningModule):
         return loss
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
+        # the step's draws (dropout, sign flips, walks) from the global RNG seeded by (run seed, step, rank),
+        # not from wherever the global RNG happens to be, so a resumed run draws the same; restored afterwards
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(step_seed(self.global_step, self.global_rank))
+            return self._step(batch, "train")
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         constrain_encodings(self)
@@ -207,11 +227,14 @@ class GraphDataModule(L.LightningDataModule):
             (e.g. one fold of :func:`~domains.graphs.csl_folds`, or :func:`~domains.graphs.sbm_splits`).
         transform: applied on every access, after the dataset's own ``transform`` (e.g. a PE transform
             whose randomness should be redrawn per access); ``None`` for none.
-        batch_size: graphs per batch; num_workers: loader workers; shuffle: shuffle the training split.
+        batch_size: graphs per batch; shuffle: shuffle the training split.
+        num_workers: workers of the evaluation loaders (the training loader runs in the main process so
+            that its position, and the transform's draws, are restored on resume).
+        seed: the training order's seed (epoch ``e`` uses the permutation of ``(seed, e)``).
     """
 
     def __init__(self, dataset: Any, splits: Sequence[Any], *, transform: Any = None, batch_size: int = 32,
-                 num_workers: int = 0, shuffle: bool = True) -> None:
+                 num_workers: int = 0, shuffle: bool = True, seed: int = 0) -> None:
         super().__init__()
         if not hasattr(dataset, "index_select"):
             raise TypeError(f"GraphDataModule: dataset must be a torch_geometric Dataset, got {type(dataset).__name__}")
@@ -224,6 +247,9 @@ class GraphDataModule(L.LightningDataModule):
         self.batch_size = check_int("GraphDataModule: batch_size", batch_size)
         self.num_workers = check_int("GraphDataModule: num_workers", num_workers, minimum=0)
         self.shuffle = bool(shuffle)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"GraphDataModule: seed must be an int, got {type(seed).__name__}")
+        self.seed = seed
         n = len(dataset)
         self.splits = {}
         for stage, idx in zip(STAGES, splits):
@@ -245,8 +271,12 @@ class GraphDataModule(L.LightningDataModule):
         return DataLoader(self.subsets[stage], batch_size=self.batch_size, shuffle=self.shuffle and stage == "train",
                           num_workers=self.num_workers)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
+    def train_dataloader(self) -> ResumableDataLoader:
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        subset = self.subsets["train"]
+        return ResumableDataLoader(subset, batch_size=self.batch_size, seed=self.seed, shuffle=self.shuffle,
+                                   collate_fn=Collater(subset), rank=rank, world_size=world)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")

@@ -5,6 +5,12 @@
 ``val/ndcg@10`` etc. for early stopping.
 ``SequentialRecDataModule`` serves the leave-one-out examples of :func:`~domains.recsys.split.leave_one_out`.
 
+Resume without loss: the training loader is a :class:`~pe_toolkit.training.resumable.ResumableDataLoader`
+(order a function of ``(seed, epoch)``, position saved in checkpoints); the BCE negatives of a batch come
+from a generator seeded by ``(seed, epoch, batch position)``, and dropout in a training step from the global
+RNG re-seeded by ``(run seed, global step, rank)``; a fit resumed with ``ckpt_path=`` ends with the same
+weights as one that never stopped (on CPU).
+
 Losses:
 
 * ``"bce"``: SASRec's (Kang & McAuley 2018, arXiv:1808.09781): at every non-padding position, binary
@@ -32,6 +38,7 @@ from domains.recsys.model import SASRec
 from domains.recsys.split import EvalExamples, TrainExamples, leave_one_out
 from pe_toolkit.encoders.base import check_choice, check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
+from pe_toolkit.training.resumable import ResumableDataLoader
 
 __all__ = ["LOSSES", "FullRankingMetrics", "SASRecModule", "SequentialRecDataModule", "sample_negatives"]
 
@@ -111,7 +118,8 @@ class SequentialRecDataModule(L.LightningDataModule):
     """Leave-one-out loaders over chronological user sequences.
 
     Batches are dicts: training ``users (B,)``, ``items (B, L)``, ``targets (B, L)``, ``times (B, L)`` and,
-    with ``negatives=True``, ``negatives (B, L)`` (fresh each epoch); validation / test ``users``,
+    with ``negatives=True``, ``negatives (B, L)`` (fresh each epoch, drawn from a generator seeded by
+    ``(seed, epoch, batch position)``); validation / test ``users``,
     ``items``, ``times``, ``targets (B,)`` and ``history (B, H)`` (every item before the target,
     0-padded).
 
@@ -123,10 +131,12 @@ class SequentialRecDataModule(L.LightningDataModule):
         negatives: sample one negative per position for the BCE loss.
         train_users: if given, train on (and evaluate) only this many users, the first ones (a quick
             subset); ``None`` uses all.
+        seed: seed of the training order and of the negatives.
     """
 
     def __init__(self, sequences: UserSequences, *, max_len: int = 50, batch_size: int = 128,
-                 eval_batch_size: int | None = None, negatives: bool = False, train_users: int | None = None) -> None:
+                 eval_batch_size: int | None = None, negatives: bool = False, train_users: int | None = None,
+                 seed: int = 0) -> None:
         super().__init__()
         if not isinstance(sequences, UserSequences):
             raise TypeError(f"SequentialRecDataModule: sequences must be UserSequences, got {type(sequences).__name__}")
@@ -135,6 +145,10 @@ class SequentialRecDataModule(L.LightningDataModule):
         self.eval_batch_size = self.batch_size if eval_batch_size is None else check_int(
             "SequentialRecDataModule: eval_batch_size", eval_batch_size)
         self.negatives = bool(negatives)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"SequentialRecDataModule: seed must be an int, got {type(seed).__name__}")
+        self.seed = seed
+        self._train_loader: ResumableDataLoader | None = None
         if train_users is not None:
             check_int("SequentialRecDataModule: train_users", train_users)
             if train_users > sequences.num_users:
@@ -156,7 +170,13 @@ class SequentialRecDataModule(L.LightningDataModule):
         idx = torch.tensor(indices, dtype=torch.long)
         batch = {"users": ex.users[idx], "items": ex.items[idx], "targets": ex.targets[idx], "times": ex.times[idx]}
         if self.negatives:
-            batch["negatives"] = sample_negatives(self.seen, batch["users"], tuple(batch["items"].shape))
+            # collated in the main process just before the batch is served: the loader's state is this
+            # batch's (epoch, position), which a resumed loader reproduces
+            loader = self._train_loader
+            epoch, position = (loader.order_sampler.epoch, loader.state_dict()["batches"]) if loader else (0, 0)
+            generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) * 1_000_033 + position)
+            batch["negatives"] = sample_negatives(self.seen, batch["users"], tuple(batch["items"].shape),
+                                                  generator=generator)
         return batch
 
     def _collate_eval(self, stage: str):
@@ -171,9 +191,13 @@ class SequentialRecDataModule(L.LightningDataModule):
 
         return collate
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(_Rows(self.examples["train"]), batch_size=self.batch_size, shuffle=True,
-                          collate_fn=self._collate_train)
+    def train_dataloader(self) -> ResumableDataLoader:
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        self._train_loader = ResumableDataLoader(_Rows(self.examples["train"]), batch_size=self.batch_size,
+                                                 seed=self.seed, collate_fn=self._collate_train, rank=rank,
+                                                 world_size=world)
+        return self._train_loader
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(_Rows(self.examples["val"]), batch_size=self.eval_batch_size,
@@ -267,7 +291,11 @@ class SASRecModule(L.LightningModule):
         )
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss = self.loss(batch)
+        # dropout from the global RNG seeded by (run seed, step, rank), so a resumed run draws the same masks
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed((torch.initial_seed() * 1_000_003 + self.global_step * 1_009 + self.global_rank) % 2**63)
+            loss = self.loss(batch)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["items"].shape[0])
         return loss
 
