@@ -29,6 +29,7 @@ import hashlib
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -104,8 +105,43 @@ def _fmt(value: float) -> str:
 # base class
 
 
+CACHE_FORMAT = 2  # layout of the processed file: a dict, see _GeneratedDataset.process
+
+
+def _digest_tensors(mapping: dict) -> str:
+    """sha256 over the keys, dtypes, shapes and bytes of a ``{str: Tensor | dict | other}`` mapping."""
+    h = hashlib.sha256()
+
+    def feed(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value, key=str):
+                feed(f"{prefix}/{key}", value[key])
+        elif isinstance(value, Tensor):
+            t = value.detach().cpu().contiguous()
+            h.update(f"{prefix}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(f"{prefix}|{value!r}|".encode())
+
+    feed("", mapping)
+    return h.hexdigest()
+
+
+class StaleCacheError(ValueError):
+    """A processed file that is unreadable, of another format, another configuration, or corrupted."""
+
+
 class _GeneratedDataset(InMemoryDataset):
-    """Base: a seeded generator stored in ``<root>/processed/<tag>/<tag>.pt``, ``tag`` = :attr:`file_tag`."""
+    """Base: a seeded generator stored in ``<root>/processed/<tag>/<tag>.pt``, ``tag`` = :attr:`file_tag`.
+
+    Safe cache: the processed file is a dict ``{"format": CACHE_FORMAT, "config": sha256 of the generation
+    configuration, "digest": sha256 of the stored tensors, "data": ..., "slices": ...}`` read with
+    ``torch.load(weights_only=True)`` and no fallback (PyG's own loader retries with ``weights_only=False``,
+    which would unpickle a crafted file; its ``pre_transform.pt`` check also loads unsafely, so
+    :meth:`_process` is overridden to never read those bookkeeping files). A file that cannot be read
+    safely, has another format or configuration hash, or whose tensors do not match the digest is
+    regenerated with a warning.
+    """
 
     name: str = "generated"
 
@@ -120,7 +156,52 @@ class _GeneratedDataset(InMemoryDataset):
     ) -> None:
         root = default_root(self.name) if root is None else str(Path(os.fspath(root)).expanduser())
         super().__init__(root, transform, pre_transform, pre_filter, log=log, force_reload=force_reload)
-        self.load(self.processed_paths[0])
+        path = self.processed_paths[0]
+        try:
+            self._load_checked(path)
+        except StaleCacheError as error:
+            warnings.warn(f"{type(self).__name__}: rebuilding the processed file {path}: {error}", stacklevel=2)
+            self.process()
+            self._load_checked(path)
+
+    @property
+    def config_hash(self) -> str:
+        """sha256 of the generation configuration: class, :attr:`file_tag` (parameters, format version),
+        and the reprs of ``pre_transform`` and ``pre_filter``."""
+        key = f"{type(self).__module__}.{type(self).__qualname__}|{self.file_tag}|{self.pre_transform!r}|"
+        key += f"{self.pre_filter!r}"
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def _load_checked(self, path: str) -> None:
+        """Load ``path`` with ``weights_only=True`` only; raise :class:`StaleCacheError` for anything not valid."""
+        try:
+            out = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # truncated zip, junk bytes, disallowed globals in a pickle: all unusable
+            raise StaleCacheError(f"cannot be read safely ({type(error).__name__}: {str(error)[:200]})") from None
+        if not isinstance(out, dict) or out.get("format") != CACHE_FORMAT:
+            found = out.get("format") if isinstance(out, dict) else type(out).__name__
+            raise StaleCacheError(f"cache format {found!r}, expected {CACHE_FORMAT}")
+        if out.get("config") != self.config_hash:
+            raise StaleCacheError("it was generated with another configuration")
+        data, slices = out.get("data"), out.get("slices")
+        if not isinstance(data, dict) or not isinstance(slices, dict):
+            raise StaleCacheError("data or slices missing")
+        if out.get("digest") != _digest_tensors({"data": data, "slices": slices}):
+            raise StaleCacheError("its tensors do not match the stored digest (corrupted)")
+        try:
+            self.data, self.slices = Data.from_dict(data), slices
+        except Exception as error:
+            raise StaleCacheError(f"data cannot be rebuilt ({type(error).__name__}: {error})") from None
+
+    def _process(self) -> None:
+        # PyG's version torch.load(weights_only=False)s pre_transform.pt / pre_filter.pt; here they are only
+        # written (kept for PyG's layout) and never read: pre_transform / pre_filter are part of file_tag.
+        if not self.force_reload and all(os.path.exists(p) for p in self.processed_paths):
+            return
+        os.makedirs(self.processed_dir, exist_ok=True)
+        self.process()
+        for name, value in (("pre_transform", self.pre_transform), ("pre_filter", self.pre_filter)):
+            torch.save(repr(value), os.path.join(self.processed_dir, f"{name}.pt"))
 
     # subclasses: the parameter part of the file name and the generator
     def _config_tag(self) -> str:
@@ -159,9 +240,13 @@ class _GeneratedDataset(InMemoryDataset):
             data_list = [d for d in data_list if self.pre_filter(d)]
         if self.pre_transform is not None:
             data_list = [self.pre_transform(d) for d in data_list]
+        data, slices = self.collate(data_list)
+        data = data.to_dict()
+        payload = {"format": CACHE_FORMAT, "config": self.config_hash,
+                   "digest": _digest_tensors({"data": data, "slices": slices}), "data": data, "slices": slices}
         # write then rename, so an interrupted run never leaves a truncated file that looks processed
         tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
-        self.save(data_list, tmp)
+        torch.save(payload, tmp)
         os.replace(tmp, self.processed_paths[0])
 
 
