@@ -23,6 +23,8 @@ Example:
 from __future__ import annotations
 
 import math
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,12 +164,29 @@ def load_av_npz(path: str | Path) -> AVClips:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"load_av_npz: no such file {str(path)!r}")
-    with np.load(path) as data:
+    # a truncated or corrupted file fails in numpy, zipfile or zlib with many exception types
+    unreadable = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except unreadable as error:
+        raise ValueError(f"load_av_npz: {path} is not a readable .npz file "
+                         f"({type(error).__name__}: {error})") from error
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"load_av_npz: {path} is a single .npy array, not an .npz archive with 'video' and 'audio'")
+    with data:
         for key in ("video", "audio"):
             if key not in data:
                 raise ValueError(f"load_av_npz: {path} has no array {key!r} (found {sorted(data.files)})")
-        video = torch.from_numpy(np.asarray(data["video"], dtype=np.float32))
-        audio = torch.from_numpy(np.asarray(data["audio"], dtype=np.float32))
+        try:
+            raw = {key: data[key] for key in ("video", "audio")}
+        except unreadable as error:
+            raise ValueError(f"load_av_npz: {path} has a corrupted array ({type(error).__name__}: {error})") from error
+    arrays = {}
+    for key, value in raw.items():
+        if value.dtype.kind not in "biuf":
+            raise ValueError(f"load_av_npz: {path} array {key!r} must be numeric, got dtype {value.dtype}")
+        arrays[key] = torch.from_numpy(np.asarray(value, dtype=np.float32))
+    video, audio = arrays["video"], arrays["audio"]
     for key, value in (("video", video), ("audio", audio)):
         if not torch.isfinite(value).all():
             raise ValueError(f"load_av_npz: {path} array {key!r} holds NaN or inf")

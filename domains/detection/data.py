@@ -164,6 +164,17 @@ def to_coco(targets: Sequence[dict[str, Any]], categories: Sequence[str], height
     return {"images": images, "annotations": annotations, "categories": cats}
 
 
+def _is_coco_id(value: Any) -> bool:
+    """An id is an int (not a bool) or a float with an integer value (some tools write ``1.0``)."""
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+
+
+def _coco_id(value: Any, what: str) -> int:
+    if not _is_coco_id(value):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
 class CocoDetectionDataset(Dataset):
     """A user's COCO-format detection annotations (JSON) plus an image folder.
 
@@ -196,13 +207,23 @@ class CocoDetectionDataset(Dataset):
             keys = sorted(data) if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"annotation_file {str(path)!r} must hold 'images', 'annotations' and 'categories', "
                              f"got {keys}")
+        for key in ("images", "annotations", "categories"):
+            if not isinstance(data[key], list):
+                raise ValueError(f"annotation_file {str(path)!r}: {key!r} must be a list, got "
+                                 f"{type(data[key]).__name__}")
         try:
-            cat_ids = sorted(int(c["id"]) for c in data["categories"])
-            names = {int(c["id"]): str(c.get("name", c["id"])) for c in data["categories"]}
-            self.file_names = {int(im["id"]): str(im["file_name"]) for im in data["images"]}
+            cat_list = [_coco_id(c["id"], "category id") for c in data["categories"]]
+            names = {_coco_id(c["id"], "category id"): str(c.get("name", c["id"])) for c in data["categories"]}
+            image_list = [_coco_id(im["id"], "image id") for im in data["images"]]
+            self.file_names = {_coco_id(im["id"], "image id"): str(im["file_name"]) for im in data["images"]}
         except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"annotation_file {str(path)!r}: every category needs an 'id' and every image an 'id' "
-                             f"and 'file_name' ({err!r})") from err
+            raise ValueError(f"annotation_file {str(path)!r}: every category needs an integer 'id' and every image an "
+                             f"integer 'id' and a 'file_name' ({err!r})") from err
+        for what, ids in (("category", cat_list), ("image", image_list)):
+            if len(set(ids)) != len(ids):
+                repeated = sorted({i for i in ids if ids.count(i) > 1})
+                raise ValueError(f"annotation_file {str(path)!r}: {what} id(s) {repeated} appear more than once")
+        cat_ids = sorted(cat_list)
         self.cat_to_label = {cid: i for i, cid in enumerate(cat_ids)}
         self.categories = [names[c] for c in cat_ids]
         self.image_ids = sorted(self.file_names)
@@ -218,9 +239,9 @@ class CocoDetectionDataset(Dataset):
                 raise ValueError(f"annotation {ident}: needs 'image_id', 'category_id' and 'bbox', got {ann!r}")
             if ann.get("iscrowd", 0):
                 continue
-            if ann["image_id"] not in boxes:
+            if not _is_coco_id(ann["image_id"]) or ann["image_id"] not in boxes:
                 raise ValueError(f"annotation {ident}: image_id {ann['image_id']!r} is not in 'images'")
-            if ann["category_id"] not in self.cat_to_label:
+            if not _is_coco_id(ann["category_id"]) or ann["category_id"] not in self.cat_to_label:
                 raise ValueError(f"annotation {ident}: category_id {ann['category_id']!r} is not in 'categories' "
                                  f"{cat_ids}")
             bbox = ann["bbox"]

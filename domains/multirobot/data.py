@@ -22,6 +22,8 @@ File format (:func:`save_pairs` / :func:`load_pairs`): one ``.npz`` with, for ``
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -169,14 +171,22 @@ def load_pairs(path: str | os.PathLike) -> list[PairSample]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"load_pairs: no file at {path}")
+    # a truncated or corrupted file fails in numpy, zipfile or zlib with many exception types
+    unreadable = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
     try:
         data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as error:
-        raise ValueError(f"load_pairs: {path} is not a readable .npz file ({error})") from error
-    missing = [k for k in _KEYS if k not in data.files]
-    if missing:
-        raise ValueError(f"load_pairs: {path} lacks the key(s) {missing}; expected {list(_KEYS)}")
-    arrays = {k: data[k] for k in _KEYS}
+    except unreadable as error:
+        raise ValueError(f"load_pairs: {path} is not a readable .npz file ({type(error).__name__}: {error})") from error
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"load_pairs: {path} is a single .npy array, not an .npz archive with keys {list(_KEYS)}")
+    with data:
+        missing = [k for k in _KEYS if k not in data.files]
+        if missing:
+            raise ValueError(f"load_pairs: {path} lacks the key(s) {missing}; expected {list(_KEYS)}")
+        try:
+            arrays = {k: data[k] for k in _KEYS}
+        except unreadable as error:
+            raise ValueError(f"load_pairs: {path} has a corrupted array ({type(error).__name__}: {error})") from error
     num = len(arrays["poses"])
     if arrays["poses"].shape != (num, 3):
         raise ValueError(f"load_pairs: {path}: poses must have shape (P, 3), got {arrays['poses'].shape}")
