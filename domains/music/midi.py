@@ -30,6 +30,9 @@ __all__ = ["bar_lengths", "midi_to_piece", "roll_to_midi"]
 VOICE_NAMES = ("Soprano", "Alto", "Tenor", "Bass")
 
 
+MAX_STEPS = 100_000  # default limit of midi_to_piece, in 16th steps
+
+
 def bar_lengths(bar: Tensor) -> list[int]:
     """Lengths in steps of the consecutive bars of a ``bar`` label column ``(T,)``."""
     _, counts = torch.unique_consecutive(bar, return_counts=True)
@@ -117,7 +120,8 @@ def roll_to_midi(roll: Tensor, path: str | os.PathLike | None = None, *, tempo: 
     return pm
 
 
-def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = None) -> Piece:
+def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = None,
+                  max_steps: int = MAX_STEPS) -> Piece:
     """Read a MIDI file (path or ``PrettyMIDI``) into a :class:`Piece` on the 16th grid.
 
     Each non-drum instrument is one voice, in file order (instruments named Soprano, Alto, Tenor, Bass, as
@@ -130,11 +134,13 @@ def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = N
         num_voices: pad with silent voices up to this many (an instrument without notes is not stored in
             a MIDI file); more instruments than this is an error.
         name: stored in the piece (default the file stem).
+        max_steps: the longest piece read, in 16th steps (default 100,000, about 4 hours at 100 bpm); a
+            corrupted file whose notes end millions of steps later would otherwise allocate gigabytes.
 
     Raises:
         FileNotFoundError: if the path does not exist.
         ValueError: if the file is not a readable MIDI file, has no notes, or has more voices than
-            ``num_voices``.
+            ``num_voices``, or is longer than ``max_steps``.
     """
     import pretty_midi
 
@@ -179,6 +185,9 @@ def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = N
 
     spans = [[(to_step(n.start), to_step(n.end), n.pitch) for n in inst.notes] for inst in instruments]
     length = max(max(max(a + 1, b) for a, b, _ in notes) for notes in spans)
+    if length > max_steps:
+        raise ValueError(f"midi_to_piece: {name} lasts {length} 16th steps, more than max_steps={max_steps} "
+                         f"(a corrupted file, or pass a larger max_steps)")
     roll = torch.zeros(length, voices, 128, dtype=torch.bool)
     for v, notes in zip(slots, spans):
         for start, end, pitch in notes:

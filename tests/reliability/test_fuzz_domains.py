@@ -81,6 +81,66 @@ def test_midi_bytes_fuzz(content):
     _check_piece(piece)
 
 
+def _mido_bytes(ticks_per_beat: int, events: list[tuple[str, int, int, int]], meter: tuple[int, int] | None) -> bytes:
+    import mido
+
+    mid = mido.MidiFile(ticks_per_beat=ticks_per_beat)
+    track = mido.MidiTrack()
+    mid.tracks.append(track)
+    if meter is not None:
+        track.append(mido.MetaMessage("time_signature", numerator=meter[0], denominator=meter[1], time=0))
+    for kind, note, velocity, delta in events:
+        track.append(mido.Message(kind, note=note, velocity=velocity, time=delta))
+    buffer = io.BytesIO()
+    mid.save(file=buffer)
+    return buffer.getvalue()
+
+
+# structurally valid files with extreme content: any resolution, huge delta times (up to the 2^28 - 1 a
+# variable-length quantity holds), unmatched note-ons / note-offs, zero-velocity note-ons, odd meters
+STRUCTURED_MIDI = st.builds(
+    _mido_bytes, st.integers(1, 960),
+    st.lists(st.tuples(st.sampled_from(["note_on", "note_off"]), st.integers(0, 127), st.integers(0, 127),
+                       st.one_of(st.integers(0, 2_000), st.integers(0, 2**28 - 1))), max_size=8),
+    st.one_of(st.none(), st.tuples(st.integers(1, 12), st.sampled_from([1, 2, 4, 8, 16, 32]))),
+)
+
+
+@FUZZ
+@given(content=STRUCTURED_MIDI)
+def test_structured_midi_fuzz(content):
+    from domains.music.midi import midi_to_piece
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "user.mid"
+        path.write_bytes(content)
+        try:
+            piece = midi_to_piece(path)
+        except (ValueError, TypeError) as error:
+            assert str(error).startswith("midi_to_piece:"), error
+            return
+    _check_piece(piece)
+    assert piece.roll.shape[0] <= 100_000
+
+
+def test_midi_huge_note_is_refused_not_allocated():
+    """A 40-byte file whose one note lasts 9,000,000 16ths: a clear ValueError (it used to allocate ~1 GiB per
+    voice for the roll and die with a RuntimeError from the allocator)."""
+    from domains.music.midi import midi_to_piece
+
+    content = _mido_bytes(4, [("note_on", 60, 80, 0), ("note_off", 60, 0, 9_000_000)], None)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "huge.mid"
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match="max_steps=100000"):
+            midi_to_piece(path)
+        # the limit is an argument: a short file is unaffected, a smaller limit refuses it
+        path.write_bytes(_mido_bytes(4, [("note_on", 60, 80, 0), ("note_off", 60, 0, 8)], None))
+        assert midi_to_piece(path).roll.shape[0] == 8
+        with pytest.raises(ValueError, match="max_steps=4"):
+            midi_to_piece(path, max_steps=4)
+
+
 def test_valid_midi_round_trip():
     """The unmutated file is read exactly: two voices, six steps of notes each on the 16th grid."""
     from domains.music.midi import midi_to_piece
@@ -329,6 +389,63 @@ ARRAY = st.one_of(
     st.lists(st.integers(-2, 4), max_size=4).map(lambda v: np.array(v, np.int64)),
     st.sampled_from([np.zeros((0, 2)), np.zeros((1, 3)), np.array([np.nan]), np.array(["a"]), np.zeros((2, 2, 2))]),
 )
+
+
+def _pair_arrays(counts_a, counts_b, dim, matches_per_pair):
+    num = len(counts_a)
+    rng = np.random.default_rng(len(counts_a) + 7 * sum(counts_a))
+    arrays = {"poses": rng.normal(size=(num, 3)), "overlap": np.ones(num, bool),
+              "counts_a": np.array(counts_a, np.int64), "counts_b": np.array(counts_b, np.int64)}
+    for side, counts in (("a", counts_a), ("b", counts_b)):
+        arrays[f"positions_{side}"] = rng.normal(size=(sum(counts), 2))
+        arrays[f"descriptors_{side}"] = rng.normal(size=(sum(counts), dim)).astype(np.float32)
+    arrays["matches"] = np.array([m for pair in matches_per_pair for m in pair], np.int64).reshape(-1, 2)
+    arrays["match_counts"] = np.array([len(pair) for pair in matches_per_pair], np.int64)
+    return arrays
+
+
+NEAR_PAIRS = st.integers(0, 3).flatmap(lambda n: st.builds(
+    _pair_arrays, st.lists(st.integers(0, 3), min_size=n, max_size=n), st.lists(st.integers(0, 3), min_size=n,
+                                                                                   max_size=n),
+    st.integers(0, 3), st.lists(st.lists(st.tuples(st.integers(-1, 3), st.integers(-1, 3)), max_size=2),
+                                min_size=n, max_size=n)))
+
+
+@FUZZ
+@given(arrays=NEAR_PAIRS, replace=st.one_of(st.none(), st.tuples(st.sampled_from(
+    ["positions_a", "counts_b", "poses", "overlap", "matches", "match_counts", "descriptors_b"]), ARRAY)),
+    drop=st.one_of(st.none(), st.sampled_from(["poses", "matches"])))
+def test_multirobot_near_valid_npz_fuzz(arrays, replace, drop):
+    """Well-formed archives with one array replaced or dropped: exact content when accepted."""
+    from domains.multirobot.data import load_pairs
+
+    if replace is not None:
+        arrays[replace[0]] = replace[1]
+    if drop is not None:
+        del arrays[drop]
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "pairs.npz"
+        path.write_bytes(_npz_bytes(arrays))
+        try:
+            pairs = load_pairs(path)
+        except (ValueError, TypeError) as error:
+            assert str(error).startswith("load_pairs:"), error
+            return
+    assert drop is None
+    assert len(pairs) == len(arrays["poses"])
+    offsets = {side: np.concatenate([[0], np.cumsum(arrays[f"counts_{side}"])]).astype(int) for side in "ab"}
+    match_offsets = np.concatenate([[0], np.cumsum(arrays["match_counts"])]).astype(int)
+    for s, pair in enumerate(pairs):
+        for side in "ab":
+            lo, hi = offsets[side][s], offsets[side][s + 1]
+            np.testing.assert_array_equal(getattr(pair, side).positions, arrays[f"positions_{side}"][lo:hi])
+            np.testing.assert_array_equal(getattr(pair, side).descriptors, arrays[f"descriptors_{side}"][lo:hi])
+        matches = arrays["matches"][match_offsets[s]:match_offsets[s + 1]]
+        np.testing.assert_array_equal(pair.matches, matches)
+        if len(matches):
+            assert matches.min() >= 0 and matches[:, 0].max() < len(pair.a) and matches[:, 1].max() < len(pair.b)
+        np.testing.assert_array_equal(pair.pose, arrays["poses"][s])
+        assert pair.overlap == bool(arrays["overlap"][s])
 
 
 @FUZZ
