@@ -13,8 +13,9 @@ training one a :class:`~pe_toolkit.training.resumable.ResumableDataLoader`, eval
 
 Resume without loss: the training order is a function of ``(seed, epoch)`` and the loader's position
 is saved in checkpoints; every random draw of a training step (dropout, LapPE sign flips, random walks,
-random node features, and the per-access transform) comes from the global RNG re-seeded with
-``(run seed, global step, rank)`` for that step, so a fit resumed with ``ckpt_path=`` ends with the
+random node features) comes from the global RNG re-seeded with ``(run seed, global step, rank)`` for
+that step, and the per-access transforms of a training batch from it re-seeded with ``(seed, epoch,
+batch position)``, so a fit resumed with ``ckpt_path=`` ends with the
 same weights as one that never stopped (on CPU).
 """
 
@@ -28,6 +29,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.data import Dataset
 from torch_geometric.loader import DataLoader
 from torch_geometric.loader.dataloader import Collater
 from torch_geometric.transforms import Compose
@@ -218,6 +220,19 @@ class GraphClassificationModule(L.LightningModule):
         )
 
 
+class _Indices(Dataset):
+    """``0 .. size-1``: the training loader samples positions; :meth:`GraphDataModule._collate_train` fetches."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
 class GraphDataModule(L.LightningDataModule):
     """Loaders over index splits of any PyG dataset (``torch_geometric.loader.DataLoader``).
 
@@ -259,6 +274,8 @@ class GraphDataModule(L.LightningDataModule):
                                  f"[{int(idx.min())}, {int(idx.max())}]")
             self.splits[stage] = idx
         self.subsets = {stage: self._subset(idx) for stage, idx in self.splits.items()}
+        self._collater = Collater(self.subsets["train"])
+        self._train_loader: ResumableDataLoader | None = None
 
     def _subset(self, idx: Tensor) -> Any:
         subset = self.dataset.index_select(idx)  # a shallow copy: setting its transform leaves the dataset alone
@@ -275,8 +292,20 @@ class GraphDataModule(L.LightningDataModule):
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         subset = self.subsets["train"]
-        return ResumableDataLoader(subset, batch_size=self.batch_size, seed=self.seed, shuffle=self.shuffle,
-                                   collate_fn=Collater(subset), rank=rank, world_size=world)
+        self._train_loader = ResumableDataLoader(
+            _Indices(len(subset)), batch_size=self.batch_size, seed=self.seed, shuffle=self.shuffle,
+            collate_fn=self._collate_train, rank=rank, world_size=world)
+        return self._train_loader
+
+    def _collate_train(self, indices: list[int]) -> Any:
+        # fetched in the main process just before the batch is served: the loader's state is this batch's
+        # (epoch, position), which a resumed loader reproduces, so random transforms draw the same
+        subset, loader = self.subsets["train"], self._train_loader
+        epoch, position = (loader.order_sampler.epoch, loader.state_dict()["batches"]) if loader else (0, 0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(((self.seed * 1_000_003 + epoch) * 1_000_033 + position) % 2**63)
+            graphs = [subset[i] for i in indices]
+        return self._collater(graphs)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")

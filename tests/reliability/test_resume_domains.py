@@ -1,8 +1,8 @@
 """Resume without loss for two domains (graphs, recsys): a fit stopped mid-epoch and resumed from its
 checkpoint with ``ckpt_path=`` ends with bit-identical parameters to an uninterrupted fit (CPU, seeded).
 
-Both runs keep their training randomness on (dropout, LapPE sign flips for graphs, sampled BCE
-negatives and dropout for recsys), so the test covers the data order and every random draw."""
+Both runs keep their training randomness on (dropout and a random per-access transform for graphs,
+sampled BCE negatives and dropout for recsys), so the test covers the data order and every random draw."""
 
 from __future__ import annotations
 
@@ -50,12 +50,20 @@ def _resume_check(fit, tmp_path) -> None:
     _assert_same_parameters(uninterrupted, resumed)
 
 
+def _noisy_features(data):
+    """A per-access transform with randomness (global RNG), as a user's augmentation would have."""
+    data = data.clone()
+    data.x = data.x + 0.1 * torch.randn_like(data.x)
+    return data
+
+
 def test_graph_classification_resumes_without_loss(tmp_path):
     dataset = CSLDataset(root=tmp_path / "csl", graphs_per_class=2, pre_transform=RandomWalkPE(4))
 
     def fit(max_steps, *, checkpoint_dir=None, ckpt_path=None):
         L.seed_everything(0, verbose=False)
-        data = GraphDataModule(dataset, (list(range(16)), [16, 17], [18, 19]), batch_size=4, seed=3)
+        data = GraphDataModule(dataset, (list(range(16)), [16, 17], [18, 19]), transform=_noisy_features,
+                               batch_size=4, seed=3)
         model = GINModel(num_classes=10, hidden=8, layers=1, in_features=1, pe="rwse", pe_options={"in_features": 4},
                          dropout=0.3)
         module = GraphClassificationModule(model, num_classes=10, lr=1e-2, warmup_steps=2, max_steps=TOTAL_STEPS)
