@@ -245,11 +245,12 @@ class GraphDataModule(L.LightningDataModule):
         batch_size: graphs per batch; shuffle: shuffle the training split.
         num_workers: workers of the evaluation loaders (the training loader runs in the main process so
             that its position, and the transform's draws, are restored on resume).
-        seed: the training order's seed (epoch ``e`` uses the permutation of ``(seed, e)``).
+        seed: the training order's seed (epoch ``e`` uses the permutation of ``(seed, e)``); ``None``:
+            ``torch.initial_seed()`` at construction (the seed given to ``seed_everything``).
     """
 
     def __init__(self, dataset: Any, splits: Sequence[Any], *, transform: Any = None, batch_size: int = 32,
-                 num_workers: int = 0, shuffle: bool = True, seed: int = 0) -> None:
+                 num_workers: int = 0, shuffle: bool = True, seed: int | None = None) -> None:
         super().__init__()
         if not hasattr(dataset, "index_select"):
             raise TypeError(f"GraphDataModule: dataset must be a torch_geometric Dataset, got {type(dataset).__name__}")
@@ -262,8 +263,10 @@ class GraphDataModule(L.LightningDataModule):
         self.batch_size = check_int("GraphDataModule: batch_size", batch_size)
         self.num_workers = check_int("GraphDataModule: num_workers", num_workers, minimum=0)
         self.shuffle = bool(shuffle)
+        if seed is None:  # follow the run seed (seed_everything), so runs with different seeds differ in order
+            seed = torch.initial_seed() % 2**31
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"GraphDataModule: seed must be an int, got {type(seed).__name__}")
+            raise TypeError(f"GraphDataModule: seed must be an int or None, got {type(seed).__name__}")
         self.seed = seed
         n = len(dataset)
         self.splits = {}

@@ -131,12 +131,13 @@ class SequentialRecDataModule(L.LightningDataModule):
         negatives: sample one negative per position for the BCE loss.
         train_users: if given, train on (and evaluate) only this many users, the first ones (a quick
             subset); ``None`` uses all.
-        seed: seed of the training order and of the negatives.
+        seed: seed of the training order and of the negatives; ``None``: ``torch.initial_seed()`` at
+            construction (the seed given to ``seed_everything``).
     """
 
     def __init__(self, sequences: UserSequences, *, max_len: int = 50, batch_size: int = 128,
                  eval_batch_size: int | None = None, negatives: bool = False, train_users: int | None = None,
-                 seed: int = 0) -> None:
+                 seed: int | None = None) -> None:
         super().__init__()
         if not isinstance(sequences, UserSequences):
             raise TypeError(f"SequentialRecDataModule: sequences must be UserSequences, got {type(sequences).__name__}")
@@ -145,8 +146,10 @@ class SequentialRecDataModule(L.LightningDataModule):
         self.eval_batch_size = self.batch_size if eval_batch_size is None else check_int(
             "SequentialRecDataModule: eval_batch_size", eval_batch_size)
         self.negatives = bool(negatives)
+        if seed is None:  # follow the run seed (seed_everything), so runs with different seeds differ in order
+            seed = torch.initial_seed() % 2**31
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"SequentialRecDataModule: seed must be an int, got {type(seed).__name__}")
+            raise TypeError(f"SequentialRecDataModule: seed must be an int or None, got {type(seed).__name__}")
         self.seed = seed
         self._train_loader: ResumableDataLoader | None = None
         if train_users is not None:

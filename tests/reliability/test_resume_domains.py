@@ -10,6 +10,7 @@ import logging
 import warnings
 
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -23,7 +24,6 @@ from domains.recsys.synthetic import contextual_count_log
 
 TOTAL_STEPS, STOP_AT = 11, 6  # 4 batches per epoch: the stop falls inside the second epoch
 
-
 def _trainer(max_steps: int, checkpoint_dir) -> L.Trainer:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="lightning")
@@ -34,11 +34,9 @@ def _trainer(max_steps: int, checkpoint_dir) -> L.Trainer:
         enable_model_summary=False, limit_val_batches=0, accelerator="cpu", devices=1,
     )
 
-
 def _assert_same_parameters(a: torch.nn.Module, b: torch.nn.Module) -> None:
     for (name, x), (_, y) in zip(a.named_parameters(), b.named_parameters()):
         assert torch.equal(x, y), f"{name} differs after resuming (max |diff| {float((x - y).abs().max()):.3g})"
-
 
 def _resume_check(fit, tmp_path) -> None:
     uninterrupted = fit(TOTAL_STEPS)
@@ -49,13 +47,11 @@ def _resume_check(fit, tmp_path) -> None:
     assert any(not torch.equal(p, q) for p, q in zip(fit(0).parameters(), uninterrupted.parameters()))
     _assert_same_parameters(uninterrupted, resumed)
 
-
 def _noisy_features(data):
     """A per-access transform with randomness (global RNG), as a user's augmentation would have."""
     data = data.clone()
     data.x = data.x + 0.1 * torch.randn_like(data.x)
     return data
-
 
 def test_graph_classification_resumes_without_loss(tmp_path):
     dataset = CSLDataset(root=tmp_path / "csl", graphs_per_class=2, pre_transform=RandomWalkPE(4))
@@ -73,7 +69,6 @@ def test_graph_classification_resumes_without_loss(tmp_path):
 
     _resume_check(fit, tmp_path)
 
-
 def test_sasrec_bce_resumes_without_loss(tmp_path):
     sequences = build_sequences(contextual_count_log(32, length=(8, 12), num_signal_items=12, num_filler_items=6,
                                                      seed=3))
@@ -88,3 +83,14 @@ def test_sasrec_bce_resumes_without_loss(tmp_path):
         return module
 
     _resume_check(fit, tmp_path)
+
+def test_data_seed_defaults_to_the_run_seed_and_rejects_non_ints(tmp_path):
+
+    dataset = CSLDataset(root=tmp_path / "csl", graphs_per_class=1)
+    sequences = build_sequences(contextual_count_log(8, length=(8, 10), num_signal_items=6, num_filler_items=4, seed=1))
+    for make in (lambda seed: GraphDataModule(dataset, ([0, 1], [2], [3]), seed=seed),
+                 lambda seed: SequentialRecDataModule(sequences, max_len=8, seed=seed)):
+        L.seed_everything(17, verbose=False)
+        assert make(None).seed == 17 and make(5).seed == 5
+        with pytest.raises(TypeError, match="seed must be an int or None, got float"):
+            make(1.5)
