@@ -193,6 +193,13 @@ def load_pairs(path: str | os.PathLike) -> list[PairSample]:
     for key in ("counts_a", "counts_b", "overlap", "match_counts"):
         if arrays[key].shape != (num,):
             raise ValueError(f"load_pairs: {path}: {key} must have shape ({num},), got {arrays[key].shape}")
+    for key in ("counts_a", "counts_b", "match_counts", "matches"):
+        if arrays[key].dtype.kind not in "iu" or (arrays[key].size and arrays[key].min() < 0):
+            raise ValueError(f"load_pairs: {path}: {key} must hold non-negative integers, got dtype "
+                             f"{arrays[key].dtype} with values {arrays[key].ravel()[:6].tolist()}")
+    for key in ("positions_a", "positions_b", "descriptors_a", "descriptors_b", "poses"):
+        if arrays[key].dtype.kind not in "iuf":
+            raise ValueError(f"load_pairs: {path}: {key} must be numeric, got dtype {arrays[key].dtype}")
     split: dict[str, list[np.ndarray]] = {}
     for side in ("a", "b"):
         counts = arrays[f"counts_{side}"].astype(np.int64)

@@ -414,13 +414,21 @@ NEAR_PAIRS = st.integers(0, 3).flatmap(lambda n: st.builds(
 @FUZZ
 @given(arrays=NEAR_PAIRS, replace=st.one_of(st.none(), st.tuples(st.sampled_from(
     ["positions_a", "counts_b", "poses", "overlap", "matches", "match_counts", "descriptors_b"]), ARRAY)),
-    drop=st.one_of(st.none(), st.sampled_from(["poses", "matches"])))
-def test_multirobot_near_valid_npz_fuzz(arrays, replace, drop):
-    """Well-formed archives with one array replaced or dropped: exact content when accepted."""
+    drop=st.one_of(st.none(), st.sampled_from(["poses", "matches"])),
+    shift=st.one_of(st.none(), st.tuples(st.sampled_from(["counts_a", "match_counts"]), st.integers(-4, 4)),
+                    st.sampled_from(["counts_a", "match_counts"]).map(lambda k: (k, 0.5))))
+def test_multirobot_near_valid_npz_fuzz(arrays, replace, drop, shift):
+    """Well-formed archives with one array replaced or dropped, or counts moved between pairs (same sum, maybe
+    negative or fractional): exact content when accepted."""
     from domains.multirobot.data import load_pairs
 
     if replace is not None:
         arrays[replace[0]] = replace[1]
+    if shift is not None and len(arrays[shift[0]]) >= 2:
+        counts = arrays[shift[0]].astype(type(shift[1]))
+        counts[0] += shift[1]
+        counts[-1] -= shift[1]
+        arrays[shift[0]] = counts
     if drop is not None:
         del arrays[drop]
     with tempfile.TemporaryDirectory() as directory:
@@ -436,8 +444,10 @@ def test_multirobot_near_valid_npz_fuzz(arrays, replace, drop):
     offsets = {side: np.concatenate([[0], np.cumsum(arrays[f"counts_{side}"])]).astype(int) for side in "ab"}
     match_offsets = np.concatenate([[0], np.cumsum(arrays["match_counts"])]).astype(int)
     for s, pair in enumerate(pairs):
+        assert len(pair.matches) == arrays["match_counts"][s]
         for side in "ab":
             lo, hi = offsets[side][s], offsets[side][s + 1]
+            assert len(getattr(pair, side)) == arrays[f"counts_{side}"][s]
             np.testing.assert_array_equal(getattr(pair, side).positions, arrays[f"positions_{side}"][lo:hi])
             np.testing.assert_array_equal(getattr(pair, side).descriptors, arrays[f"descriptors_{side}"][lo:hi])
         matches = arrays["matches"][match_offsets[s]:match_offsets[s + 1]]
@@ -475,6 +485,19 @@ def test_multirobot_npz_fuzz(keys, flips, cut, corrupt):
         assert np.isfinite(p.a.positions).all() and np.isfinite(p.b.positions).all()
         if len(p.matches):
             assert p.matches.min() >= 0 and p.matches[:, 0].max() < len(p.a) and p.matches[:, 1].max() < len(p.b)
+
+
+def test_multirobot_negative_count_is_refused():
+    """counts_a = [3, -1] has the right sum (2 rows) but used to split silently into pairs of 2 and 0 rows."""
+    from domains.multirobot.data import load_pairs
+
+    arrays = _pair_arrays([1, 1], [1, 1], 2, [[], []])
+    arrays["counts_a"] = np.array([3, -1])
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "pairs.npz"
+        path.write_bytes(_npz_bytes(arrays))
+        with pytest.raises(ValueError, match="counts_a must hold non-negative integers"):
+            load_pairs(path)
 
 
 def test_multirobot_npz_round_trip():
