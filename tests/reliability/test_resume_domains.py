@@ -24,6 +24,7 @@ from domains.recsys.synthetic import contextual_count_log
 
 TOTAL_STEPS, STOP_AT = 11, 6  # 4 batches per epoch: the stop falls inside the second epoch
 
+
 def _trainer(max_steps: int, checkpoint_dir) -> L.Trainer:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="lightning")
@@ -34,9 +35,11 @@ def _trainer(max_steps: int, checkpoint_dir) -> L.Trainer:
         enable_model_summary=False, limit_val_batches=0, accelerator="cpu", devices=1,
     )
 
+
 def _assert_same_parameters(a: torch.nn.Module, b: torch.nn.Module) -> None:
     for (name, x), (_, y) in zip(a.named_parameters(), b.named_parameters()):
         assert torch.equal(x, y), f"{name} differs after resuming (max |diff| {float((x - y).abs().max()):.3g})"
+
 
 def _resume_check(fit, tmp_path) -> None:
     uninterrupted = fit(TOTAL_STEPS)
@@ -47,11 +50,13 @@ def _resume_check(fit, tmp_path) -> None:
     assert any(not torch.equal(p, q) for p, q in zip(fit(0).parameters(), uninterrupted.parameters()))
     _assert_same_parameters(uninterrupted, resumed)
 
+
 def _noisy_features(data):
     """A per-access transform with randomness (global RNG), as a user's augmentation would have."""
     data = data.clone()
     data.x = data.x + 0.1 * torch.randn_like(data.x)
     return data
+
 
 def test_graph_classification_resumes_without_loss(tmp_path):
     dataset = CSLDataset(root=tmp_path / "csl", graphs_per_class=2, pre_transform=RandomWalkPE(4))
@@ -69,6 +74,7 @@ def test_graph_classification_resumes_without_loss(tmp_path):
 
     _resume_check(fit, tmp_path)
 
+
 def test_sasrec_bce_resumes_without_loss(tmp_path):
     sequences = build_sequences(contextual_count_log(32, length=(8, 12), num_signal_items=12, num_filler_items=6,
                                                      seed=3))
@@ -83,6 +89,7 @@ def test_sasrec_bce_resumes_without_loss(tmp_path):
         return module
 
     _resume_check(fit, tmp_path)
+
 
 def test_data_seed_defaults_to_the_run_seed_and_rejects_non_ints(tmp_path):
 
