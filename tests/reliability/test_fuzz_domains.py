@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ_MORE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # cheap loaders
 
 
 # ----------------------------------------------------------------------------------------------- MIDI bytes
@@ -190,7 +191,7 @@ def _expected(rows: list[list[str]], columns: list[int], width: int, integer_ids
     return out or None
 
 
-@FUZZ
+@FUZZ_MORE
 @given(rows=st.lists(ROW, max_size=10), kind=st.sampled_from(["recbole", "movielens_tab", "movielens_dat"]),
        header=st.sampled_from(["user_id:token\titem_id:token\trating:float\ttimestamp:float",
                                "item_id:token\ttimestamp:float\tuser_id:token", "user_id:token\titem_id:token", ""]))
@@ -338,7 +339,7 @@ def image_dir(tmp_path_factory):
     return root
 
 
-@FUZZ
+@FUZZ_MORE
 @given(data=COCO)
 def test_coco_json_fuzz(image_dir, data):
     from domains.detection.data import CocoDetectionDataset
@@ -411,7 +412,7 @@ NEAR_PAIRS = st.integers(0, 3).flatmap(lambda n: st.builds(
                                 min_size=n, max_size=n)))
 
 
-@FUZZ
+@FUZZ_MORE
 @given(arrays=NEAR_PAIRS, replace=st.one_of(st.none(), st.tuples(st.sampled_from(
     ["positions_a", "counts_b", "poses", "overlap", "matches", "match_counts", "descriptors_b"]), ARRAY)),
     drop=st.one_of(st.none(), st.sampled_from(["poses", "matches"])),
@@ -528,7 +529,7 @@ AV_ARRAY = st.one_of(
 )
 
 
-@FUZZ
+@FUZZ_MORE
 @given(keys=st.dictionaries(st.sampled_from(["video", "audio", "other"]), AV_ARRAY), flips=FLIPS,
        cut=st.one_of(st.none(), st.integers(0, 1_000)), corrupt=st.booleans())
 def test_crossmodal_npz_fuzz(keys, flips, cut, corrupt):
@@ -559,7 +560,7 @@ PHARAOH_FIELD = st.one_of(
 )
 
 
-@FUZZ
+@FUZZ_MORE
 @given(fields=st.lists(PHARAOH_FIELD, max_size=5))
 def test_pharaoh_parser_fuzz(fields):
     from domains.translation.btg import parse_pharaoh
@@ -576,7 +577,7 @@ def test_pharaoh_parser_fuzz(fields):
 SENTENCE = st.text(alphabet="ab c", max_size=6)
 
 
-@FUZZ
+@FUZZ_MORE
 @given(rows=st.lists(st.tuples(SENTENCE, SENTENCE, st.lists(PHARAOH_FIELD, max_size=3).map(" ".join)), max_size=4),
        drop=st.sampled_from([None, 0, 1, 2]))
 def test_parallel_corpus_fuzz(rows, drop):
@@ -608,3 +609,18 @@ def test_truncated_zip_is_a_zip():
     """The corrupted-.npz strategies reach the zip reader (not only numpy's pickle fallback)."""
     content = _npz_bytes({"video": np.ones((1, 1, 1, 1))})
     assert zipfile.is_zipfile(io.BytesIO(content))
+
+
+def test_coco_duplicate_category_id_is_refused(image_dir, tmp_path):
+    """Two categories with id 0 used to load as num_classes == 2 with every label 1 (a silent wrong answer)."""
+    from domains.detection.data import CocoDetectionDataset
+
+    path = tmp_path / "ann.json"
+    path.write_text(json.dumps({"images": [{"id": 0, "file_name": "a.png"}], "annotations": [],
+                                "categories": [{"id": 0, "name": "x"}, {"id": 0, "name": "y"}]}))
+    with pytest.raises(ValueError, match=r"category id\(s\) \[0\] appear more than once"):
+        CocoDetectionDataset(path, image_dir)
+    path.write_text(json.dumps({"images": [{"id": 1.5, "file_name": "a.png"}], "annotations": [],
+                                "categories": []}))
+    with pytest.raises(ValueError, match="image id must be an integer, got 1.5"):
+        CocoDetectionDataset(path, image_dir)
