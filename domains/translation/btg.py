@@ -248,7 +248,7 @@ def parse_pharaoh(line: str) -> list[tuple[int, int]]:
     links = []
     for field in line.split():
         parts = field.split("-")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
             raise ValueError(f"btg: alignment field {field!r} is not 'i-j' with non-negative integers (line {line!r})")
         links.append((int(parts[0]), int(parts[1])))
     return links

@@ -624,3 +624,11 @@ def test_coco_duplicate_category_id_is_refused(image_dir, tmp_path):
                                 "categories": []}))
     with pytest.raises(ValueError, match="image id must be an integer, got 1.5"):
         CocoDetectionDataset(path, image_dir)
+
+
+def test_pharaoh_parser_refuses_non_ascii_digits():
+    """Found by the fuzzing above: '²'.isdigit() is True but int('²') fails with an unclear error."""
+    from domains.translation.btg import parse_pharaoh
+
+    with pytest.raises(ValueError, match="alignment field '²-1'"):
+        parse_pharaoh("0-0 ²-1")
