@@ -24,6 +24,7 @@ from domains.crossmodal.diffusion import PREDICTIONS, cosine_alpha_bar, joint_dd
 from domains.crossmodal.models import JointDenoiser
 from pe_toolkit.encoders.base import check_choice, check_int
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
+from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard
 
 __all__ = ["AVDataModule", "JointDiffusionModule"]
 
@@ -40,11 +41,13 @@ class AVDataModule(L.LightningDataModule):
         if train.video.shape[1:] != val.video.shape[1:] or train.audio.shape[1:] != val.audio.shape[1:]:
             raise ValueError("AVDataModule: train and val clips must have the same video and audio shapes")
         self.train, self.val = train, val
-        self.batch_size, self.seed = check_int("batch_size", batch_size), seed
+        self.batch_size, self.seed = check_int("batch_size", batch_size), data_seed("AVDataModule", seed)
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(TensorDataset(self.train.video, self.train.audio), batch_size=self.batch_size, shuffle=True,
-                          generator=torch.Generator().manual_seed(self.seed), drop_last=True)
+    def train_dataloader(self) -> ResumableDataLoader:
+        # epoch e's order is the permutation of (seed, e); the loader resumes mid-epoch from a checkpoint
+        rank, world = trainer_shard(self.trainer)
+        return ResumableDataLoader(TensorDataset(self.train.video, self.train.audio), batch_size=self.batch_size,
+                                   seed=self.seed, drop_last=True, rank=rank, world_size=world)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(TensorDataset(self.val.video, self.val.audio), batch_size=self.batch_size)
@@ -104,7 +107,8 @@ class JointDiffusionModule(L.LightningModule):
         return F.mse_loss(pred_video, eps_video) + F.mse_loss(pred_audio, eps_audio)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self.loss(*batch)
+        with seeded_step(self):  # noise and timesteps drawn from (run seed, step): a resumed run draws the same
+            loss = self.loss(*batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch[0].shape[0])
         return loss
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
@@ -27,6 +26,7 @@ from domains.detection.metrics import coco_map
 from domains.detection.model import DetectorConfig, RecursiveDetector
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
+from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard
 
 __all__ = ["DetectionDataModule", "DetectionModule", "normalise_targets"]
 
@@ -72,7 +72,8 @@ class DetectionModule(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, list[dict]], batch_idx: int) -> Tensor:
         images, targets = batch
-        losses = self.criterion(self.model(images), normalise_targets(targets, *images.shape[-2:]))
+        with seeded_step(self):  # dropout drawn from (run seed, step): a resumed run draws the same masks
+            losses = self.criterion(self.model(images), normalise_targets(targets, *images.shape[-2:]))
         batch_size = images.shape[0]
         for name, value in losses.items():
             self.log(f"train/{name}", value, prog_bar=name == "loss", batch_size=batch_size)
@@ -114,29 +115,34 @@ class DetectionDataModule(L.LightningDataModule):
     Args:
         train, val, test: the datasets (``val`` / ``test`` optional).
         batch_size: images per batch; num_workers: DataLoader workers.
-        seed: seed of the training shuffle.
+        seed: seed of the training order (epoch ``e`` uses the permutation of ``(seed, e)``; the loader
+            resumes mid-epoch from a checkpoint); ``None``: the run seed given to ``seed_everything``.
     """
 
     def __init__(self, train: Dataset, val: Dataset | None = None, test: Dataset | None = None, *,
-                 batch_size: int = 16, num_workers: int = 0, seed: int = 0) -> None:
+                 batch_size: int = 16, num_workers: int = 0, seed: int | None = 0) -> None:
         super().__init__()
         self.train_set, self.val_set, self.test_set = train, val, test
         self.batch_size = check_int("batch_size", batch_size)
         self.num_workers = check_int("num_workers", num_workers, minimum=0)
-        self.seed = seed
+        self.seed = data_seed("DetectionDataModule", seed)
 
-    def _loader(self, dataset: Dataset | None, shuffle: bool, name: str) -> DataLoader:
+    def _loader(self, dataset: Dataset | None, name: str) -> DataLoader:
         if dataset is None:
             raise ValueError(f"DetectionDataModule: no {name} dataset was given")
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, collate_fn=collate_detection,
-                          num_workers=self.num_workers, generator=generator)
+        return DataLoader(dataset, batch_size=self.batch_size, collate_fn=collate_detection,
+                          num_workers=self.num_workers)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, True, "train")
+    def train_dataloader(self) -> ResumableDataLoader:
+        if self.train_set is None:
+            raise ValueError("DetectionDataModule: no train dataset was given")
+        rank, world = trainer_shard(self.trainer)
+        return ResumableDataLoader(self.train_set, batch_size=self.batch_size, seed=self.seed,
+                                   collate_fn=collate_detection, num_workers=self.num_workers, rank=rank,
+                                   world_size=world)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, False, "val")
+        return self._loader(self.val_set, "val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, False, "test")
+        return self._loader(self.test_set, "test")

@@ -37,7 +37,7 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 
 from pe_toolkit.encoders.base import check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
-from pe_toolkit.training.resumable import ResumableDataLoader
+from pe_toolkit.training.resumable import ResumableDataLoader, batch_seed, data_seed, seeded_step, trainer_shard
 
 __all__ = ["GraphClassificationModule", "GraphDataModule", "accuracy", "confusion_matrix", "weighted_accuracy"]
 
@@ -102,12 +102,6 @@ def weighted_accuracy(pred: Tensor, target: Tensor, num_classes: int) -> float:
         the weighted accuracy, or ``nan`` when ``target`` is empty.
     """
     return weighted_accuracy_from_confusion(confusion_matrix(pred, target, num_classes))
-
-
-def step_seed(step: int, rank: int = 0) -> int:
-    """Seed of training step ``step`` on process ``rank``: a function of the run seed (``torch.initial_seed()``,
-    set by ``seed_everything``), the step and the rank, in ``[0, 2**63)``."""
-    return (torch.initial_seed() * 1_000_003 + step * 1_009 + rank) % 2**63
 
 
 class GraphClassificationModule(L.LightningModule):
@@ -180,9 +174,7 @@ class GraphClassificationModule(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         # the step's draws (dropout, sign flips, walks) from the global RNG seeded by (run seed, step, rank),
         # not from wherever the global RNG happens to be, so a resumed run draws the same; restored afterwards
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(step_seed(self.global_step, self.global_rank))
+        with seeded_step(self):
             return self._step(batch, "train")
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -263,11 +255,7 @@ class GraphDataModule(L.LightningDataModule):
         self.batch_size = check_int("GraphDataModule: batch_size", batch_size)
         self.num_workers = check_int("GraphDataModule: num_workers", num_workers, minimum=0)
         self.shuffle = bool(shuffle)
-        if seed is None:  # follow the run seed (seed_everything), so runs with different seeds differ in order
-            seed = torch.initial_seed() % 2**31
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"GraphDataModule: seed must be an int or None, got {type(seed).__name__}")
-        self.seed = seed
+        self.seed = data_seed("GraphDataModule", seed)
         n = len(dataset)
         self.splits = {}
         for stage, idx in zip(STAGES, splits):
@@ -292,8 +280,7 @@ class GraphDataModule(L.LightningDataModule):
                           num_workers=self.num_workers)
 
     def train_dataloader(self) -> ResumableDataLoader:
-        trainer = self.trainer
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        rank, world = trainer_shard(self.trainer)
         subset = self.subsets["train"]
         self._train_loader = ResumableDataLoader(
             _Indices(len(subset)), batch_size=self.batch_size, seed=self.seed, shuffle=self.shuffle,
@@ -304,9 +291,9 @@ class GraphDataModule(L.LightningDataModule):
         # fetched in the main process just before the batch is served: the loader's state is this batch's
         # (epoch, position), which a resumed loader reproduces, so random transforms draw the same
         subset, loader = self.subsets["train"], self._train_loader
-        epoch, position = (loader.order_sampler.epoch, loader.state_dict()["batches"]) if loader else (0, 0)
+        epoch, position = loader.position() if loader else (0, 0)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(((self.seed * 1_000_003 + epoch) * 1_000_033 + position) % 2**63)
+            torch.manual_seed(batch_seed(self.seed, epoch, position))
             graphs = [subset[i] for i in indices]
         return self._collater(graphs)
 

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 
 from domains.multirobot.simulator import Observation, PairSample, SimConfig, simulate_pairs
 from pe_toolkit.encoders.base import check_float, check_int
+from pe_toolkit.training.resumable import ResumableDataLoader, trainer_shard
 
 __all__ = ["PairDataModule", "collate_pairs", "load_pairs", "save_pairs"]
 
@@ -124,20 +125,22 @@ class PairDataModule(L.LightningDataModule):
                 self.pairs[split] = list(given) if given is not None else simulate_pairs(
                     self.sizes[split], self.seed + offset, self.config)
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str) -> DataLoader:
         self.setup()
-        return DataLoader(self.pairs[split], batch_size=self.batch_size, shuffle=shuffle,
-                          collate_fn=_Collate(self.config.fov_range),
-                          generator=torch.Generator().manual_seed(self.seed) if shuffle else None)
+        return DataLoader(self.pairs[split], batch_size=self.batch_size, collate_fn=_Collate(self.config.fov_range))
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
+    def train_dataloader(self) -> ResumableDataLoader:
+        # epoch e's order is the permutation of (seed, e); the loader resumes mid-epoch from a checkpoint
+        self.setup()
+        rank, world = trainer_shard(self.trainer)
+        return ResumableDataLoader(self.pairs["train"], batch_size=self.batch_size, seed=self.seed,
+                                   collate_fn=_Collate(self.config.fov_range), rank=rank, world_size=world)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
+        return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", False)
+        return self._loader("test")
 
 
 def save_pairs(path: str | os.PathLike, pairs: Sequence[PairSample]) -> Path:

@@ -16,6 +16,7 @@ from domains.multirobot.matching import assignment_loss
 from domains.multirobot.model import NOPE, NOPEConfig
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
+from pe_toolkit.training.resumable import seeded_step
 
 __all__ = ["NOPEModule", "batch_match_f1"]
 
@@ -83,7 +84,8 @@ class NOPEModule(L.LightningModule):
         return losses["loss"]
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
+        with seeded_step(self):  # dropout drawn from (run seed, step): a resumed run draws the same masks
+            return self._step(batch, "train")
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._step(batch, "val")

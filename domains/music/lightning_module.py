@@ -8,6 +8,7 @@ Logged per stage ``s``: ``s/loss`` (mean BCE per cell), ``s/nll`` (nats per step
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import lightning as L
@@ -21,6 +22,7 @@ from domains.music.models import MusicModelConfig, PianoRollTransformer
 from domains.music.scores import Piece
 from pe_toolkit.encoders.base import check_choice, check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
+from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard
 
 __all__ = ["ChoraleDataModule", "PianoRollModule"]
 
@@ -29,21 +31,26 @@ class PianoRollModule(L.LightningModule):
     """BCE training of a piano-roll Transformer; batches are dicts from :class:`~domains.music.data.WindowDataset`.
 
     Args:
-        config: the model configuration (task, encoding, sizes).
+        config: the model configuration (task, encoding, sizes), or its fields as a dict (how the
+            checkpoint stores it: a checkpoint is read with ``weights_only=True``, which refuses classes).
         lr, weight_decay, betas, warmup_steps, max_steps: the optimiser recipe.
     """
 
-    def __init__(self, config: MusicModelConfig, *, lr: float = 1e-3, weight_decay: float = 0.01,
+    def __init__(self, config: MusicModelConfig | dict, *, lr: float = 1e-3, weight_decay: float = 0.01,
                  betas: Sequence[float] = (0.9, 0.98), warmup_steps: int = 0, max_steps: int | None = None) -> None:
         super().__init__()
+        if isinstance(config, dict):
+            config = MusicModelConfig(**config)
         if not isinstance(config, MusicModelConfig):
-            raise TypeError(f"PianoRollModule: config must be a MusicModelConfig, got {type(config).__name__}")
+            raise TypeError(f"PianoRollModule: config must be a MusicModelConfig or a dict of its fields, got "
+                            f"{type(config).__name__}")
         check_float("lr", lr)
         check_float("weight_decay", weight_decay, positive=False, minimum=0.0)
         check_int("warmup_steps", warmup_steps, minimum=0)
         if max_steps is not None:
             check_int("max_steps", max_steps)
-        self.save_hyperparameters()
+        self.save_hyperparameters({"config": dataclasses.asdict(config), "lr": lr, "weight_decay": weight_decay,
+                                   "betas": tuple(betas), "warmup_steps": warmup_steps, "max_steps": max_steps})
         self.model = PianoRollTransformer(config)
         self._sums: dict[str, Tensor] = {}
 
@@ -70,7 +77,8 @@ class PianoRollModule(L.LightningModule):
         return loss
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
+        with seeded_step(self):  # dropout drawn from (run seed, step): a resumed run draws the same masks
+            return self._step(batch, "train")
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._step(batch, "val")
@@ -109,15 +117,18 @@ class ChoraleDataModule(L.LightningDataModule):
         splits: ``(train, val, test)`` lists of pieces (e.g. :meth:`ChoraleCorpus.split`).
         task, length: as :class:`WindowDataset`; stride: training stride (evaluation uses ``length``).
         batch_size: windows per batch.
+        seed: seed of the training order (epoch ``e`` uses the permutation of ``(seed, e)``; the loader
+            resumes mid-epoch from a checkpoint); ``None``: the run seed given to ``seed_everything``.
     """
 
     def __init__(self, splits: Sequence[Sequence[Piece]], *, task: str, length: int, stride: int | None = None,
-                 batch_size: int = 16) -> None:
+                 batch_size: int = 16, seed: int | None = None) -> None:
         super().__init__()
         if len(splits) != 3:
             raise ValueError(f"ChoraleDataModule: splits must be (train, val, test), got {len(splits)} lists")
         self.task = check_choice("task", task, TASKS)
         self.batch_size = check_int("batch_size", batch_size)
+        self.seed = data_seed("ChoraleDataModule", seed)
         self.train_set = WindowDataset(splits[0], task, length, stride)
         self.val_set = WindowDataset(splits[1], task, length)
         self.test_set = WindowDataset(splits[2], task, length)
@@ -125,8 +136,10 @@ class ChoraleDataModule(L.LightningDataModule):
             if len(ds) == 0 and name == "train":
                 raise ValueError(f"ChoraleDataModule: no {name} window of length {length} (all pieces shorter)")
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+    def train_dataloader(self) -> ResumableDataLoader:
+        rank, world = trainer_shard(self.trainer)
+        return ResumableDataLoader(self.train_set, batch_size=self.batch_size, seed=self.seed, rank=rank,
+                                   world_size=world)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.batch_size)

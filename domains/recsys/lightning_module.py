@@ -38,7 +38,7 @@ from domains.recsys.model import SASRec
 from domains.recsys.split import EvalExamples, TrainExamples, leave_one_out
 from pe_toolkit.encoders.base import check_choice, check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
-from pe_toolkit.training.resumable import ResumableDataLoader
+from pe_toolkit.training.resumable import ResumableDataLoader, batch_seed, data_seed, seeded_step, trainer_shard
 
 __all__ = ["LOSSES", "FullRankingMetrics", "SASRecModule", "SequentialRecDataModule", "sample_negatives"]
 
@@ -146,11 +146,7 @@ class SequentialRecDataModule(L.LightningDataModule):
         self.eval_batch_size = self.batch_size if eval_batch_size is None else check_int(
             "SequentialRecDataModule: eval_batch_size", eval_batch_size)
         self.negatives = bool(negatives)
-        if seed is None:  # follow the run seed (seed_everything), so runs with different seeds differ in order
-            seed = torch.initial_seed() % 2**31
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"SequentialRecDataModule: seed must be an int or None, got {type(seed).__name__}")
-        self.seed = seed
+        self.seed = data_seed("SequentialRecDataModule", seed)
         self._train_loader: ResumableDataLoader | None = None
         if train_users is not None:
             check_int("SequentialRecDataModule: train_users", train_users)
@@ -176,8 +172,8 @@ class SequentialRecDataModule(L.LightningDataModule):
             # collated in the main process just before the batch is served: the loader's state is this
             # batch's (epoch, position), which a resumed loader reproduces
             loader = self._train_loader
-            epoch, position = (loader.order_sampler.epoch, loader.state_dict()["batches"]) if loader else (0, 0)
-            generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) * 1_000_033 + position)
+            epoch, position = loader.position() if loader else (0, 0)
+            generator = torch.Generator().manual_seed(batch_seed(self.seed, epoch, position))
             batch["negatives"] = sample_negatives(self.seen, batch["users"], tuple(batch["items"].shape),
                                                   generator=generator)
         return batch
@@ -195,8 +191,7 @@ class SequentialRecDataModule(L.LightningDataModule):
         return collate
 
     def train_dataloader(self) -> ResumableDataLoader:
-        trainer = self.trainer
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        rank, world = trainer_shard(self.trainer)
         self._train_loader = ResumableDataLoader(_Rows(self.examples["train"]), batch_size=self.batch_size,
                                                  seed=self.seed, collate_fn=self._collate_train, rank=rank,
                                                  world_size=world)
@@ -295,9 +290,7 @@ class SASRecModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         # dropout from the global RNG seeded by (run seed, step, rank), so a resumed run draws the same masks
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed((torch.initial_seed() * 1_000_003 + self.global_step * 1_009 + self.global_rank) % 2**63)
+        with seeded_step(self):
             loss = self.loss(batch)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch["items"].shape[0])
         return loss

@@ -23,6 +23,7 @@ from domains.translation.btg import btg_tree_from_alignment, cross_lingual_posit
 from domains.translation.data import SentencePair, Vocabulary
 from domains.translation.model import TranslationModel
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
+from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard
 
 __all__ = ["TranslationDataModule", "TranslationDataset", "TranslationModule", "corpus_bleu", "oracle_positions"]
 
@@ -107,11 +108,13 @@ class TranslationDataModule(L.LightningDataModule):
                  *, batch_size: int = 64, seed: int = 0) -> None:
         super().__init__()
         self.train, self.val, self.test = train, val, test if test is not None else val
-        self.batch_size, self.seed = batch_size, seed
+        self.batch_size, self.seed = batch_size, data_seed("TranslationDataModule", seed)
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train, batch_size=self.batch_size, shuffle=True, collate_fn=TranslationDataset.collate,
-                          generator=torch.Generator().manual_seed(self.seed))
+    def train_dataloader(self) -> ResumableDataLoader:
+        # epoch e's order is the permutation of (seed, e); the loader resumes mid-epoch from a checkpoint
+        rank, world = trainer_shard(self.trainer)
+        return ResumableDataLoader(self.train, batch_size=self.batch_size, seed=self.seed,
+                                   collate_fn=TranslationDataset.collate, rank=rank, world_size=world)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val, batch_size=self.batch_size, collate_fn=TranslationDataset.collate)
@@ -152,7 +155,8 @@ class TranslationModule(L.LightningModule):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = self.loss(batch)
+        with seeded_step(self):  # dropout drawn from (run seed, step): a resumed run draws the same masks
+            loss = self.loss(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["source"].shape[0])
         return loss
 

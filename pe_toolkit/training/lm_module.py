@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from pe_toolkit.nn import Transformer, TransformerConfig, randomized_positions
 from pe_toolkit.tasks import Vocabulary
 from pe_toolkit.training.exact_match import ExactMatchModule
+from pe_toolkit.training.resumable import step_seed
 
 IGNORE_INDEX = -100
 
@@ -80,7 +81,7 @@ class SequenceLMModule(ExactMatchModule):
         if self.training and self.hparams.randomized_max_position is not None:
             b, length = batch["input_ids"].shape
             # seeded by (run seed, step), not the global RNG, so a resumed run draws the same positions
-            generator = torch.Generator().manual_seed((torch.initial_seed() * 1_000_003 + self.global_step) % 2**63)
+            generator = torch.Generator().manual_seed(step_seed(self.global_step, self.global_rank))
             positions = randomized_positions(
                 b, length, self.hparams.randomized_max_position, generator=generator
             ).to(self.device)

@@ -13,11 +13,60 @@ seed it ends with the same weights as a run that never stopped.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+def step_seed(step: int, rank: int = 0) -> int:
+    """Seed of training step ``step`` on process ``rank``: a function of the run seed (``torch.initial_seed()``,
+    set by ``seed_everything``), the step and the rank, in ``[0, 2**63)``."""
+    return (torch.initial_seed() * 1_000_003 + step * 1_009 + rank) % 2**63
+
+
+@contextlib.contextmanager
+def seeded_step(module: Any) -> Iterator[None]:
+    """Run a training step's random draws (dropout, noise, sampled negatives) from the global RNG seeded
+    by ``step_seed(module.global_step, module.global_rank)``, and restore the RNG afterwards.
+
+    Without it the draws depend on wherever the global RNG happens to be, which a checkpoint does not
+    record, so a resumed run would draw different masks than an uninterrupted one.
+
+    Args:
+        module: a ``LightningModule`` (anything with ``device``, ``global_step`` and ``global_rank``).
+    """
+    devices = [module.device.index or 0] if module.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(step_seed(module.global_step, module.global_rank))
+        yield
+
+
+def batch_seed(seed: int, epoch: int, position: int) -> int:
+    """Seed of the ``position``-th training batch of ``epoch`` under data seed ``seed``, in ``[0, 2**63)``
+    (for random transforms applied while collating a batch)."""
+    return ((seed * 1_000_003 + epoch) * 1_000_033 + position) % 2**63
+
+
+def data_seed(owner: str, seed: int | None) -> int:
+    """A data module's shuffling seed: ``seed``, or ``torch.initial_seed() % 2**31`` (the seed given to
+    ``seed_everything``) when ``None``, so runs with different seeds see different orders.
+
+    Raises:
+        TypeError: ``seed`` is neither an int nor ``None`` (the message names ``owner``).
+    """
+    if seed is None:
+        seed = torch.initial_seed() % 2**31
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{owner}: seed must be an int or None, got {type(seed).__name__}")
+    return seed
+
+
+def trainer_shard(trainer: Any) -> tuple[int, int]:
+    """``(rank, world_size)`` of this process under ``trainer`` (``(0, 1)`` without a trainer)."""
+    return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
 
 class EpochSeededSampler(DistributedSampler):
@@ -67,7 +116,7 @@ class ResumableDataLoader(DataLoader):
         batch_size: examples per batch.
         seed: the shuffling seed; epoch ``e`` uses the permutation of ``(seed, e)``.
         shuffle: ``False`` keeps the dataset order (still resumable).
-        collate_fn, drop_last: as in ``torch.utils.data.DataLoader``.
+        collate_fn, drop_last, num_workers: as in ``torch.utils.data.DataLoader``.
         rank, world_size: this process's shard under data parallelism (``trainer.global_rank``,
             ``trainer.world_size``).
 
@@ -85,6 +134,7 @@ class ResumableDataLoader(DataLoader):
         shuffle: bool = True,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         drop_last: bool = False,
+        num_workers: int = 0,
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
@@ -94,7 +144,8 @@ class ResumableDataLoader(DataLoader):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.order_sampler = EpochSeededSampler(len(dataset), seed, shuffle=shuffle, rank=rank, world_size=world_size)
         super().__init__(
-            dataset, batch_size=batch_size, sampler=self.order_sampler, collate_fn=collate_fn, drop_last=drop_last
+            dataset, batch_size=batch_size, sampler=self.order_sampler, collate_fn=collate_fn, drop_last=drop_last,
+            num_workers=num_workers,
         )
         self._served = 0
 
@@ -105,6 +156,10 @@ class ResumableDataLoader(DataLoader):
         for batch in super().__iter__():
             self._served += 1
             yield batch
+
+    def position(self) -> tuple[int, int]:
+        """``(epoch, batches served in it)``: while a batch is collated in the main process, its own index."""
+        return self.order_sampler.epoch, self._served
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.order_sampler.epoch, "batches": self._served, "seed": self.order_sampler.seed}

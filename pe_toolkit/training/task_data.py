@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from pe_toolkit.tasks import Example, Vocabulary, get_task
-from pe_toolkit.training.resumable import ResumableDataLoader
+from pe_toolkit.training.resumable import ResumableDataLoader, trainer_shard
 
 
 class _ListDataset(torch.utils.data.Dataset):
@@ -152,8 +152,7 @@ class TaskDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # Resumable: an interrupted fit continues with the batches it would have seen (see resumable.py).
-        trainer = self.trainer
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        rank, world = trainer_shard(self.trainer)
         return ResumableDataLoader(
             _ListDataset(self.examples("train")), batch_size=self.batch_size, seed=self.hparams.seed,
             collate_fn=self._collate_train, rank=rank, world_size=world,
@@ -163,8 +162,7 @@ class TaskDataModule(L.LightningDataModule):
         examples = self.examples(split)
         groups = same_prompt_length_batches([len(self.vocab.encode_prompt(ex)) for ex in examples], self.batch_size)
         batches = [self._collate_eval([examples[i] for i in group]) for group in groups]
-        trainer = self.trainer
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        rank, world = trainer_shard(self.trainer)
         return DataLoader(_ShardedBatches(batches, rank, world), batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
