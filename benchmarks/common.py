@@ -543,6 +543,53 @@ def peak_memory_in_subprocess(
     return result, peak
 
 
+# ------------------------------------------------------------------------------------ resumable runs
+class RunStore:
+    """Finished runs of a benchmark, one JSON file per run, so an interrupted benchmark resumes.
+
+    ``save(key, spec, row)`` writes ``runs_dir/<key>.json`` (the row plus its ``spec``) as soon as a
+    run finishes; with ``resume=True``, ``load(key, spec)`` returns that row again when the stored spec
+    equals ``spec`` (compared after a JSON round trip, so tuples and lists match), else ``None``.
+
+    Example:
+        >>> import tempfile
+        >>> store = RunStore(Path(tempfile.mkdtemp()), resume=True)
+        >>> store.load("a", {"steps": 2}) is None
+        True
+        >>> store.save("a", {"steps": 2}, {"loss": 0.5})
+        >>> store.load("a", {"steps": 2})["loss"], store.load("a", {"steps": 3})
+        (0.5, None)
+    """
+
+    def __init__(self, runs_dir: str | os.PathLike, *, resume: bool) -> None:
+        self.runs_dir = Path(runs_dir)
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.resume = bool(resume)
+
+    def path(self, key: str) -> Path:
+        if not key or "/" in key or key.startswith("."):
+            raise ValueError(f"run key must be a non-empty file name without '/', got {key!r}")
+        return self.runs_dir / f"{key}.json"
+
+    def load(self, key: str, spec: dict[str, Any]) -> dict[str, Any] | None:
+        path = self.path(key)
+        if not self.resume or not path.exists():
+            return None
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None  # a run file cut short by the interruption: run it again
+        if not isinstance(stored, dict) or stored.get("spec") != json.loads(json.dumps(spec, default=_json_default)):
+            return None
+        return stored
+
+    def save(self, key: str, spec: dict[str, Any], row: dict[str, Any]) -> None:
+        path = self.path(key)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({**row, "spec": spec}, indent=1, default=_json_default) + "\n")
+        tmp.replace(path)  # atomic: an interruption never leaves half a file under the run's name
+
+
 # ------------------------------------------------------------------------------------ command line
 def standard_argparser(description: str) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` with the options every benchmark takes.

@@ -15,9 +15,10 @@ with independent stages while having fewer parameters. This benchmark checks tha
 
     python benchmarks/detection.py --quick            # pipeline check, < 2 minutes on an idle core
     python benchmarks/detection.py                    # full run (3 seeds)
+    python benchmarks/detection.py --resume           # reuse the finished runs of an interrupted one
 
-Outputs in ``<out>/detection/``: ``results.json`` (one row per variant x seed), ``runs.jsonl`` (each run as it
-finishes), ``report.md`` (per-run table,
+Outputs in ``<out>/detection/``: ``results.json`` (one row per variant x seed), ``runs/<quick|full>/`` (each
+run as it finishes, with its configuration; ``--resume`` reuses those that match), ``report.md`` (per-run table,
 mean +- std per variant, the claim check), ``map_vs_parameters.png`` and ``predictions.png`` (test images with
 ground truth and each variant's detections). Deviation from the issue: torchvision and torchmetrics'
 MeanAveragePrecision cannot be used here (torchvision's wheels fail to load beside the pinned CPU torch), so
@@ -26,7 +27,6 @@ RoI Align, box ops and the metric are the domain's own / pycocotools (see ``doma
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import (  # noqa: E402
     Progress,
+    RunStore,
     markdown_table,
     results_dir,
     standard_argparser,
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (overrides the preset)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
     args = parser.parse_args(argv)
 
     import torch
@@ -225,16 +227,22 @@ def main(argv: list[str] | None = None) -> int:
     train_set = ShapesDetectionDataset(preset["train_images"], seed=1000)
     test_set = ShapesDetectionDataset(preset["test_images"], seed=2000)
     rows, drawn = [], {}
-    runs_path = results_dir(NAME, args.out) / "runs.jsonl"
-    runs_path.unlink(missing_ok=True)
+    store = RunStore(results_dir(NAME, args.out) / "runs" / ("quick" if args.quick else "full"), resume=args.resume)
+    run_preset = {k: v for k, v in preset.items() if k != "seeds"}
     progress = Progress(len(variants) * len(preset["seeds"]), f"{NAME} train")
     for seed in preset["seeds"]:
         for variant in variants:
             draw = 4 if seed == preset["seeds"][-1] else 0
-            row, preds = train_one(variant, seed, preset, train_set, test_set, draw_images=draw)
+            key, spec = f"{variant}__seed{seed}", {"preset": run_preset, "model": MODEL, "draw_images": draw}
+            stored = store.load(key, spec)
+            if stored is not None:
+                preds = stored.pop("predictions")
+                row = {k: v for k, v in stored.items() if k != "spec"}
+                print(f"{NAME}: reused {key} (mAP {row['map']:.4f})", flush=True)
+            else:
+                row, preds = train_one(variant, seed, preset, train_set, test_set, draw_images=draw)
+                store.save(key, spec, {**row, "predictions": preds})  # every finished run survives an interruption
             rows.append(row)
-            with open(runs_path, "a") as handle:  # every finished run survives an interrupted benchmark
-                handle.write(json.dumps(row) + "\n")
             if preds is not None:
                 drawn[variant] = preds
             progress(f"{variant} seed {seed}: mAP {row['map']:.4f} AP50 {row['map_50']:.4f} "

@@ -19,8 +19,10 @@ test set, per seed, and the reorderer's accuracy. Data: :func:`domains.translati
 
     python benchmarks/translation.py --quick      # pipeline check, < 2 minutes
     python benchmarks/translation.py              # full run (about 40 minutes on a shared core)
+    python benchmarks/translation.py --resume     # reuse the finished runs of an interrupted one
 
-Outputs in ``<out>/translation/``: ``results.json``, ``report.md``, ``bleu.png``.
+Outputs in ``<out>/translation/``: ``results.json``, ``report.md``, ``bleu.png``, and every finished run in
+``runs/{quick,full}/`` with its configuration (what ``--resume`` compares).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
 
 NAME = "translation"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -201,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--positions", nargs="+", choices=["reorderer", "oracle"],
                         help="sources of the cross-lingual positions")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
     args = parser.parse_args(argv)
 
     import torch
@@ -220,8 +223,15 @@ def main(argv: list[str] | None = None) -> None:
     progress = Progress(len(runs), NAME)
     rows: list[dict[str, Any]] = []
     out_dir = None
+    store = RunStore(Path(args.out) / NAME / "runs" / ("quick" if args.quick else "full"), resume=args.resume)
+    run_config = {k: v for k, v in config.items() if k not in ("seeds", "variants", "positions")}
     for variant, positions, seed in runs:
-        row = run_one(variant, "oracle" if positions == "-" else positions, seed, data, config)
+        key = f"{variant}__{positions if positions != '-' else 'none'}__seed{seed}"
+        row = store.load(key, run_config)
+        if row is None:
+            row = run_one(variant, "oracle" if positions == "-" else positions, seed, data, config)
+            store.save(key, run_config, row)
+        row = {k: v for k, v in row.items() if k != "spec"}
         rows.append(row)
         progress(f"{variant} ({positions}) seed {seed}: BLEU {row['bleu']:.2f}, exact {row['exact_match']:.3f}")
         out_dir = write_all(rows, len(runs), data, config, args.out, time.perf_counter() - start)

@@ -267,3 +267,21 @@ def test_run_all_summary_links_reports(tmp_path):
     assert "| speed | ok | 12.3 | quick |" in text and "[speed/report.md](speed/report.md)" in text
     assert "| other | not run |" in text
     assert json.loads((tmp_path / "summary.json").read_text()) == entries
+
+
+def test_run_store_resumes_only_matching_complete_runs(tmp_path):
+    RunStore = common.RunStore
+
+    store = RunStore(tmp_path / "runs", resume=True)
+    spec = {"steps": 2, "sizes": (1, 2)}
+    store.save("rope__seed0", spec, {"loss": 0.5})
+    assert store.load("rope__seed0", {"steps": 2, "sizes": [1, 2]})["loss"] == 0.5  # tuple == list after JSON
+    assert store.load("rope__seed0", {"steps": 3, "sizes": [1, 2]}) is None
+    assert store.load("alibi__seed0", spec) is None
+    assert RunStore(tmp_path / "runs", resume=False).load("rope__seed0", spec) is None
+    store.path("cut").write_text('{"loss": 0.')  # a file cut short by an interruption is run again
+    assert store.load("cut", spec) is None
+    assert not list((tmp_path / "runs").glob("*.tmp"))
+    for bad in ("", "../x", ".hidden"):
+        with pytest.raises(ValueError, match="run key must be a non-empty file name"):
+            store.path(bad)

@@ -66,5 +66,20 @@ def test_tiny_benchmark_run(tmp_path, monkeypatch):
     assert doc["rows"][1]["parameters"] < doc["rows"][0]["parameters"]
     assert (out / "map_vs_parameters.png").stat().st_size > 0 and (out / "predictions.png").stat().st_size > 0
     assert "Claim check" in (out / "report.md").read_text()
-    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert runs == doc["rows"]
+    stored = {p.stem: json.loads(p.read_text()) for p in (out / "runs" / "quick").glob("*.json")}
+    assert sorted(stored) == ["independent__seed0", "recursive_box_centerness__seed0"]
+    assert stored["independent__seed0"]["map"] == doc["rows"][0]["map"]
+
+    # --resume reuses both finished runs (training again would fail) and reports the same rows
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(bench, "train_one", no_training)
+    argv = ["--quick", "--out", str(tmp_path), "--variants", "independent", "recursive_box_centerness"]
+    assert bench.main([*argv, "--resume"]) == 0
+    assert json.loads((out / "results.json").read_text())["rows"] == doc["rows"]
+    # a changed configuration is not reused; without --resume nothing is
+    with pytest.raises(AssertionError, match="trained again"):
+        bench.main([*argv, "--resume", "--steps", "3"])
+    with pytest.raises(AssertionError, match="trained again"):
+        bench.main(argv)
