@@ -19,8 +19,10 @@ detected events per clip (real clips have about 2.2).
 
     python benchmarks/crossmodal.py --quick      # pipeline check, < 2 minutes
     python benchmarks/crossmodal.py              # full run (about 40 minutes on a shared core)
+    python benchmarks/crossmodal.py --resume     # reuse the finished runs of an interrupted one
 
-Outputs in ``<out>/crossmodal/``: ``results.json``, ``report.md``, ``av_align.png``, ``samples.png``.
+Outputs in ``<out>/crossmodal/``: ``results.json``, ``report.md``, ``av_align.png``, ``samples.png``, and every
+finished run in ``runs/{quick,full}/`` (its rows, its two drawn clips and its configuration).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
 
 NAME = "crossmodal"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -202,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", help="training seeds")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
     args = parser.parse_args(argv)
 
     import torch
@@ -228,8 +231,16 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     samples: dict[str, Any] = {}
     out_dir = None
+    store = RunStore(Path(args.out) / NAME / "runs" / ("quick" if args.quick else "full"), resume=args.resume)
+    run_config = {k: v for k, v in config.items() if k not in ("seeds", "variants")}
     for variant, seed in runs:
-        variant_rows, clip = run_one(variant, seed, train, val, config)
+        key = f"{variant}__seed{seed}"
+        stored = store.load(key, run_config)
+        if stored is not None:  # the two sampled clips drawn in the figure are stored with the rows
+            variant_rows, clip = stored["rows"], tuple(torch.tensor(x) for x in stored["clip"])
+        else:
+            variant_rows, clip = run_one(variant, seed, train, val, config)
+            store.save(key, run_config, {"rows": variant_rows, "clip": [x.tolist() for x in clip]})
         rows.extend(variant_rows)
         samples.setdefault(variant, clip)
         progress(f"{variant} seed {seed}: " + ", ".join(f"gamma {r['gamma']:g} AV-Align {r['av_align']:.3f}"

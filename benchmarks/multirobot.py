@@ -17,9 +17,11 @@ the test pairs:
 
     python benchmarks/multirobot.py --quick     # pipeline check, < 2 minutes on one idle core
     python benchmarks/multirobot.py             # full run (~40 minutes on a shared core)
+    python benchmarks/multirobot.py --resume    # reuse the models an interrupted run finished training
 
 Outputs in ``<out>/multirobot/``: ``results.json``, ``report.md``, ``alignment.png`` (two robots' views
-with the true and predicted alignments) and ``metrics.png``.
+with the true and predicted alignments) and ``metrics.png``; every trained model in ``runs/{quick,full}/``
+(weights and configuration; ``--resume`` loads those that match and evaluates them again).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
 
 NAME = "multirobot"
 PES = ("fourier", "rope2d", "none")
@@ -48,9 +50,14 @@ METRICS = ("precision", "recall", "f1", "nda", "te_mean", "te_median", "re_mean_
            "success")
 
 
-def train_nope(pe: str, seed: int, data, preset: dict, descriptor_dim: int):
-    """Train one NOPE variant; returns ``(module, seconds)``."""
+def train_nope(pe: str, seed: int, data, preset: dict, descriptor_dim: int, store: RunStore | None = None):
+    """Train one NOPE variant; returns ``(module, seconds)``.
+
+    With a ``store``, the trained weights (``<key>.pt``, read back with ``weights_only=True``) and the
+    training time are kept, and a later call with the same configuration loads them instead of training.
+    """
     import lightning as L
+    import torch
 
     from domains.multirobot.lightning_module import NOPEModule
     from domains.multirobot.model import NOPEConfig
@@ -59,12 +66,23 @@ def train_nope(pe: str, seed: int, data, preset: dict, descriptor_dim: int):
     config = NOPEConfig(descriptor_dim=descriptor_dim, dim=preset["dim"], num_heads=preset["num_heads"],
                         graph_layers=preset["graph_layers"], cross_layers=preset["cross_layers"], object_pe=pe)
     module = NOPEModule(config, lr=1e-3, warmup_steps=min(50, preset["steps"] // 10), max_steps=preset["steps"])
+    key = f"{pe}__seed{seed}"
+    spec = {"preset": {k: v for k, v in preset.items() if k != "seeds"}, "descriptor_dim": descriptor_dim}
+    if store is not None:
+        stored, weights = store.load(key, spec), store.path(key).with_suffix(".pt")
+        if stored is not None and weights.exists():
+            module.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+            return module, stored["train_seconds"]
     trainer = L.Trainer(max_steps=preset["steps"], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
                         limit_val_batches=0, num_sanity_val_steps=0)
     start = time.perf_counter()
     trainer.fit(module, data)
-    return module, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if store is not None:
+        torch.save(module.state_dict(), store.path(key).with_suffix(".pt"))
+        store.save(key, spec, {"train_seconds": seconds})  # written last: a run counts once its weights exist
+    return module, seconds
 
 
 def pick_threshold(model, pairs, scale: float) -> float:
@@ -170,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default 0 1 quick, 0 1 2 full)")
     parser.add_argument("--steps", type=int, help="training steps per model (overrides the preset)")
     parser.add_argument("--pes", nargs="+", choices=PES, default=list(PES), help="object PEs to train")
+    parser.add_argument("--resume", action="store_true", help="reuse trained models with the same configuration")
     args = parser.parse_args(argv)
     preset = dict(QUICK if args.quick else FULL)
     if args.seeds:
@@ -190,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     sim = SimConfig()
     rows: list[dict] = []
+    store = RunStore(Path(args.out) / NAME / "runs" / ("quick" if args.quick else "full"), resume=args.resume)
     progress = Progress(len(preset["seeds"]) * (len(args.pes) + 1), NAME)
     example: dict = {}
     for seed in preset["seeds"]:
@@ -205,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"seed {seed} classical")
         predictions = {"classical": base}
         for pe in args.pes:
-            module, seconds = train_nope(pe, seed, data, preset, sim.descriptor_dim)
+            module, seconds = train_nope(pe, seed, data, preset, sim.descriptor_dim, store)
             model = module.model
             threshold = pick_threshold(model, data.pairs["val"], sim.fov_range)
             for source in ("head", "procrustes"):

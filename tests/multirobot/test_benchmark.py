@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import lightning
 import pytest
 import torch
 
@@ -43,3 +44,22 @@ def test_tiny_end_to_end_run(tmp_path, monkeypatch, restore_threads):
     assert "qualitative claims" in report and "NOPE (none)" in report and "python" in report
     for png in ("alignment.png", "metrics.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_loads_the_trained_models_and_reports_the_same_metrics(tmp_path, monkeypatch, restore_threads):
+    monkeypatch.setattr(bench, "QUICK", TINY)
+    argv = ["--quick", "--out", str(tmp_path), "--pes", "none"]
+    assert bench.main(argv) == 0
+    out = tmp_path / "multirobot"
+    first = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["kind"] == "run"]
+    assert sorted(p.name for p in (out / "runs" / "quick").iterdir()) == ["none__seed0.json", "none__seed0.pt"]
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a finished model was trained again")
+
+    monkeypatch.setattr(lightning.Trainer, "fit", no_fit)
+    assert bench.main([*argv, "--resume"]) == 0  # the stored weights are loaded and evaluated again
+    again = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["kind"] == "run"]
+    assert again == first
+    with pytest.raises(AssertionError, match="trained again"):
+        bench.main([*argv, "--resume", "--steps", "3"])
