@@ -28,8 +28,10 @@ competitive with QK-norm under MHA.
 
     python benchmarks/attention_stability.py --quick     # 5 configs x 3 lrs, tiny model (< 2 min idle)
     python benchmarks/attention_stability.py             # 5 configs x 5 lrs, 100 steps (see FULL)
+    python benchmarks/attention_stability.py --resume    # reuse the finished runs of an interrupted one
 
-Outputs: ``results.json`` (one row per run), ``report.md``, ``loss_vs_lr.png``, ``max_logit.png``.
+Outputs: ``results.json`` (one row per run), ``report.md``, ``loss_vs_lr.png``, ``max_logit.png``; every
+finished run in ``runs/{quick,full}/`` with its configuration (what ``--resume`` compares).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
 
 NAME = "attention_stability"
 CONFIGS = ("mha", "mha+qknorm", "mha+qk_lr", "mla", "mla+qk_lr")
@@ -241,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
     parser.add_argument("--lrs", nargs="+", type=float, help="override the swept learning rates")
     parser.add_argument("--steps", type=int, help="override the training steps")
+    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
     args = parser.parse_args(argv)
 
     quiet_lightning()
@@ -263,8 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(name, lr) for name in args.configs for lr in preset["lrs"]]
     progress = Progress(len(runs), NAME)
     rows = []
+    store = RunStore(Path(args.out) / NAME / "runs" / ("quick" if args.quick else "full"), resume=args.resume)
+    run_config = {k: v for k, v in preset.items() if k != "lrs"}
     for name, lr in runs:
-        row = run_one(name, lr, preset, data, val_windows)
+        key = f"{name.replace('+', '_')}__lr{lr:g}"
+        row = store.load(key, {**run_config, "config": name, "lr": lr})
+        if row is None:
+            row = run_one(name, lr, preset, data, val_windows)
+            store.save(key, {**run_config, "config": name, "lr": lr}, row)
+        row = {k: v for k, v in row.items() if k != "spec"}
         rows.append(row)
         progress(f"{name} lr={lr:g}: val loss {row['val_loss']:.3f}, max logit {row['max_logit_final']}")
     summary = summarize(rows, unigram)
