@@ -20,6 +20,7 @@ the metric is byte-level validation loss, so only the direction of those claims 
 
     python benchmarks/mha2mla.py --quick      # tiny model, 6 conversions (< 2 min idle)
     python benchmarks/mha2mla.py              # see FULL
+    python benchmarks/mha2mla.py --resume     # reuse the trained model and finished conversions
 
 Outputs: ``results.json``, ``report.md``, ``mha2mla.png``.
 """
@@ -35,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from attention_stability import quiet_lightning, train_language_model, validation_loss  # noqa: E402
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
 
 NAME = "mha2mla"
 STRATEGIES = ("high", "low", "uniform", "2-norm")
@@ -57,7 +58,10 @@ FULL: dict[str, Any] = {  # sized for ~30 min on one shared (busy) core
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = standard_argparser(__doc__.splitlines()[0]).parse_args(argv)
+    parser = standard_argparser(__doc__.splitlines()[0])
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the trained MHA model and the finished conversions of the same configuration")
+    args = parser.parse_args(argv)
     quiet_lightning()
     import torch
 
@@ -79,9 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     config = pet.TransformerConfig(vocab_size=256, causal=True, encoding="rope", **preset["model"])
     base = pet.Transformer(config)
-    module, _ = train_language_model(base, data, lr=preset["lr"], steps=preset["train_steps"])
-    base_loss = validation_loss(module, val_windows)
-    progress(f"trained MHA: val loss {base_loss:.4f}")
+    store = RunStore(Path(args.out) / NAME / "runs" / ("quick" if args.quick else "full"), resume=args.resume)
+    run_config = {k: v for k, v in preset.items() if k != "conversions"}
+    base_weights = store.path("mha").with_suffix(".pt")
+    stored = store.load("mha", run_config)
+    if stored is not None and base_weights.exists():  # the trained MHA model of an interrupted run
+        base.load_state_dict(torch.load(base_weights, map_location="cpu", weights_only=True))
+        base_loss, mha_ft_loss = stored["val_loss"], stored["val_loss_finetuned"]
+        progress(f"reused the trained MHA: val loss {base_loss:.4f}")
+    else:
+        module, _ = train_language_model(base, data, lr=preset["lr"], steps=preset["train_steps"])
+        base_loss, mha_ft_loss = validation_loss(module, val_windows), None
+        progress(f"trained MHA: val loss {base_loss:.4f}")
 
     ft_data = ByteLMDataModule(context=preset["context"], batch_size=preset["batch_size"],
                                steps_per_epoch=preset["finetune_steps"], max_bytes=preset["max_bytes"], seed=1)
@@ -91,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                                         weight_decay=0.0, seed=1)
         return validation_loss(tuned, val_windows)
 
-    mha_ft_loss = finetune(copy.deepcopy(base))
+    if mha_ft_loss is None:
+        mha_ft_loss = finetune(copy.deepcopy(base))
+        torch.save(base.state_dict(), base_weights)
+        store.save("mha", run_config, {"val_loss": base_loss, "val_loss_finetuned": mha_ft_loss})
     progress(f"MHA + the same fine-tune: val loss {mha_ft_loss:.4f}")
     head_dim = config.dim // config.num_heads
     kv_heads = config.num_kv_heads or config.num_heads
@@ -104,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     }]
     scores = None
     for strategy, svd, rope_dim, latent_dim in preset["conversions"]:
+        key = f"mla__{strategy}__{svd}__r{rope_dim}__d{latent_dim}"
+        row = store.load(key, run_config)
+        if row is not None:
+            rows.append({k: v for k, v in row.items() if k != "spec"})
+            progress(f"{strategy}/{svd} r={rope_dim} d_kv={latent_dim}: reused")
+            continue
         extra = {}
         if strategy == "2-norm":
             if scores is None:
@@ -123,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             "val_loss_zero_shot": zero_shot, "val_loss_finetuned": tuned, "loss_change": tuned - mha_ft_loss,
             "loss_change_pct": 100 * (tuned - mha_ft_loss) / mha_ft_loss,
         })
+        store.save(key, run_config, rows[-1])
         progress(f"{strategy}/{svd} r={rope_dim} d_kv={latent_dim}: cache -{100 * report.cache_reduction:.1f} %, "
                  f"zero-shot {zero_shot:.4f}, fine-tuned {tuned:.4f}")
     seconds = time.perf_counter() - start
