@@ -98,3 +98,21 @@ def test_report_only_rebuilds_the_report_from_stored_runs(tmp_path):
     report = (tmp_path / "length_generalization" / "report.md").read_text()
     assert "| copy_repeat | nope | 1 | 1.000 | 0.500 |" in report and "from 1 stored runs" in report
     assert (tmp_path / "length_generalization" / "accuracy_vs_length.png").exists()
+
+
+def test_encoder_options_reach_the_model():
+    # rope runs as in the paper's code (rotary on 25 % of each head's dims); the options are forwarded,
+    # so an invalid one is refused by the encoder rather than ignored
+    assert lg.ENCODING_OPTIONS["rope"] == {"rotary_fraction": 0.25}
+    spec = {
+        "task": "copy_repeat",
+        "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
+        "encoding": "rope",
+        "encoding_options": {"rotary_fraction": 1.5},
+        "seed": 0,
+        "threads": 1,
+        "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
+        "training": {"steps": 1, "batch_size": 8, "lr": 1e-3, "num_train": 16, "num_test": 2},
+    }
+    with pytest.raises(ValueError, match="rotary_fraction must be in"):
+        lg.run_one(spec)
