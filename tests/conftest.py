@@ -19,3 +19,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 def seed_everything():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def restore_threads():
+    """Restore torch's thread count after a test whose code under test sets it (benchmarks pin one)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

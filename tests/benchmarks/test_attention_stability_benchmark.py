@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from benchmarks import attention_stability as bench
 
@@ -15,13 +14,6 @@ TINY = {
     "context": 16, "batch_size": 2, "steps": 3, "lrs": [1e-3, 1.0],
     "max_bytes": 20_000, "val_windows": 2, "monitor_every": 1,
 }
-
-
-@pytest.fixture
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_tiny_run_then_resume(tmp_path, monkeypatch, restore_threads):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from benchmarks import mha2mla as bench
 
@@ -15,13 +14,6 @@ TINY = {
     "finetune_steps": 2, "finetune_lr": 1e-3, "max_bytes": 20_000, "val_windows": 2, "calibration_windows": 2,
     "conversions": [("high", "joint", 2, 4), ("2-norm", "split", 2, 4)],
 }
-
-
-@pytest.fixture
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_tiny_run_then_resume(tmp_path, monkeypatch, restore_threads):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import lightning
 import pytest
-import torch
 
 _SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "multirobot.py"
 _SPEC = importlib.util.spec_from_file_location("multirobot_benchmark", _SCRIPT)
@@ -17,13 +16,6 @@ _SPEC.loader.exec_module(bench)
 
 TINY = {"seeds": [0], "num_train": 16, "num_val": 8, "num_test": 12, "steps": 2, "batch_size": 8, "dim": 16,
         "num_heads": 4, "graph_layers": 1, "cross_layers": 1, "raw_frames": 2}
-
-
-@pytest.fixture
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_tiny_end_to_end_run(tmp_path, monkeypatch, restore_threads):
