@@ -1,4 +1,7 @@
-"""Shared test fixtures: every test starts from the same seed.
+"""Shared test fixtures: every test starts from the same seed, on one torch thread.
+
+The models under test are tiny: on a busy 2-core machine two OpenMP threads per small op spent most
+of their time waiting for each other (30-60x slower in the graph, recsys and detection tests).
 
 Hypothesis runs derandomized by default, so ``make test`` (and CI) tries the same examples every
 time; ``HYPOTHESIS_PROFILE=explore pytest tests/reliability`` searches fresh random examples.
@@ -21,9 +24,10 @@ def seed_everything():
     yield
 
 
-@pytest.fixture
-def restore_threads():
-    """Restore torch's thread count after a test whose code under test sets it (benchmarks pin one)."""
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One torch thread per test; the previous count is restored after it (benchmark code sets its own)."""
     threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)

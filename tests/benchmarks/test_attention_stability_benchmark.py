@@ -16,7 +16,7 @@ TINY = {
 }
 
 
-def test_tiny_run_then_resume(tmp_path, monkeypatch, restore_threads):
+def test_tiny_run_then_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "QUICK", TINY)
     argv = ["--quick", "--out", str(tmp_path), "--configs", "mha", "mla"]
     bench.main(argv)

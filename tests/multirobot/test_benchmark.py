@@ -18,7 +18,7 @@ TINY = {"seeds": [0], "num_train": 16, "num_val": 8, "num_test": 12, "steps": 2,
         "num_heads": 4, "graph_layers": 1, "cross_layers": 1, "raw_frames": 2}
 
 
-def test_tiny_end_to_end_run(tmp_path, monkeypatch, restore_threads):
+def test_tiny_end_to_end_run(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "QUICK", TINY)
     assert bench.main(["--quick", "--out", str(tmp_path), "--pes", "fourier", "none"]) == 0
     out = tmp_path / "multirobot"
@@ -38,7 +38,7 @@ def test_tiny_end_to_end_run(tmp_path, monkeypatch, restore_threads):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_resume_loads_the_trained_models_and_reports_the_same_metrics(tmp_path, monkeypatch, restore_threads):
+def test_resume_loads_the_trained_models_and_reports_the_same_metrics(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "QUICK", TINY)
     argv = ["--quick", "--out", str(tmp_path), "--pes", "none"]
     assert bench.main(argv) == 0

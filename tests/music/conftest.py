@@ -1,17 +1,8 @@
-"""Music test fixtures: one torch thread (many small ops), a hand-checked chorale, small synthetic scores."""
+"""Music test fixtures: a hand-checked chorale, small synthetic scores."""
 
 from __future__ import annotations
 
 import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
