@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from pe_toolkit.nn import Transformer, TransformerConfig
 from pe_toolkit.training.exact_match import ExactMatchModule
 
+LOSS_AVERAGES = ("tokens", "rows")
+
 
 class LanguageModelModule(ExactMatchModule):
     """A decoder-only ``Transformer`` trained on ``{"input_ids", "targets"}`` batches
@@ -26,6 +28,13 @@ class LanguageModelModule(ExactMatchModule):
         encoding, encoding_options: the positional encoding by registry name.
         attention_block_size: queries per attention block (``TransformerConfig``).
         lr, weight_decay, betas, warmup_steps, max_steps: optimisation (see :class:`ExactMatchModule`).
+        loss_average: how the training and validation loss averages the next-token losses:
+            ``"tokens"`` (default, the usual LM loss: every scored token weighs the same) or
+            ``"rows"`` (each row's mean over its scored tokens, then the mean over the rows that
+            have any). Use ``"rows"`` when rows carry very different numbers of scored tokens,
+            e.g. text windows mixed with passkey prompts scored on their 6 answer bytes only:
+            averaged over tokens, a quarter of the rows being passkey prompts gives their answers
+            under 1 % of the loss at context 256; averaged over rows, a quarter.
     """
 
     def __init__(
@@ -45,8 +54,11 @@ class LanguageModelModule(ExactMatchModule):
         betas: Sequence[float] = (0.9, 0.95),
         warmup_steps: int = 100,
         max_steps: int = 0,
+        loss_average: str = "tokens",
     ) -> None:
         super().__init__()
+        if loss_average not in LOSS_AVERAGES:
+            raise ValueError(f"loss_average must be one of {LOSS_AVERAGES}, got {loss_average!r}")
         self.save_hyperparameters()
         self.model = Transformer(
             TransformerConfig(
@@ -60,8 +72,16 @@ class LanguageModelModule(ExactMatchModule):
         return self.model(input_ids)
 
     def answer_loss(self, batch: dict[str, Any]) -> torch.Tensor:
-        logits = self.model(batch["input_ids"])
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["targets"].reshape(-1), ignore_index=-100)
+        logits = self.model(batch["input_ids"])  # (B, T, V)
+        targets = batch["targets"]  # (B, T), -100 where no loss is taken
+        if self.hparams.get("loss_average", "tokens") == "tokens":
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+        nll = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100, reduction="none")  # (B, T)
+        scored = (targets != -100).sum(dim=1)  # (B,)
+        rows = scored > 0
+        if not bool(rows.any()):
+            raise ValueError("answer_loss: the batch has no scored token (every target is -100)")
+        return (nll.sum(dim=1)[rows] / scored[rows]).mean()
 
     @staticmethod
     def batch_size_of(batch: dict[str, Any]) -> int:
