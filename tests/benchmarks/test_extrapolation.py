@@ -101,6 +101,7 @@ def _spec(name, steps=2):
             "weight_decay": 0.1,
             "passkey_fraction": 0.25,
             "passkey_template": "compact",
+            "loss_average": "rows",
             "seed": 0,
         },
         "finetune": {"multiple": 2, "steps": 3, "batch_size": 2, "lr": 1e-3, "positional_lr": 0.05},
@@ -137,6 +138,7 @@ def test_headscale_finetune_trains_the_scales_only_and_evaluates(tmp_path):
     state = torch.load(weights, weights_only=True)
     module, finetune = ext.build_variant(spec, str(weights))
     assert finetune["kind"] == "positional" and finetune["context"] == 224 and finetune["steps"] == 3
+    assert module.hparams.loss_average == "rows"
     after = module.state_dict()
     for key, value in state.items():  # the trunk is frozen during a positional-only fine-tune
         torch.testing.assert_close(after[key], value)
@@ -223,6 +225,25 @@ def test_claims_and_tables_use_the_measured_ratios():
     assert "bam keeps perplexity flat" in text
     assert "1.818 (rope: 4.000); flat = at most 1.25): **does not hold**" in text
     assert "Passkey retrieval at 4096 bytes (64x the training context)" in text and "bam 0.50 (0.10)" in text
+
+
+def test_claims_flag_passkey_not_learned_at_the_training_context():
+    def row(name, digits_at_context):
+        return {
+            "variant": name,
+            "ppl": [{"length": 64, "ppl": 10.0}, {"length": 512, "ppl": 12.0}],
+            "passkey_by_length": [
+                {"length": 64, "exact_match": 0.0, "digit_accuracy": digits_at_context},
+                {"length": 4096, "exact_match": 0.0, "digit_accuracy": 0.1},
+            ],
+        }
+
+    text = "\n".join(ext.claims([row("rope", 0.6), row("nope", 0.2), row("bam", 0.21)], context=64))
+    assert "Passkey retrieval at the training context (64 bytes), exact match (digit accuracy): " in text
+    assert "rope 0.00 (0.60), nope 0.00 (0.20), bam 0.00 (0.21)" in text
+    assert "**not learned** by nope (digit accuracy at most 0.2" in text
+    learned = "\n".join(ext.claims([row("rope", 0.6)], context=64))
+    assert "Retrieval learned by all." in learned
 
 
 def test_resume_reuses_only_a_matching_spec(tmp_path):
