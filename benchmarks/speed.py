@@ -532,7 +532,7 @@ def build_parser():
         type=float,
         default=None,
         help=f"cap on each child's memory growth; a configuration above it is reported as "
-        f"failed (default: {MEMORY_FRACTION:.0%} of MemAvailable at start)",
+        f"failed (default: {MEMORY_FRACTION * 100:.0f}%% of MemAvailable at start)",
     )
     parser.add_argument("--no-rope-apply", action="store_true", help="skip the RoPE application comparison")
     return parser
