@@ -97,6 +97,27 @@ def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     return k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1)
 
 
+def relative_distance_table(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor] | None:
+    """The distinct relative distances of integer positions, for a bias that is a function of ``j - i``.
+
+    Returns ``(distances, index)``: ``distances`` ``(n,)`` the integers ``lo..hi`` that
+    ``k_pos - q_pos`` can take, and ``index`` (long, shaped like :func:`relative_distance`'s output)
+    with ``distances[index] == relative_distance(q_pos, k_pos)``. Evaluating the bias on the ``n``
+    distances and gathering costs ``n`` formula evaluations instead of ``Lq * Lk``: for contiguous
+    positions ``n = Lq + Lk - 1``, which is what makes long-context evaluation with query blocks cheap.
+
+    Returns ``None`` for float positions (which may be fractional) and when the distances span more
+    than ``4 (Lq + Lk)`` values (scattered positions, where a table would not save work).
+    """
+    if q_pos.is_floating_point() or k_pos.is_floating_point() or q_pos.numel() == 0 or k_pos.numel() == 0:
+        return None
+    lo, hi = int(k_pos.min()) - int(q_pos.max()), int(k_pos.max()) - int(q_pos.min())
+    if hi - lo + 1 > 4 * (q_pos.shape[-1] + k_pos.shape[-1]):
+        return None
+    index = k_pos.unsqueeze(-2) - (q_pos.unsqueeze(-1) + lo)
+    return torch.arange(lo, hi + 1, device=q_pos.device), index
+
+
 def causal_visibility(
     q_len: int, k_len: int, device: torch.device | None = None, offset: int | None = None
 ) -> Tensor:

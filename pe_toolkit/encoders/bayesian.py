@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionBiasEncoding, heads_first, relative_distance
+from pe_toolkit.encoders.base import PositionBiasEncoding, heads_first, relative_distance, relative_distance_table
 from pe_toolkit.encoders.bias import alibi_slopes
 from pe_toolkit.registry import register_encoder
 
@@ -55,10 +55,18 @@ class BAM(PositionBiasEncoding):
         """``mu_h = exp(loc_h) - exp(-loc_h)``, ``(H,)``."""
         return 2 * torch.sinh(self.loc)
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        delta = relative_distance(q_pos.to(dtype), k_pos.to(dtype)).unsqueeze(-1)  # j - i
+    def log_prior(self, delta: Tensor) -> Tensor:
+        """The bias for relative positions ``delta = j - i`` (float, any shape ``S``): ``(*S, H)``."""
+        dtype = delta.dtype
         mu, shape, scale = self.location().to(dtype), self.shape.to(dtype), self.scale.to(dtype)
-        return heads_first(-scale.exp() * ((delta - mu).abs() + self.eps) ** shape)
+        return -scale.exp() * ((delta.unsqueeze(-1) - mu).abs() + self.eps) ** shape
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        table = relative_distance_table(q_pos, k_pos)
+        if table is not None:  # integer positions: evaluate the prior once per distance, then gather
+            distances, index = table
+            return heads_first(self.log_prior(distances.to(dtype))[index])
+        return heads_first(self.log_prior(relative_distance(q_pos.to(dtype), k_pos.to(dtype))))
 
 
 @register_encoder(

@@ -24,6 +24,7 @@ from pe_toolkit.encoders.base import (
     check_int,
     heads_first,
     relative_distance,
+    relative_distance_table,
 )
 from pe_toolkit.registry import register_encoder
 
@@ -107,12 +108,13 @@ class T5RelativeBias(PositionBiasEncoding):
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
         _require_integer("t5", q_pos, k_pos)
+        table = relative_distance_table(q_pos, k_pos)
+        distances, index = table if table is not None else (relative_distance(q_pos, k_pos), None)
         buckets = t5_relative_position_bucket(
-            relative_distance(q_pos, k_pos),
-            bidirectional=self.bidirectional,
-            num_buckets=self.num_buckets,
-            max_distance=self.max_distance,
+            distances, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
         )
+        if index is not None:  # one bucket per distance, then gather
+            buckets = buckets[index]
         return heads_first(self.relative_attention_bias(buckets).to(dtype))
 
 
@@ -188,16 +190,25 @@ class KERPLE(PositionBiasEncoding):
             self.r2 = nn.Parameter(torch.rand(num_heads) * 2)
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        distance = relative_distance(q_pos.to(dtype), k_pos.to(dtype)).abs().unsqueeze(-1)
+        table = relative_distance_table(q_pos, k_pos)
+        if table is not None:  # integer positions: the kernel once per distance, then gather
+            distances, index = table
+            return heads_first(self.distance_bias(distances.to(dtype).abs())[index])
+        return heads_first(self.distance_bias(relative_distance(q_pos.to(dtype), k_pos.to(dtype)).abs()))
+
+    def distance_bias(self, distance: Tensor) -> Tensor:
+        """The bias for distances ``|i - j|`` (float, any shape ``S``): ``(*S, H)``."""
+        dtype = distance.dtype
+        distance = distance.unsqueeze(-1)
         r1 = self.r1.to(dtype).clamp(min=self.eps)
         if self.variant == "log":
             r2 = self.r2.to(dtype).clamp(min=self.eps)
-            return heads_first(-r1 * torch.log1p(r2 * distance))
+            return -r1 * torch.log1p(r2 * distance)
         r2 = self.r2.to(dtype).clamp(min=self.eps, max=2.0)
         # |d| ** r2 written as exp(r2 log|d|) with 0 at d = 0, so the gradient in r2 stays finite.
         tiny = torch.finfo(dtype).tiny
         powered = torch.where(distance > 0, torch.exp(r2 * torch.log(distance.clamp(min=tiny))), 0.0)
-        return heads_first(-r1 * powered)
+        return -r1 * powered
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", variant={self.variant!r}"
@@ -302,11 +313,11 @@ class Sandwich(PositionBiasEncoding):
         return total - self.sandwich_dim / 2
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        distance = relative_distance(q_pos, k_pos)
-        if not distance.is_floating_point() and distance.numel():
-            lo, hi = int(distance.min()), int(distance.max())
-            if hi - lo + 1 <= 4 * (q_pos.shape[-1] + k_pos.shape[-1]):  # contiguous-ish: tabulate in float64
-                table = self.kernel(torch.arange(lo, hi + 1, dtype=torch.float64, device=distance.device))
-                return heads_first((table.to(dtype)[distance - lo]).unsqueeze(-1) / self.head_scale.to(dtype))
-        values = self.kernel(distance.to(torch.float64)).to(dtype)  # float32 angles lose ~1e-3 at 16k
+        # The kernel runs in float64: float32 angles lose ~1e-3 at 16k.
+        table = relative_distance_table(q_pos, k_pos)
+        if table is not None:  # integer positions: one kernel value per distance, then gather
+            distances, index = table
+            values = self.kernel(distances.to(torch.float64)).to(dtype)[index]
+        else:
+            values = self.kernel(relative_distance(q_pos, k_pos).to(torch.float64)).to(dtype)
         return heads_first(values.unsqueeze(-1) / self.head_scale.to(dtype))
