@@ -37,11 +37,11 @@ busy (one thread per process): the full model (dim 128, 4 heads, 4 layers, 824k 
 at 0.35-0.9 s per step of batch 16 x 256 bytes, so 3000 steps take 20-40 min per base encoder. One
 forward pass with query blocks of 512 took 1.0 s (rope), 2.3 s (t5), 5.2 s (fire) and 6.4 s (bam)
 at L = 4096, and 4.8 s (rope) and 37 s (bam) at L = 8192 (the bam bias is rebuilt for every query
-block and layer); L = 16,384 costs about 4x that again. These times predate the relative-distance
-table (``pe_toolkit.encoders.base.relative_distance_table``), which made the bias of one 512 x 16,384
-query block 3x cheaper for bam and t5 and 1.6x for kerple, so their evaluations now take less. Evaluating one bam / bam_ssmax / fire variant
-(perplexity to 8192, passkey grid to 16,384) therefore takes ~20 min, an alibi / t5 / kerple variant
-~8 min, a nope / rope variant ~3 min (plus ~3 min for a fine-tune). The memory measurement at
+block and layer); L = 16,384 costs about 4x that again. Evaluating one bam / bam_ssmax / fire variant
+(perplexity to 8192, passkey grid to 16,384) therefore took ~20 min, an alibi / t5 / kerple variant
+~8 min, a nope / rope variant ~3 min (plus ~3 min for a fine-tune). These times predate the
+relative-distance table (``pe_toolkit.encoders.base.relative_distance_table``), which made the bias
+of one 512 x 16,384 query block 3x cheaper for bam and t5 and 1.6x for kerple. The memory measurement at
 L = 32,768 took 134 s. In all about 8 CPU-hours: **about 4 hours of wall time with ``--jobs 2``**.
 
 Why 3000 steps and row-averaged loss: the passkey numbers at long lengths mean something only if a
