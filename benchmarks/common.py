@@ -38,6 +38,7 @@ Linux only: memory is read from ``/proc/self/statm`` and ``resource.getrusage`` 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime as _dt
 import json
 import math
@@ -48,6 +49,7 @@ import resource
 import shlex
 import statistics
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -544,6 +546,31 @@ def peak_memory_in_subprocess(
 
 
 # ------------------------------------------------------------------------------------ resumable runs
+def worker_pool(jobs: int) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of ``jobs`` spawned worker processes that exit when this process dies.
+
+    Spawned, not forked: a child forked after torch has used OpenMP can hang (see the module
+    docstring). A ``ProcessPoolExecutor`` worker outlives a parent killed by a signal (``kill``,
+    ``pkill -f``) and keeps computing its task; these workers watch their parent and exit
+    within a second of it going away.
+    """
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    )
+
+
+def _exit_with_parent(parent_pid: int) -> None:  # runs in each worker of worker_pool
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 class RunStore:
     """Finished runs of a benchmark, one JSON file per run, so an interrupted benchmark resumes.
 

@@ -67,7 +67,6 @@ import copy
 import dataclasses
 import json
 import math
-import multiprocessing
 import sys
 import time
 import traceback
@@ -82,6 +81,7 @@ from common import (  # noqa: E402
     markdown_table,
     peak_memory_in_subprocess,
     standard_argparser,
+    worker_pool,
     write_report,
     write_results,
 )
@@ -953,8 +953,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{NAME}: {len(bases)} base models, {len(variants)} variants ({reused} reused), {jobs} in parallel",
           flush=True)
     progress = Progress(total, NAME)
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    with worker_pool(jobs) as pool:
         futures: dict[concurrent.futures.Future, tuple[str, str]] = {}
 
         def submit_evals(base: str) -> None:

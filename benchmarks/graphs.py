@@ -32,7 +32,6 @@ import concurrent.futures
 import importlib
 import json
 import math
-import multiprocessing
 import os
 import statistics
 import sys
@@ -48,6 +47,7 @@ from common import (  # noqa: E402
     markdown_table,
     peak_memory_in_subprocess,
     standard_argparser,
+    worker_pool,
     write_report,
     write_results,
 )
@@ -564,8 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             for spec, path in todo:
                 record(run_train(spec), path)
         else:
-            context = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+            with worker_pool(args.jobs) as pool:
                 futures = {pool.submit(run_train, spec): path for spec, path in todo}
                 for future in concurrent.futures.as_completed(futures):
                     record(future.result(), futures[future])

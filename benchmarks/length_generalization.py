@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    markdown_table,
+    standard_argparser,
+    worker_pool,
+    write_report,
+    write_results,
+)
 
 NAME = "length_generalization"
 ENCODERS = ["nope", "t5", "alibi", "rope", "sinusoidal", "cope", "fire", "kerple", "bam"]
@@ -319,8 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = []
     print(f"{NAME}: {len(specs)} runs ({len(rows)} reused), {jobs} in parallel", flush=True)
     progress = Progress(len(todo), NAME)
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    with worker_pool(jobs) as pool:
         futures = {pool.submit(run_one, spec): (spec, path) for spec, path in todo}
         for future in concurrent.futures.as_completed(futures):
             spec, path = futures[future]
