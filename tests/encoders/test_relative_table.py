@@ -62,6 +62,12 @@ def test_table_path_equals_the_pairwise_formula_exactly(name, options):
         pairwise = enc.position_bias(q_pos.double(), k_pos.double(), torch.float64)  # float positions: no table
     assert tabulated.shape == (1, 4, 32, 96)
     assert torch.equal(tabulated, pairwise)
+    batched = torch.stack([torch.arange(0, 20), torch.arange(7, 27)])  # (B, L): rows with other positions
+    with torch.no_grad():
+        tabulated = enc.position_bias(batched, batched, torch.float64)
+        pairwise = enc.position_bias(batched.double(), batched.double(), torch.float64)
+    assert tabulated.shape == (2, 4, 20, 20)
+    assert torch.equal(tabulated, pairwise)
 
 
 def test_t5_table_path_equals_bucketing_every_pair():
