@@ -625,10 +625,13 @@ def claims(variant_rows: list[dict[str, Any]], context: int) -> list[str]:
     if at_context:
         # Chance is 0.1 per digit; a model at most 2x chance at its own context never learned the task,
         # and its passkey numbers at longer lengths say nothing about extrapolation.
-        unlearned = sorted(n for n, v in at_context.items() if v["digit_accuracy"] <= 2 * PASSKEY_DIGIT_CHANCE)
+        floor = 2 * PASSKEY_DIGIT_CHANCE
+        unlearned = sorted(n for n, v in at_context.items() if v["digit_accuracy"] <= floor)
         shown = ", ".join(f"{n} {v['exact_match']:.2f} ({v['digit_accuracy']:.2f})" for n, v in at_context.items())
-        verdict = (f"**not learned** by {', '.join(unlearned)} (digit accuracy at most {2 * PASSKEY_DIGIT_CHANCE:.1f}, "
-                   "chance 0.1): their longer-length passkey numbers say nothing") if unlearned else "learned by all"
+        verdict = "learned by all"
+        if unlearned:
+            verdict = (f"**not learned** by {', '.join(unlearned)} (digit accuracy at most {floor:.1f}, chance "
+                       f"{PASSKEY_DIGIT_CHANCE}): their longer-length passkey numbers say nothing")
         lines.append(f"- Passkey retrieval at the training context ({context} bytes), exact match (digit accuracy): "
                      f"{shown}. Retrieval {verdict}.")
     if "bam" in passkey_last or "bam_ssmax" in passkey_last:

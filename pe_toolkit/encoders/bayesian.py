@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionBiasEncoding, heads_first, relative_distance, relative_distance_table
+from pe_toolkit.encoders.base import PositionBiasEncoding, relative_bias
 from pe_toolkit.encoders.bias import alibi_slopes
 from pe_toolkit.registry import register_encoder
 
@@ -62,11 +62,7 @@ class BAM(PositionBiasEncoding):
         return -scale.exp() * ((delta.unsqueeze(-1) - mu).abs() + self.eps) ** shape
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        table = relative_distance_table(q_pos, k_pos)
-        if table is not None:  # integer positions: evaluate the prior once per distance, then gather
-            distances, index = table
-            return heads_first(self.log_prior(distances.to(dtype))[index])
-        return heads_first(self.log_prior(relative_distance(q_pos.to(dtype), k_pos.to(dtype))))
+        return relative_bias(self.log_prior, q_pos, k_pos, dtype)
 
 
 @register_encoder(

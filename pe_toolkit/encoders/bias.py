@@ -23,8 +23,8 @@ from pe_toolkit.encoders.base import (
     check_float,
     check_int,
     heads_first,
+    relative_bias,
     relative_distance,
-    relative_distance_table,
 )
 from pe_toolkit.registry import register_encoder
 
@@ -108,14 +108,14 @@ class T5RelativeBias(PositionBiasEncoding):
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
         _require_integer("t5", q_pos, k_pos)
-        table = relative_distance_table(q_pos, k_pos)
-        distances, index = table if table is not None else (relative_distance(q_pos, k_pos), None)
-        buckets = t5_relative_position_bucket(
-            distances, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
-        )
-        if index is not None:  # one bucket per distance, then gather
-            buckets = buckets[index]
-        return heads_first(self.relative_attention_bias(buckets).to(dtype))
+
+        def bucket_bias(distance: Tensor) -> Tensor:
+            buckets = t5_relative_position_bucket(
+                distance, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
+            )
+            return self.relative_attention_bias(buckets).to(dtype)
+
+        return relative_bias(bucket_bias, q_pos, k_pos, torch.long)
 
 
 # --------------------------------------------------------------------------------------- ALiBi
@@ -190,11 +190,7 @@ class KERPLE(PositionBiasEncoding):
             self.r2 = nn.Parameter(torch.rand(num_heads) * 2)
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        table = relative_distance_table(q_pos, k_pos)
-        if table is not None:  # integer positions: the kernel once per distance, then gather
-            distances, index = table
-            return heads_first(self.distance_bias(distances.to(dtype).abs())[index])
-        return heads_first(self.distance_bias(relative_distance(q_pos.to(dtype), k_pos.to(dtype)).abs()))
+        return relative_bias(lambda delta: self.distance_bias(delta.abs()), q_pos, k_pos, dtype)
 
     def distance_bias(self, distance: Tensor) -> Tensor:
         """The bias for distances ``|i - j|`` (float, any shape ``S``): ``(*S, H)``."""
@@ -313,11 +309,7 @@ class Sandwich(PositionBiasEncoding):
         return total - self.sandwich_dim / 2
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        # The kernel runs in float64: float32 angles lose ~1e-3 at 16k.
-        table = relative_distance_table(q_pos, k_pos)
-        if table is not None:  # integer positions: one kernel value per distance, then gather
-            distances, index = table
-            values = self.kernel(distances.to(torch.float64)).to(dtype)[index]
-        else:
-            values = self.kernel(relative_distance(q_pos, k_pos).to(torch.float64)).to(dtype)
-        return heads_first(values.unsqueeze(-1) / self.head_scale.to(dtype))
+        def scaled_kernel(delta: Tensor) -> Tensor:  # delta in float64: float32 angles lose ~1e-3 at 16k
+            return self.kernel(delta).to(dtype).unsqueeze(-1) / self.head_scale.to(dtype)
+
+        return relative_bias(scaled_kernel, q_pos, k_pos, torch.float64)
