@@ -1,4 +1,4 @@
-"""Lightning callbacks for attention stability: the Q/K learning-rate rule and max-logit monitoring.
+"""Lightning callbacks: the Q/K learning-rate rule, max-logit monitoring, and a training-loss history.
 
 * :class:`QKLearningRateCallback` attaches :class:`~pe_toolkit.training.qk_learning_rate.QKLearningRateRule`
   (Anson & Aitchison 2025, arXiv:2511.21377) to the trainer's optimizers.
@@ -6,11 +6,13 @@
   the quantity whose growth signals instability (Dehghani et al. 2023, arXiv:2302.05442; Wortsman
   et al. 2023, "Small-scale proxies for large-scale Transformer training instabilities",
   arXiv:2309.14322).
+* :class:`LossHistory` keeps the mean training loss of every window of steps, so a run's record shows
+  whether (and when) it learned, and optionally prints it as the run goes.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TextIO
 
 import lightning as L
 import torch
@@ -119,3 +121,46 @@ class AttentionLogitMonitor(L.Callback):
         self.history.append((step, values))
         for i, value in enumerate(values):
             pl_module.log(f"attn_max_logit/layer_{i}", value)
+
+
+class LossHistory(L.Callback):
+    """Mean training loss over each window of ``every_n_steps`` optimizer steps.
+
+    :attr:`history` holds ``(last step of the window, mean loss of its steps)``, one entry per full
+    window (a last partial window is added at the end of the fit). With ``stream`` set (e.g.
+    ``sys.stderr``), each entry is also printed there as ``"<label> step S/T: loss X"``.
+
+    Args:
+        every_n_steps: window length (>= 1).
+        label: prefix of the printed lines.
+        stream: where to print each window's mean; ``None`` prints nothing.
+    """
+
+    def __init__(self, every_n_steps: int = 100, label: str = "train", stream: TextIO | None = None) -> None:
+        super().__init__()
+        self.every_n_steps = check_int("every_n_steps", every_n_steps)
+        self.label = label
+        self.stream = stream
+        self.history: list[tuple[int, float]] = []
+        self._window: list[float] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is None:  # a skipped step (e.g. a non-finite loss handled by the module)
+            return
+        self._window.append(float(loss))
+        if len(self._window) == self.every_n_steps:
+            self._flush(trainer)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._window:
+            self._flush(trainer)
+
+    def _flush(self, trainer: L.Trainer) -> None:
+        mean = sum(self._window) / len(self._window)
+        self._window = []
+        step = trainer.global_step  # steps done so far (already advanced past this batch)
+        self.history.append((step, mean))
+        if self.stream is not None:
+            total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else "?"
+            print(f"{self.label} step {step}/{total}: loss {mean:.4f}", file=self.stream, flush=True)

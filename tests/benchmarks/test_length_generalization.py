@@ -116,3 +116,33 @@ def test_encoder_options_reach_the_model():
     }
     with pytest.raises(ValueError, match="rotary_fraction must be in"):
         lg.run_one(spec)
+
+
+def test_training_preset_applies_per_task_changes_then_the_steps_override():
+    assert lg.training_preset("copy_repeat", quick=False) == lg.FULL_TRAINING
+    reverse = lg.training_preset("reverse", quick=False)
+    assert reverse == {**lg.FULL_TRAINING, "steps": lg.TASK_TRAINING["reverse"]["steps"]}
+    assert reverse["steps"] != lg.FULL_TRAINING["steps"]
+    assert lg.training_preset("reverse", quick=True) == lg.QUICK_TRAINING  # quick runs keep one preset
+    assert lg.training_preset("reverse", quick=False, steps=7)["steps"] == 7
+
+
+def test_a_run_records_its_loss_history():
+    spec = {
+        "task": "copy_repeat",
+        "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
+        "encoding": "nope",
+        "seed": 0,
+        "threads": 1,
+        "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
+        "training": {"steps": 40, "batch_size": 8, "lr": 1e-3, "num_train": 64, "num_test": 2},
+    }
+    history = lg.run_one(spec)["loss_history"]
+    assert [step for step, _ in history] == [2 * (i + 1) for i in range(20)]  # windows of steps // 20
+    assert history[-1][1] < history[0][1]
+
+
+def test_rejects_zero_threads(capsys):
+    with pytest.raises(SystemExit):
+        lg.main(["--quick", "--threads", "0"])
+    assert "--threads must be >= 1, got 0" in capsys.readouterr().err
