@@ -110,14 +110,7 @@ def train_language_model(
     import torch
 
     from pe_toolkit.training import LanguageModelModule
-
-    class _Losses(L.Callback):
-        def __init__(self) -> None:
-            self.values: list[float] = []
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-            self.values.append(float(loss))
+    from pe_toolkit.training.callbacks import LossHistory
 
     L.seed_everything(seed, verbose=False)
     warmup = max(1, int(warmup_fraction * steps))
@@ -125,7 +118,7 @@ def train_language_model(
     module = LanguageModelModule(vocab_size=256, dim=8, num_heads=1, num_layers=1, lr=lr, warmup_steps=warmup,
                                  max_steps=steps, weight_decay=weight_decay, betas=(0.9, 0.95))
     module.model = model
-    losses = _Losses()
+    losses = LossHistory(every_n_steps=1)
     trainer = L.Trainer(
         max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, gradient_clip_val=1.0,
@@ -133,7 +126,7 @@ def train_language_model(
     )
     with torch.random.fork_rng():
         trainer.fit(module, datamodule=data)
-    return module, losses.values
+    return module, [loss for _, loss in losses.history]
 
 
 def validation_loss(module, windows, batch_size: int = 16) -> float:
