@@ -76,6 +76,16 @@ FULL_TRAINING = {"steps": 2000, "batch_size": 32, "lr": 1e-3, "num_train": 50_00
 QUICK_TRAINING = {"steps": 600, "batch_size": 32, "lr": 3e-3, "num_train": 5_000, "num_test": 40}
 
 
+# Spec keys that say how a run is executed, not what it computes: left out of the stored spec, so a
+# finished run is reused whatever they were.
+RUNTIME_KEYS = ("threads", "print_loss")
+
+
+def stored_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` without its runtime keys: what a stored run is matched on."""
+    return {k: v for k, v in spec.items() if k not in RUNTIME_KEYS}
+
+
 def training_preset(task: str, *, quick: bool, steps: int | None = None) -> dict[str, Any]:
     """The training settings of ``task``: the preset, its per-task changes (full runs only), then ``steps``."""
     preset = {**(QUICK_TRAINING if quick else FULL_TRAINING), **({} if quick else TASK_TRAINING.get(task, {}))}
@@ -130,7 +140,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         )
     trunk = module.model if architecture == DECODER else module
     label = f"{spec['task']} {spec['encoding']} seed {spec['seed']}"
-    losses = LossHistory(every_n_steps=max(1, steps // 20), label=label, stream=sys.stderr)
+    losses = LossHistory(every_n_steps=max(1, steps // 20), label=label,
+                         stream=sys.stderr if spec.get("print_loss") else None)
     trainer = L.Trainer(
         max_steps=training["steps"],
         accelerator="cpu",
@@ -168,7 +179,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "train_lengths": list(data.task.train_lengths),
         "test_lengths": list(data.task.test_lengths),
         "seconds": time.perf_counter() - start,
-        "spec": {k: v for k, v in spec.items() if k != "threads"},
+        "spec": stored_spec(spec),
     }
 
 
@@ -366,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             "model": model,
             "training": training_for(t),
             "threads": threads,
+            "print_loss": not args.quick,  # quick runs take seconds: no loss lines
             **({} if arch == DECODER else {"architecture": arch}),
         }
         for t in tasks
@@ -384,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume and path.exists():
             stored = json.loads(path.read_text())
             stored["per_length"] = {int(k): v for k, v in stored["per_length"].items()}  # JSON keys are str
-            if stored.get("spec") == {k: v for k, v in spec.items() if k != "threads"}:
+            if stored.get("spec") == stored_spec(spec):
                 rows.append(stored)
                 continue
         todo.append((spec, path))

@@ -44,7 +44,7 @@ def test_summary_averages_over_seeds():
     assert summary["ood_accuracy"] == pytest.approx(0.3) and summary["iid_accuracy"] == pytest.approx(0.75)
 
 
-def test_one_tiny_run_reports_per_length_accuracy():
+def test_one_tiny_run_reports_per_length_accuracy(capsys):
     spec = {
         "task": "copy_repeat",
         "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
@@ -55,6 +55,7 @@ def test_one_tiny_run_reports_per_length_accuracy():
         "training": {"steps": 5, "batch_size": 8, "lr": 1e-3, "num_train": 64, "num_test": 10},
     }
     result = lg.run_one(spec)
+    assert "copy_repeat alibi seed 0 step" not in capsys.readouterr().err  # no print_loss: no loss lines
     assert set(result["per_length"]) <= {1, 2, 3, 4, 5}
     assert sum(v["total"] for v in result["per_length"].values()) == 20
     assert 0.0 <= result["iid_accuracy"] <= 1.0 and 0.0 <= result["ood_accuracy"] <= 1.0
@@ -127,7 +128,7 @@ def test_training_preset_applies_per_task_changes_then_the_steps_override():
     assert lg.training_preset("reverse", quick=False, steps=7)["steps"] == 7
 
 
-def test_a_run_records_its_loss_history():
+def test_a_run_records_its_loss_history_and_prints_it_when_asked(capsys):
     spec = {
         "task": "copy_repeat",
         "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
@@ -136,8 +137,13 @@ def test_a_run_records_its_loss_history():
         "threads": 1,
         "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
         "training": {"steps": 40, "batch_size": 8, "lr": 1e-3, "num_train": 64, "num_test": 2},
+        "print_loss": True,
     }
-    history = lg.run_one(spec)["loss_history"]
+    result = lg.run_one(spec)
+    assert result["spec"] == {k: v for k, v in spec.items() if k not in ("threads", "print_loss")}
+    printed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("copy_repeat nope seed 0")]
+    assert len(printed) == 20 and printed[-1].startswith("copy_repeat nope seed 0 step 40/40: loss ")
+    history = result["loss_history"]
     assert [step for step, _ in history] == [2 * (i + 1) for i in range(20)]  # windows of steps // 20
     assert history[-1][1] < history[0][1]
 
