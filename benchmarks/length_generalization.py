@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     mrr = mean_reciprocal_rank(rows)
     summary = summarize(rows)
     steps_by_task = {t: training_for(t)["steps"] for t in tasks}
-    steps_text = f"{training_for(tasks[0])['steps']} steps" if len(set(steps_by_task.values())) == 1 else (
+    steps_text = f"{steps_by_task[tasks[0]]} steps" if len(set(steps_by_task.values())) == 1 else (
         "steps per task " + ", ".join(f"{t} {n}" for t, n in steps_by_task.items()))
     body = (
         f"Model: {model} (same trunk for every encoder; {rows[0]['parameters_without_pe']:,} parameters without "

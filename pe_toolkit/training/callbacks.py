@@ -124,10 +124,11 @@ class AttentionLogitMonitor(L.Callback):
 
 
 class LossHistory(L.Callback):
-    """Mean training loss over each window of ``every_n_steps`` optimizer steps.
+    """Mean training loss over each window of ``every_n_steps`` training steps.
 
-    :attr:`history` holds ``(last step of the window, mean loss of its steps)``, one entry per full
-    window (a last partial window is added at the end of the fit). With ``stream`` set (e.g.
+    :attr:`history` holds ``(trainer.global_step at the window's end, mean loss of its steps)``, one
+    entry per full window (a last partial window is added at the end of the fit). A step whose
+    ``training_step`` returned ``None`` has no loss and is not counted in any window. With ``stream`` set (e.g.
     ``sys.stderr``), each entry is also printed there as ``"<label> step S/T: loss X"``.
 
     Args:
@@ -145,8 +146,8 @@ class LossHistory(L.Callback):
         self._window: list[float] = []
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if loss is None:  # a skipped step (e.g. a non-finite loss handled by the module)
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is None:  # training_step returned None: Lightning skipped the step (outputs is then {})
             return
         self._window.append(float(loss))
         if len(self._window) == self.every_n_steps:

@@ -44,17 +44,22 @@ def test_summary_averages_over_seeds():
     assert summary["ood_accuracy"] == pytest.approx(0.3) and summary["iid_accuracy"] == pytest.approx(0.75)
 
 
-def test_one_tiny_run_reports_per_length_accuracy(capsys):
-    spec = {
+def tiny_copy_spec(encoding, steps, num_train, num_test, **extra):
+    """A copy_repeat run spec for a 1-layer dim-16 model: train lengths 1-3, test 4-5."""
+    return {
         "task": "copy_repeat",
         "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
-        "encoding": "alibi",
+        "encoding": encoding,
         "seed": 0,
         "threads": 1,
         "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
-        "training": {"steps": 5, "batch_size": 8, "lr": 1e-3, "num_train": 64, "num_test": 10},
+        "training": {"steps": steps, "batch_size": 8, "lr": 1e-3, "num_train": num_train, "num_test": num_test},
+        **extra,
     }
-    result = lg.run_one(spec)
+
+
+def test_one_tiny_run_reports_per_length_accuracy(capsys):
+    result = lg.run_one(tiny_copy_spec("alibi", steps=5, num_train=64, num_test=10))
     assert "copy_repeat alibi seed 0 step" not in capsys.readouterr().err  # no print_loss: no loss lines
     assert set(result["per_length"]) <= {1, 2, 3, 4, 5}
     assert sum(v["total"] for v in result["per_length"].values()) == 20
@@ -105,16 +110,7 @@ def test_encoder_options_reach_the_model():
     # rope runs as in the paper's code (rotary on 25 % of each head's dims); the options are forwarded,
     # so an invalid one is refused by the encoder rather than ignored
     assert lg.ENCODING_OPTIONS["rope"] == {"rotary_fraction": 0.25}
-    spec = {
-        "task": "copy_repeat",
-        "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
-        "encoding": "rope",
-        "encoding_options": {"rotary_fraction": 1.5},
-        "seed": 0,
-        "threads": 1,
-        "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
-        "training": {"steps": 1, "batch_size": 8, "lr": 1e-3, "num_train": 16, "num_test": 2},
-    }
+    spec = tiny_copy_spec("rope", steps=1, num_train=16, num_test=2, encoding_options={"rotary_fraction": 1.5})
     with pytest.raises(ValueError, match="rotary_fraction must be in"):
         lg.run_one(spec)
 
@@ -129,16 +125,7 @@ def test_training_preset_applies_per_task_changes_then_the_steps_override():
 
 
 def test_a_run_records_its_loss_history_and_prints_it_when_asked(capsys):
-    spec = {
-        "task": "copy_repeat",
-        "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
-        "encoding": "nope",
-        "seed": 0,
-        "threads": 1,
-        "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
-        "training": {"steps": 40, "batch_size": 8, "lr": 1e-3, "num_train": 64, "num_test": 2},
-        "print_loss": True,
-    }
+    spec = tiny_copy_spec("nope", steps=40, num_train=64, num_test=2, print_loss=True)
     result = lg.run_one(spec)
     assert result["spec"] == {k: v for k, v in spec.items() if k not in ("threads", "print_loss")}
     printed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("copy_repeat nope seed 0")]
