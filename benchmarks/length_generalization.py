@@ -8,6 +8,7 @@ and the mean reciprocal rank (MRR) of the encoders across tasks, as the paper do
     python benchmarks/length_generalization.py            # full run (hours on 2 CPU cores)
     python benchmarks/length_generalization.py --quick    # pipeline check, < 2 minutes
     python benchmarks/length_generalization.py --tasks copy_repeat --encoders nope rope --seeds 0 1
+    python benchmarks/length_generalization.py --model-size large --tasks copy_repeat   # a 6x larger trunk
 
 Every finished run is stored in ``results/length_generalization/runs/{quick,full}/``; ``--resume`` reuses those
 whose configuration matches instead of training again.
@@ -71,6 +72,10 @@ ENCODING_OPTIONS: dict[str, dict[str, Any]] = {"rope": {"rotary_fraction": 0.25}
 # exact match <= 0.10, so its out-of-distribution numbers said nothing.
 TASK_TRAINING: dict[str, dict[str, Any]] = {"reverse": {"steps": 10_000}}
 FULL_MODEL = {"dim": 128, "num_heads": 4, "num_layers": 4}
+# Trunks for full runs (--model-size). "base" is the default; "large" (about 6x the parameters and compute)
+# tests whether an encoder's ranking depends on model size: the paper trains a 107M-parameter T5-base
+# decoder and reports that its ~2.3M-parameter configuration collapses.
+MODEL_SIZES: dict[str, dict[str, int]] = {"base": FULL_MODEL, "large": {"dim": 256, "num_heads": 8, "num_layers": 6}}
 QUICK_MODEL = {"dim": 32, "num_heads": 2, "num_layers": 2}
 FULL_TRAINING = {"steps": 2000, "batch_size": 32, "lr": 1e-3, "num_train": 50_000, "num_test": 200}
 QUICK_TRAINING = {"steps": 600, "batch_size": 32, "lr": 3e-3, "num_train": 5_000, "num_test": 40}
@@ -334,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
         "default) or 'gpt2' (N(0, 0.02), under which an additive sinusoidal PE drowns the tokens)",
     )
     parser.add_argument(
+        "--model-size", choices=sorted(MODEL_SIZES),
+        help="trunk of a full run (default 'base'); runs and report of another size go to "
+        f"{NAME}_<size>/. Quick runs always use the small quick trunk",
+    )
+    parser.add_argument(
         "--resume", action="store_true", help="reuse finished runs with the same configuration"
     )
     parser.add_argument(
@@ -354,7 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         parser.error(f"unknown encoder(s) {bad}; available: {pet.list_encoders()}")
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
-    model = {**(QUICK_MODEL if args.quick else FULL_MODEL), "scale_embeddings": args.embedding_scale == "vaswani"}
+    if args.quick and args.model_size is not None:
+        parser.error(f"--model-size {args.model_size}: quick runs always use the quick trunk {QUICK_MODEL}")
+    size = args.model_size or "base"
+    name = NAME if size == "base" else f"{NAME}_{size}"
+    trunk = QUICK_MODEL if args.quick else MODEL_SIZES[size]
+    model = {**trunk, "scale_embeddings": args.embedding_scale == "vaswani"}
     training = dict(QUICK_TRAINING if args.quick else FULL_TRAINING)
 
     def training_for(task: str) -> dict[str, Any]:
@@ -364,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     threads = args.threads or (1 if jobs > 1 else 2)
 
-    out_dir = Path(args.out) / NAME
+    out_dir = Path(args.out) / name
     runs_dir = out_dir / "runs" / ("quick" if args.quick else "full")  # quick runs never overwrite full ones
     runs_dir.mkdir(parents=True, exist_ok=True)
     specs = [
@@ -402,12 +417,12 @@ def main(argv: list[str] | None = None) -> int:
         todo.append((spec, path))
     if args.report_only:
         missing = [path.name for _, path in todo]
-        print(f"{NAME}: --report-only: {len(rows)} finished runs; not run: {missing}", flush=True)
+        print(f"{name}: --report-only: {len(rows)} finished runs; not run: {missing}", flush=True)
         if not rows:
             parser.error("--report-only: no finished runs to report")
         todo = []
-    print(f"{NAME}: {len(specs)} runs ({len(rows)} reused), {jobs} in parallel", flush=True)
-    progress = Progress(len(todo), NAME)
+    print(f"{name}: {len(specs)} runs ({len(rows)} reused), {jobs} in parallel", flush=True)
+    progress = Progress(len(todo), name)
     with worker_pool(jobs) as pool:
         futures = {pool.submit(run_one, spec): (spec, path) for spec, path in todo}
         for future in concurrent.futures.as_completed(futures):
@@ -438,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                   "worker time when they ran.\n")
     else:
         timing = f"\nTotal wall time {seconds:.0f} s ({run_seconds:.0f} s of worker time).\n"
-    write_results(NAME, config, rows, seconds, root=args.out)
+    write_results(name, config, rows, seconds, root=args.out)
     plot(rows, out_dir / "accuracy_vs_length.png")
     mrr = mean_reciprocal_rank(rows)
     summary = summarize(rows)
@@ -475,8 +490,8 @@ def main(argv: list[str] | None = None) -> int:
         + "\n![accuracy vs length](accuracy_vs_length.png)\n"
         + timing
     )
-    write_report(NAME, "Length generalization of positional encodings", body, root=args.out)
-    print(f"{NAME}: wrote {out_dir} in {seconds:.0f} s", flush=True)
+    write_report(name, "Length generalization of positional encodings", body, root=args.out)
+    print(f"{name}: wrote {out_dir} in {seconds:.0f} s", flush=True)
     return 0
 
 

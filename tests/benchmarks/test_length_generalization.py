@@ -170,3 +170,31 @@ def test_claims_compare_counting_errors():
     rows[0]["iid_accuracy"] = 0.9
     (line,) = [x for x in lg.claims(rows) if x.startswith("- cope_counting")]
     assert "**does not hold**" in line
+
+
+def test_model_size_is_refused_for_quick_runs(capsys):
+    with pytest.raises(SystemExit):
+        lg.main(["--quick", "--model-size", "large"])
+    assert "--model-size large: quick runs always use the quick trunk" in capsys.readouterr().err
+
+
+def test_a_non_base_model_size_has_its_own_runs_and_report(tmp_path, monkeypatch):
+    assert lg.MODEL_SIZES["base"] == lg.FULL_MODEL
+    # a tiny stand-in for the large trunk and one stored run of it, so --report-only needs no training
+    tiny = {"dim": 16, "num_heads": 2, "num_layers": 1}
+    monkeypatch.setitem(lg.MODEL_SIZES, "large", tiny)
+    spec = {"task": "copy_repeat", "task_options": lg.FULL_TASKS["copy_repeat"], "encoding": "nope", "seed": 0,
+            "model": {**tiny, "scale_embeddings": True}, "training": lg.training_preset("copy_repeat", quick=False)}
+    stored = {**row("copy_repeat", "nope", 0.25), "architecture": "decoder", "per_length": {"5": {"correct": 1,
+              "total": 1}, "30": {"correct": 1, "total": 4}}, "final_train_loss": 0.1, "parameters": 10,
+              "parameters_without_pe": 10, "train_lengths": [1, 20], "test_lengths": [21, 40], "spec": spec}
+    runs = tmp_path / "length_generalization_large" / "runs" / "full"
+    runs.mkdir(parents=True)
+    (runs / "copy_repeat__nope__seed0.json").write_text(__import__("json").dumps(stored))
+    argv = ["--report-only", "--tasks", "copy_repeat", "--encoders", "nope", "--seeds", "0", "--out", str(tmp_path)]
+    assert lg.main([*argv, "--model-size", "large"]) == 0
+    report = (tmp_path / "length_generalization_large" / "report.md").read_text()
+    assert "'dim': 16" in report and "| copy_repeat | nope | 1 | 1.000 | 0.250 |" in report
+    assert not (tmp_path / "length_generalization").exists()  # the base benchmark's files are untouched
+    with pytest.raises(SystemExit):  # the base size finds no stored run of its own
+        lg.main(argv)
