@@ -344,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{NAME}_<size>/. Quick runs always use the small quick trunk",
     )
     parser.add_argument(
+        "--dropout", type=float, default=0.0,
+        help="attention, residual and MLP dropout of the trunk (default 0; the paper trains with 0.1); "
+        f"runs and report with dropout go to {NAME}[_<size>]_dropout<p>/",
+    )
+    parser.add_argument(
         "--resume", action="store_true", help="reuse finished runs with the same configuration"
     )
     parser.add_argument(
@@ -366,10 +371,15 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     if args.quick and args.model_size is not None:
         parser.error(f"--model-size {args.model_size}: quick runs always use the quick trunk {QUICK_MODEL}")
+    if not 0.0 <= args.dropout < 1.0:
+        parser.error(f"--dropout must be in [0, 1), got {args.dropout}")
     size = args.model_size or "base"
-    name = NAME if size == "base" else f"{NAME}_{size}"
+    # a variant of the trunk keeps its runs and report apart: length_generalization_large_dropout0.1/
+    name = NAME + ("" if size == "base" else f"_{size}") + (f"_dropout{args.dropout:g}" if args.dropout else "")
     trunk = QUICK_MODEL if args.quick else MODEL_SIZES[size]
-    model = {**trunk, "scale_embeddings": args.embedding_scale == "vaswani"}
+    # dropout enters the spec only when set, so runs stored before the option existed still match
+    model = {**trunk, "scale_embeddings": args.embedding_scale == "vaswani",
+             **({"dropout": args.dropout} if args.dropout else {})}
     training = dict(QUICK_TRAINING if args.quick else FULL_TRAINING)
 
     def training_for(task: str) -> dict[str, Any]:

@@ -198,3 +198,22 @@ def test_a_non_base_model_size_has_its_own_runs_and_report(tmp_path, monkeypatch
     assert not (tmp_path / "length_generalization").exists()  # the base benchmark's files are untouched
     with pytest.raises(SystemExit):  # the base size finds no stored run of its own
         lg.main(argv)
+
+
+def test_dropout_reaches_the_model_and_is_checked(capsys):
+    spec = tiny_copy_spec("nope", steps=1, num_train=16, num_test=2)
+    spec["model"] = {**spec["model"], "dropout": 1.5}  # forwarded, so the model refuses it
+    with pytest.raises(ValueError, match="dropout probability"):
+        lg.run_one(spec)
+    with pytest.raises(SystemExit):
+        lg.main(["--quick", "--dropout", "1.0"])
+    assert "--dropout must be in [0, 1), got 1.0" in capsys.readouterr().err
+
+
+def test_dropout_runs_have_their_own_directory(tmp_path, capsys):
+    # --report-only with no stored run fails, but only after naming the variant's directory
+    with pytest.raises(SystemExit):
+        lg.main(["--report-only", "--tasks", "copy_repeat", "--encoders", "nope", "--seeds", "0",
+                 "--dropout", "0.1", "--model-size", "large", "--out", str(tmp_path)])
+    assert "length_generalization_large_dropout0.1: --report-only" in capsys.readouterr().out
+    assert (tmp_path / "length_generalization_large_dropout0.1" / "runs" / "full").is_dir()
