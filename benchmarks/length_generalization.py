@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -83,7 +84,7 @@ QUICK_TRAINING = {"steps": 600, "batch_size": 32, "lr": 3e-3, "num_train": 5_000
 
 # Spec keys that say how a run is executed, not what it computes: left out of the stored spec, so a
 # finished run is reused whatever they were.
-RUNTIME_KEYS = ("threads", "print_loss")
+RUNTIME_KEYS = ("threads", "print_loss", "checkpoint_every", "checkpoint_dir")
 
 
 def stored_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +107,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from pe_toolkit.training import EncoderDecoderModule, SequenceLMModule, TaskDataModule
-    from pe_toolkit.training.callbacks import LossHistory
+    from pe_toolkit.training.callbacks import FitClock, LossHistory
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # no banners from 20+ trainers
     warnings.filterwarnings("ignore", module="lightning")
@@ -147,18 +148,24 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     label = f"{spec['task']} {spec['encoding']} seed {spec['seed']}"
     losses = LossHistory(every_n_steps=max(1, steps // 20), label=label,
                          stream=sys.stderr if spec.get("print_loss") else None)
+    clock = FitClock()
+    callbacks: list[Any] = [losses, clock]
+    resume_from = None
+    if spec.get("checkpoint_dir"):
+        checkpoint, resume_from = run_checkpoint(spec)
+        callbacks.append(checkpoint)
     trainer = L.Trainer(
         max_steps=training["steps"],
         accelerator="cpu",
         devices=1,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(spec.get("checkpoint_dir")),
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=0,
-        callbacks=[losses],
+        callbacks=callbacks,
     )
-    trainer.fit(module, data)
+    trainer.fit(module, data, ckpt_path=resume_from)
     final_loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
     trainer.test(module, data, verbose=False)
     train_low, train_high = data.task.train_lengths
@@ -183,9 +190,33 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "parameters_without_pe": _count(trunk, exclude_positional=True),
         "train_lengths": list(data.task.train_lengths),
         "test_lengths": list(data.task.test_lengths),
-        "seconds": time.perf_counter() - start,
+        "seconds": time.perf_counter() - start + clock.resumed_seconds,
+        "resumed": resume_from is not None,
         "spec": stored_spec(spec),
     }
+
+
+def run_checkpoint(spec: dict[str, Any]) -> tuple[Any, str | None]:
+    """The checkpoint callback of a run with ``checkpoint_dir``, and the checkpoint to resume from.
+
+    ``<checkpoint_dir>/last.ckpt`` is rewritten every ``checkpoint_every`` steps; ``spec.json`` beside it
+    records the configuration, and a checkpoint of another configuration is deleted, not resumed.
+    The training data are a seeded ``ResumableDataLoader``, so a resumed run sees the batches the
+    interrupted one would have.
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    directory = Path(spec["checkpoint_dir"])
+    configuration = json.dumps(stored_spec(spec), sort_keys=True)
+    spec_file = directory / "spec.json"
+    if directory.exists() and not (spec_file.exists() and spec_file.read_text() == configuration):
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    spec_file.write_text(configuration)
+    last = directory / "last.ckpt"
+    callback = ModelCheckpoint(dirpath=directory, every_n_train_steps=spec["checkpoint_every"], save_top_k=0,
+                               save_last=True)
+    return callback, (str(last) if last.exists() else None)
 
 
 def _count(module, exclude_positional: bool = False) -> int:
@@ -349,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         f"runs and report with dropout go to {NAME}[_<size>]_dropout<p>/",
     )
     parser.add_argument(
+        "--checkpoint-every", type=int, metavar="STEPS",
+        help="save each run every STEPS training steps under runs/.../checkpoints/<run>/; an interrupted run "
+        "restarted with --resume continues from its last checkpoint (for runs longer than a session)",
+    )
+    parser.add_argument(
         "--resume", action="store_true", help="reuse finished runs with the same configuration"
     )
     parser.add_argument(
@@ -388,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     threads = args.threads or (1 if jobs > 1 else 2)
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        parser.error(f"--checkpoint-every must be >= 1 step, got {args.checkpoint_every}")
 
     out_dir = Path(args.out) / name
     runs_dir = out_dir / "runs" / ("quick" if args.quick else "full")  # quick runs never overwrite full ones
@@ -424,6 +462,11 @@ def main(argv: list[str] | None = None) -> int:
             if stored.get("spec") == stored_spec(spec):
                 rows.append(stored)
                 continue
+        if args.checkpoint_every is not None:
+            checkpoints = runs_dir / "checkpoints" / path.stem
+            if not args.resume:
+                shutil.rmtree(checkpoints, ignore_errors=True)  # a fresh run: never continue an old one
+            spec = {**spec, "checkpoint_every": args.checkpoint_every, "checkpoint_dir": str(checkpoints)}
         todo.append((spec, path))
     if args.report_only:
         missing = [path.name for _, path in todo]
@@ -439,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
             spec, path = futures[future]
             row = future.result()
             path.write_text(json.dumps(row, indent=1) + "\n")
+            if spec.get("checkpoint_dir"):
+                shutil.rmtree(spec["checkpoint_dir"], ignore_errors=True)  # the stored row is the record now
             rows.append(row)
             ood = "n/a" if row["ood_accuracy"] is None else f"{row['ood_accuracy']:.3f}"
             progress(

@@ -8,10 +8,14 @@
   arXiv:2309.14322).
 * :class:`LossHistory` keeps the mean training loss of every window of steps, so a run's record shows
   whether (and when) it learned, and optionally prints it as the run goes.
+* :class:`FitClock` measures the wall time of a fit across interruptions: checkpoints carry it.
+
+Both keep their state in checkpoints, so a fit resumed with ``ckpt_path`` continues them.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, TextIO
 
 import lightning as L
@@ -145,6 +149,13 @@ class LossHistory(L.Callback):
         self.history: list[tuple[int, float]] = []
         self._window: list[float] = []
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": [list(entry) for entry in self.history], "window": list(self._window)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = [(int(step), float(mean)) for step, mean in state_dict["history"]]
+        self._window = [float(loss) for loss in state_dict["window"]]
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is None:  # training_step returned None: Lightning skipped the step (outputs is then {})
@@ -165,3 +176,35 @@ class LossHistory(L.Callback):
         if self.stream is not None:
             total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else "?"
             print(f"{self.label} step {step}/{total}: loss {mean:.4f}", file=self.stream, flush=True)
+
+
+class FitClock(L.Callback):
+    """Wall-clock seconds spent in ``trainer.fit``, summed over a fit and its resumptions.
+
+    :attr:`resumed_seconds` is the fit time recorded in the checkpoint a resumed fit starts from (0 for
+    a fresh fit); after the fit, :attr:`seconds` is that plus this fit's time. Time after the last
+    checkpoint of an interrupted fit is not counted: the resumed fit redoes that work and counts it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resumed_seconds = 0.0
+        self.seconds = 0.0
+        self._start: float | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = time.perf_counter()
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.seconds = self._elapsed()
+        self._start = None
+
+    def _elapsed(self) -> float:
+        running = time.perf_counter() - self._start if self._start is not None else 0.0
+        return self.resumed_seconds + running
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seconds": self._elapsed()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.resumed_seconds = float(state_dict["seconds"])

@@ -217,3 +217,35 @@ def test_dropout_runs_have_their_own_directory(tmp_path, capsys):
                  "--dropout", "0.1", "--model-size", "large", "--out", str(tmp_path)])
     assert "length_generalization_large_dropout0.1: --report-only" in capsys.readouterr().out
     assert (tmp_path / "length_generalization_large_dropout0.1" / "runs" / "full").is_dir()
+
+
+def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_run(tmp_path):
+    # 10 steps, a checkpoint every 4: the first run leaves last.ckpt at step 8 behind (the benchmark's
+    # main deletes it once the row is stored; run_one does not). Running the same spec again resumes
+    # there and trains steps 9-10 on the same batches, so it must end exactly as the first run did.
+    spec = tiny_copy_spec("alibi", steps=10, num_train=64, num_test=10, checkpoint_every=4,
+                          checkpoint_dir=str(tmp_path / "ckpt"))
+    first = lg.run_one(spec)
+    assert first["resumed"] is False and (tmp_path / "ckpt" / "last.ckpt").exists()
+    second = lg.run_one(spec)
+    assert second["resumed"] is True
+    assert second["loss_history"] == first["loss_history"]  # the history before step 8 came from the checkpoint
+    assert second["final_train_loss"] == first["final_train_loss"]
+    assert second["per_length"] == first["per_length"]
+    assert second["spec"] == first["spec"] == {k: v for k, v in spec.items()
+                                               if k not in ("threads", "checkpoint_every", "checkpoint_dir")}
+
+
+def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path):
+    directory = tmp_path / "ckpt"
+    spec = tiny_copy_spec("nope", steps=4, num_train=32, num_test=2, checkpoint_every=2, checkpoint_dir=str(directory))
+    lg.run_one(spec)
+    other = {**spec, "training": {**spec["training"], "lr": 2e-3}}
+    assert lg.run_one(other)["resumed"] is False
+    assert __import__("json").loads((directory / "spec.json").read_text())["training"]["lr"] == 2e-3
+
+
+def test_rejects_checkpoint_every_below_one(capsys):
+    with pytest.raises(SystemExit):
+        lg.main(["--quick", "--checkpoint-every", "0"])
+    assert "--checkpoint-every must be >= 1 step, got 0" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""LossHistory: window means of the training loss, the printed lines, and its argument check."""
+"""LossHistory: window means of the training loss, the printed lines, its checkpoint state and its argument check."""
 
 from __future__ import annotations
 
@@ -58,3 +58,12 @@ def test_prints_each_window_to_the_stream():
 def test_rejects_a_bad_window(bad):
     with pytest.raises((ValueError, TypeError), match="every_n_steps"):
         LossHistory(every_n_steps=bad)
+
+
+def test_checkpoint_state_round_trips_the_history_and_the_open_window():
+    history = LossHistory(every_n_steps=3)
+    fit(history, steps=3)  # one full window, (3, 1.0)
+    history._window = [3.0, 4.0]  # two steps into the next window when the checkpoint is taken
+    resumed = LossHistory(every_n_steps=3)
+    resumed.load_state_dict(history.state_dict())
+    assert resumed.history == [(3, 1.0)] and resumed._window == [3.0, 4.0]
