@@ -169,7 +169,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     final_loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
     trainer.test(module, data, verbose=False)
     train_low, train_high = data.task.train_lengths
-    per_length = {int(k): {"correct": c, "total": t} for k, (c, t) in sorted(module.test_results.items())}
+    per_length = {int(k): {"correct": c, "total": t, **failures(module.test_outcomes[k])}
+                  for k, (c, t) in sorted(module.test_results.items())}
 
     def accuracy(selected):
         correct = sum(v["correct"] for k, v in per_length.items() if selected(k))
@@ -194,6 +195,11 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "resumed": resume_from is not None,
         "spec": stored_spec(spec),
     }
+
+
+def failures(outcomes: dict[str, int]) -> dict[str, int]:
+    """The counts of the ways an answer went wrong (``stopped_early``, ``ran_over``, ``wrong_tokens``)."""
+    return {name: count for name, count in outcomes.items() if name != "correct"}
 
 
 def run_checkpoint(spec: dict[str, Any]) -> tuple[Any, str | None]:
@@ -274,6 +280,27 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+FAILURES = ("stopped_early", "ran_over", "wrong_tokens")
+
+
+def failure_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (task, encoder): the share of out-of-distribution answers that stopped early, ran over, or
+    had a wrong token, summed over seeds. Runs stored before outcomes were recorded are left out."""
+    groups: dict[tuple[str, str], dict[str, int]] = {}
+    for row in rows:
+        high = row["train_lengths"][1]
+        ood = [v for k, v in row["per_length"].items() if int(k) > high]
+        if not ood or any(name not in v for v in ood for name in FAILURES):
+            continue
+        sums = groups.setdefault((task_key(row), row["encoding"]), dict.fromkeys(("total", *FAILURES), 0))
+        for v in ood:
+            for name in ("total", *FAILURES):
+                sums[name] += v[name]
+    return [{"task": task, "encoding": enc, "answers": sums["total"],
+             **{name: sums[name] / sums["total"] for name in FAILURES}}
+            for (task, enc), sums in sorted(groups.items())]
 
 
 # The papers' numbers the claims are checked against. Kazemnejad et al. 2023, repo means over 3 seeds of
@@ -512,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     plot(rows, out_dir / "accuracy_vs_length.png")
     mrr = mean_reciprocal_rank(rows)
     summary = summarize(rows)
+    failing = failure_summary(rows)
     steps_by_task = {t: training_for(t)["steps"] for t in tasks}
     steps_text = f"{steps_by_task[tasks[0]]} steps" if len(set(steps_by_task.values())) == 1 else (
         "steps per task " + ", ".join(f"{t} {n}" for t, n in steps_by_task.items()))
@@ -541,6 +569,12 @@ def main(argv: list[str] | None = None) -> int:
             ["encoding", ("mrr", "MRR"), ("tasks", "tasks ranked on")],
             {"mrr": ".3f"},
         )
+        + "\n## How out-of-distribution answers fail (share of all OOD answers)\n\n"
+        + (markdown_table(failing, ["task", "encoding", ("answers", "OOD answers"),
+                                                   ("stopped_early", "stopped early"), ("ran_over", "ran over"),
+                                                   ("wrong_tokens", "wrong token")],
+                          {name: ".3f" for name in FAILURES})
+           if failing else "No run recorded its answers' outcomes.\n")
         + "\n## Against the papers' claims (measured here)\n\n" + "\n".join(claims(summary)) + "\n"
         + "\n![accuracy vs length](accuracy_vs_length.png)\n"
         + timing

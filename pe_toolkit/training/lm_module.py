@@ -95,10 +95,8 @@ class SequenceLMModule(ExactMatchModule):
         """Greedy continuation ids ``(B, max_new_tokens)`` of equal-length prompts, with the KV cache."""
         return self.model.generate(prompt_ids, max_new_tokens)[:, prompt_ids.shape[1]:]
 
-    def exact_match(self, batch: dict[str, Any]) -> torch.Tensor:
+    def decode_answers(self, batch: dict[str, Any]) -> tuple[list[list[int]], list[list[int]]]:
         starts, ends = batch["answer_start"].tolist(), (batch["lengths"] - 1).tolist()  # answer = ids[start:end]
         references = [ids[s:e] for ids, s, e in zip(batch["input_ids"].tolist(), starts, ends)]
         budget = max(len(r) for r in references) + self.hparams.max_answer_tokens
-        generated = self.greedy_answers(batch["prompt_ids"], budget).tolist()
-        correct = self.compare_answers(generated, references, self.hparams.eos_id)
-        return torch.tensor(correct, dtype=torch.long, device=batch["input_ids"].device)
+        return self.greedy_answers(batch["prompt_ids"], budget).tolist(), references

@@ -78,7 +78,7 @@ class EncoderDecoderModule(ExactMatchModule):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
 
     @torch.no_grad()
-    def exact_match(self, batch: dict[str, Any]) -> torch.Tensor:
+    def decode_answers(self, batch: dict[str, Any]) -> tuple[list[list[int]], list[list[int]]]:
         memory = self.encode(batch["source_ids"], batch["source_mask"])
         target, mask = batch["target_ids"], batch["target_mask"]
         references = [row[1 : int(m.sum()) - 1] for row, m in zip(target.tolist(), mask)]
@@ -87,5 +87,4 @@ class EncoderDecoderModule(ExactMatchModule):
         generated = self.decoder.generate(
             start, budget, context=memory, context_padding_mask=batch["source_mask"]
         )[:, 1:].tolist()
-        correct = self.compare_answers(generated, references, self.hparams.eos_id)
-        return torch.tensor(correct, dtype=torch.long, device=target.device)
+        return generated, references

@@ -249,3 +249,18 @@ def test_rejects_checkpoint_every_below_one(capsys):
     with pytest.raises(SystemExit):
         lg.main(["--quick", "--checkpoint-every", "0"])
     assert "--checkpoint-every must be >= 1 step, got 0" in capsys.readouterr().err
+
+
+def test_a_run_stores_how_its_answers_failed_and_the_report_sums_the_ood_ones():
+    result = lg.run_one(tiny_copy_spec("alibi", steps=5, num_train=64, num_test=10))
+    for v in result["per_length"].values():
+        assert v["correct"] + sum(v[name] for name in lg.FAILURES) == v["total"]
+    ood = {"5": {"correct": 1, "total": 10, "stopped_early": 6, "ran_over": 2, "wrong_tokens": 1},
+           "4": {"correct": 0, "total": 10, "stopped_early": 10, "ran_over": 0, "wrong_tokens": 0},
+           "2": {"correct": 0, "total": 5, "stopped_early": 0, "ran_over": 0, "wrong_tokens": 5}}  # IID: left out
+    rows = [{**row("copy_repeat", "t5", 0.05), "train_lengths": [1, 3], "per_length": ood},
+            {**row("copy_repeat", "nope", 0.5), "train_lengths": [1, 3],
+             "per_length": {"5": {"correct": 1, "total": 2}}}]  # stored before outcomes existed: left out
+    (summary,) = lg.failure_summary(rows)
+    assert summary == {"task": "copy_repeat", "encoding": "t5", "answers": 20,
+                       "stopped_early": 16 / 20, "ran_over": 2 / 20, "wrong_tokens": 1 / 20}

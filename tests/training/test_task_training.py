@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from pe_toolkit.training import SequenceLMModule, TaskDataModule
+from pe_toolkit.training.exact_match import OUTCOMES
 from pe_toolkit.training.task_data import same_prompt_length_batches
 
 
@@ -93,6 +94,30 @@ def test_short_training_run_learns_and_reports_per_length():
     trainer.test(module, data, verbose=False)
     assert set(module.test_results) == {e.length for e in data.examples("test")}
     assert sum(t for _, t in module.test_results.values()) == len(data.examples("test"))
+    # every answer has exactly one outcome, and the correct ones are the exact matches
+    assert set(module.test_outcomes) == set(module.test_results)
+    for n, (correct, total) in module.test_results.items():
+        assert set(module.test_outcomes[n]) == set(OUTCOMES)
+        assert sum(module.test_outcomes[n].values()) == total and module.test_outcomes[n]["correct"] == correct
+
+
+def test_answer_outcomes_by_hand():
+    eos = 2
+    reference = [5, 6, 7]
+    generated = [
+        [5, 6, 7, eos, 0],  # correct
+        [5, 6, eos, 0, 0],  # stopped early after a correct prefix
+        [eos, 0, 0, 0, 0],  # stopped before any token: also early
+        [5, 6, 7, 7, eos],  # the whole answer, then one token too many
+        [5, 6, 7, 7, 7],  # the whole answer, never stopped
+        [5, 9, 7, eos, 0],  # a wrong token
+        [5, 9, eos, 0, 0],  # stopped early but after a wrong token: wrong
+    ]
+    outcomes = SequenceLMModule.answer_outcomes(generated, [reference] * len(generated), eos)
+    assert [OUTCOMES[o] for o in outcomes] == ["correct", "stopped_early", "stopped_early", "ran_over", "ran_over",
+                                               "wrong_tokens", "wrong_tokens"]
+    assert SequenceLMModule.compare_answers(generated, [reference] * len(generated), eos) == [
+        True, False, False, False, False, False, False]
 
 
 @pytest.mark.slow
