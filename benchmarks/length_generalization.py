@@ -9,12 +9,13 @@ and the mean reciprocal rank (MRR) of the encoders across tasks, as the paper do
     python benchmarks/length_generalization.py --quick    # pipeline check, < 2 minutes
     python benchmarks/length_generalization.py --tasks copy_repeat --encoders nope rope --seeds 0 1
     python benchmarks/length_generalization.py --model-size large --tasks copy_repeat   # a 6x larger trunk
+    python benchmarks/length_generalization.py --tasks cope_counting --checkpoint-every 50 --resume  # hours
 
 Every finished run is stored in ``results/length_generalization/runs/{quick,full}/``; ``--resume`` reuses those
 whose configuration matches instead of training again.
 
-Outputs: ``results.json`` (one row per run with per-length accuracy), ``report.md`` (tables of OOD
-accuracy and MRR) and ``accuracy_vs_length.png``.
+Outputs: ``results.json`` (one row per run with per-length accuracy and how the wrong answers failed),
+``report.md`` (tables of OOD accuracy, MRR and failure modes) and ``accuracy_vs_length.png``.
 """
 
 from __future__ import annotations
