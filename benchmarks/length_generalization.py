@@ -570,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
             ["encoding", ("mrr", "MRR"), ("tasks", "tasks ranked on")],
             {"mrr": ".3f"},
         )
-        + "\n## How out-of-distribution answers fail (share of all OOD answers)\n\n"
+        + "\n## How out-of-distribution answers fail\n\nShares of the OOD answers, over the runs that recorded "
+        "how their answers failed (runs stored before this was recorded are left out).\n\n"
         + (markdown_table(failing, ["task", "encoding", ("answers", "OOD answers"),
                                                    ("stopped_early", "stopped early"), ("ran_over", "ran over"),
                                                    ("wrong_tokens", "wrong token")],
