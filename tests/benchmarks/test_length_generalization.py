@@ -90,16 +90,21 @@ def test_encoder_decoder_run_and_task_keys():
     assert lg.task_key(row("copy_repeat", "x", 0.1)) == "copy_repeat"
 
 
+def store_nope_copy_run(runs_dir, spec, ood, per_length, train_lengths, test_lengths):
+    """Write a finished copy_repeat NoPE seed-0 run (IID 1.0) under ``runs_dir``, as the benchmark stores it."""
+    stored = {**row("copy_repeat", "nope", ood), "architecture": "decoder", "per_length": per_length,
+              "final_train_loss": 0.1, "parameters": 10, "parameters_without_pe": 10,
+              "train_lengths": train_lengths, "test_lengths": test_lengths, "spec": spec}
+    runs_dir.mkdir(parents=True)
+    (runs_dir / "copy_repeat__nope__seed0.json").write_text(__import__("json").dumps(stored))
+
+
 def test_report_only_rebuilds_the_report_from_stored_runs(tmp_path):
     spec = {"task": "copy_repeat", "task_options": {"train_lengths": [1, 8], "test_lengths": [9, 16]},
             "encoding": "nope", "seed": 0, "model": {**lg.QUICK_MODEL, "scale_embeddings": True},
             "training": lg.QUICK_TRAINING}
-    stored = {**row("copy_repeat", "nope", 0.5), "architecture": "decoder", "per_length": {"3": {"correct": 1,
-              "total": 2}, "12": {"correct": 1, "total": 2}}, "final_train_loss": 0.1, "parameters": 10,
-              "parameters_without_pe": 10, "train_lengths": [1, 8], "test_lengths": [9, 16], "spec": spec}
-    runs = tmp_path / "length_generalization" / "runs" / "quick"
-    runs.mkdir(parents=True)
-    (runs / "copy_repeat__nope__seed0.json").write_text(__import__("json").dumps(stored))
+    store_nope_copy_run(tmp_path / "length_generalization" / "runs" / "quick", spec, 0.5,
+                        {"3": {"correct": 1, "total": 2}, "12": {"correct": 1, "total": 2}}, [1, 8], [9, 16])
     assert lg.main(["--quick", "--report-only", "--encoders", "nope", "rope", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "length_generalization" / "report.md").read_text()
     assert "| copy_repeat | nope | 1 | 1.000 | 0.500 |" in report and "from 1 stored runs" in report
@@ -185,12 +190,8 @@ def test_a_non_base_model_size_has_its_own_runs_and_report(tmp_path, monkeypatch
     monkeypatch.setitem(lg.MODEL_SIZES, "large", tiny)
     spec = {"task": "copy_repeat", "task_options": lg.FULL_TASKS["copy_repeat"], "encoding": "nope", "seed": 0,
             "model": {**tiny, "scale_embeddings": True}, "training": lg.training_preset("copy_repeat", quick=False)}
-    stored = {**row("copy_repeat", "nope", 0.25), "architecture": "decoder", "per_length": {"5": {"correct": 1,
-              "total": 1}, "30": {"correct": 1, "total": 4}}, "final_train_loss": 0.1, "parameters": 10,
-              "parameters_without_pe": 10, "train_lengths": [1, 20], "test_lengths": [21, 40], "spec": spec}
-    runs = tmp_path / "length_generalization_large" / "runs" / "full"
-    runs.mkdir(parents=True)
-    (runs / "copy_repeat__nope__seed0.json").write_text(__import__("json").dumps(stored))
+    store_nope_copy_run(tmp_path / "length_generalization_large" / "runs" / "full", spec, 0.25,
+                        {"5": {"correct": 1, "total": 1}, "30": {"correct": 1, "total": 4}}, [1, 20], [21, 40])
     argv = ["--report-only", "--tasks", "copy_repeat", "--encoders", "nope", "--seeds", "0", "--out", str(tmp_path)]
     assert lg.main([*argv, "--model-size", "large"]) == 0
     report = (tmp_path / "length_generalization_large" / "report.md").read_text()
