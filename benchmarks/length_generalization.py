@@ -199,8 +199,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def failures(outcomes: dict[str, int]) -> dict[str, int]:
-    """The counts of the ways an answer went wrong (``stopped_early``, ``ran_over``, ``wrong_tokens``)."""
-    return {name: count for name, count in outcomes.items() if name != "correct"}
+    """The counts of the ways an answer went wrong (:data:`FAILURES`) from one length's outcome counts."""
+    return {name: outcomes[name] for name in FAILURES}
 
 
 def run_checkpoint(spec: dict[str, Any]) -> tuple[Any, str | None]:
@@ -283,6 +283,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# The wrong-answer outcomes of pe_toolkit.training.exact_match.OUTCOMES (all but "correct"), spelled out so
+# that this module does not import Lightning in the parent process.
 FAILURES = ("stopped_early", "ran_over", "wrong_tokens")
 
 

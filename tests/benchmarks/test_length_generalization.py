@@ -253,6 +253,9 @@ def test_rejects_checkpoint_every_below_one(capsys):
 
 
 def test_a_run_stores_how_its_answers_failed_and_the_report_sums_the_ood_ones():
+    from pe_toolkit.training.exact_match import OUTCOMES
+
+    assert lg.FAILURES == OUTCOMES[1:] and OUTCOMES[0] == "correct"
     result = lg.run_one(tiny_copy_spec("alibi", steps=5, num_train=64, num_test=10))
     for v in result["per_length"].values():
         assert v["correct"] + sum(v[name] for name in lg.FAILURES) == v["total"]
