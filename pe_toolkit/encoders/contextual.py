@@ -24,8 +24,23 @@ def cope_positions(q: Tensor, k: Tensor, visible: Tensor) -> Tensor:
     Returns:
         ``(B, H, Lq, Lk)`` float positions (zero where not visible).
     """
-    gates = torch.sigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])) * visible
-    return gates.flip(-1).cumsum(-1).flip(-1)
+    gates = torch.sigmoid((q / math.sqrt(q.shape[-1])) @ k.transpose(-1, -2)) * visible
+    return _ReverseCumsum.apply(gates)
+
+
+class _ReverseCumsum(torch.autograd.Function):
+    """``y_j = sum_{t >= j} x_t`` over the last dim; its gradient is the forward cumsum.
+
+    Autograd of ``flip(cumsum(flip(x)))`` would flip the ``(Lq, Lk)`` gradient four more times.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        return x.flip(-1).cumsum(-1).flip(-1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        return grad.cumsum(-1)
 
 
 def position_visibility(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -41,6 +56,11 @@ def position_visibility(q_pos: Tensor, k_pos: Tensor) -> Tensor:
 def interpolate_position_logits(position_logits: Tensor, positions: Tensor) -> Tensor:
     """Read ``z[p]`` at fractional ``p`` by linear interpolation between floor and ceil.
 
+    Computed as ``z[floor p] + (p - floor p) * (z[floor p + 1] - z[floor p])`` with the differences
+    taken on the small ``(..., npos)`` tensor, so the ``(Lq, Lk)``-sized work is one index and two
+    gathers. At an integer ``p`` this is ``z[p]``, as interpolating between floor and ceil (the
+    derivative in ``p`` there is the right-hand one, ``z[p + 1] - z[p]``; elsewhere both agree).
+
     Args:
         position_logits: ``(B, H, Lq, npos)``, ``z_i[p] = q_i . e[p]`` for integer ``p``.
         positions: ``(B, H, Lq, Lk)`` in ``[0, npos - 1]``.
@@ -48,10 +68,10 @@ def interpolate_position_logits(position_logits: Tensor, positions: Tensor) -> T
         ``(B, H, Lq, Lk)``.
     """
     floor = positions.floor()
-    weight = positions - floor
-    z_floor = position_logits.gather(-1, floor.long())
-    z_ceil = position_logits.gather(-1, positions.ceil().long())
-    return z_floor + weight * (z_ceil - z_floor)
+    index = floor.long()
+    # z[p + 1] - z[p]; the last entry is 0 (p = npos - 1 has weight 0 anyway)
+    step = torch.nn.functional.pad(position_logits.diff(dim=-1), (0, 1))
+    return position_logits.gather(-1, index) + (positions - floor) * step.gather(-1, index)
 
 
 @register_encoder(
@@ -92,8 +112,9 @@ class CoPE(PositionalEncoding):
         q, k = q.to(compute), k.to(compute)
         visible = position_visibility(q_pos, k_pos)
         positions = cope_positions(q, k, visible).clamp(max=self.npos_max - 1)
-        position_logits = q @ self.pos_emb.to(compute).transpose(0, 1)
-        return interpolate_position_logits(position_logits, positions) / math.sqrt(q.shape[-1])
+        # z / sqrt(d) on the small (B, H, Lq, npos) tensor, not on the (Lq, Lk) bias
+        position_logits = q @ (self.pos_emb.to(compute).transpose(0, 1) / math.sqrt(q.shape[-1]))
+        return interpolate_position_logits(position_logits, positions)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", npos_max={self.npos_max}"

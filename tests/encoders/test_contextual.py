@@ -53,6 +53,22 @@ def test_positions_half_gates_literal():
     torch.testing.assert_close(positions[0, 0], expected, rtol=0, atol=0)
 
 
+def test_positions_gradient_is_autograd_of_flipped_cumsum():
+    """cope_positions has a hand-written backward (a forward cumsum); it must equal autograd's."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 2, 5, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 2, 5, 4, dtype=torch.float64, requires_grad=True)
+    visible = causal_visibility(5, 5)
+    weights = torch.randn(2, 2, 5, 5, dtype=torch.float64)
+    ours = torch.autograd.grad((cope_positions(q, k, visible) * weights).sum(), (q, k))
+    gates = torch.sigmoid(q @ k.transpose(-1, -2) / 2.0) * visible
+    reference = torch.autograd.grad((gates.flip(-1).cumsum(-1).flip(-1) * weights).sum(), (q, k))
+    for a, b in zip(ours, reference):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda a, b: cope_positions(a, b, visible), (q, k))
+    assert torch.autograd.gradgradcheck(lambda a, b: cope_positions(a, b, visible), (q, k))
+
+
 def test_bias_half_gates_literal_interpolation():
     enc = CoPE(2, 1, npos_max=8)  # head_dim 2
     with torch.no_grad():
