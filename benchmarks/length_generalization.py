@@ -68,7 +68,10 @@ ARCHITECTURES: dict[str, list[str]] = {"contextual_counting": ["encdec_causal", 
 DECODER = "decoder"
 # Encoder options of the paper's code (Kazemnejad et al. 2023, custom_t5_decoder_only.py): rotary on the first
 # 25 % of each head's dims (rotary_dim = int(0.25 * d_head)); every other encoder with its defaults.
-ENCODING_OPTIONS: dict[str, dict[str, Any]] = {"rope": {"rotary_fraction": 0.25}}
+# CoPE: the paper's code defaults to npos = block_size + 1, so contextual positions never clamp inside the
+# context. CONTEXT stands for that: each run sets npos_max to its longest sequence (train or test) + 1.
+CONTEXT = "context"
+ENCODING_OPTIONS: dict[str, dict[str, Any]] = {"rope": {"rotary_fraction": 0.25}, "cope": {"npos_max": CONTEXT}}
 # Per-task changes to the training preset. Reverse needs longer training than copy to be learned at the
 # training lengths at all: at 2,000 steps every encoder measured (T5, APE) ended near loss 3 with IID
 # exact match <= 0.10, so its out-of-distribution numbers said nothing.
@@ -127,18 +130,19 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         seed=spec["seed"],
         layout="causal" if architecture == DECODER else "seq2seq",
     )
+    encoding_options = resolve_encoding_options(spec.get("encoding_options"), data)
     steps = training["steps"]
     optimisation = {"lr": training["lr"], "warmup_steps": max(1, steps // 20), "max_steps": steps}
     if architecture == DECODER:
         module = SequenceLMModule(data.vocab_size, encoding=spec["encoding"],
-                                  encoding_options=spec.get("encoding_options"), **optimisation, **spec["model"])
+                                  encoding_options=encoding_options, **optimisation, **spec["model"])
     else:
         model = dict(spec["model"])
         layers = model.pop("num_layers")
         module = EncoderDecoderModule(
             data.vocab_size,
             encoding=spec["encoding"],
-            encoding_options=spec.get("encoding_options"),
+            encoding_options=encoding_options,
             encoder_layers=max(1, layers - 1),
             decoder_layers=1,
             encoder_causal=architecture == "encdec_causal",
@@ -188,6 +192,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "final_train_loss": final_loss,
         "loss_history": [[step, loss] for step, loss in losses.history],
         "architecture": architecture,
+        "encoding_options": encoding_options,
         "parameters": _count(trunk),
         "parameters_without_pe": _count(trunk, exclude_positional=True),
         "train_lengths": list(data.task.train_lengths),
@@ -196,6 +201,14 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "resumed": resume_from is not None,
         "spec": stored_spec(spec),
     }
+
+
+def resolve_encoding_options(options: dict[str, Any] | None, data: Any) -> dict[str, Any]:
+    """The encoder options of a run, with ``npos_max: "context"`` replaced by the longest sequence + 1."""
+    resolved = dict(options or {})
+    if resolved.get("npos_max") == CONTEXT:
+        resolved["npos_max"] = data.max_sequence_length() + 1
+    return resolved
 
 
 def failures(outcomes: dict[str, int]) -> dict[str, int]:
@@ -549,7 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     body = (
         f"Model: {model} (same trunk for every encoder; {rows[0]['parameters_without_pe']:,} parameters without "
         f"the PE), {steps_text} of batch {training['batch_size']}, AdamW lr {training['lr']}; "
-        f"seeds {seeds}. Encoder options: {ENCODING_OPTIONS} (as the paper's code; the rest use their "
+        f"seeds {seeds}. Encoder options: {ENCODING_OPTIONS} (as the papers' code; "
+        f"{CONTEXT!r} = the run's longest sequence + 1; the rest use their "
         "defaults). Accuracy is exact match of greedy decoding; IID = training lengths, OOD = longer.\n\n"
         "## Accuracy per task and encoder (mean over seeds)\n\n"
         + markdown_table(

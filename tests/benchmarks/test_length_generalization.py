@@ -268,3 +268,23 @@ def test_a_run_stores_how_its_answers_failed_and_the_report_sums_the_ood_ones():
     (summary,) = lg.failure_summary(rows)
     assert summary == {"task": "copy_repeat", "encoding": "t5", "answers": 20,
                        "stopped_early": 16 / 20, "ran_over": 2 / 20, "wrong_tokens": 1 / 20}
+
+
+def test_cope_npos_max_covers_the_longest_sequence():
+    """CoPE runs as the paper's code: npos = context + 1, so no contextual position is clamped."""
+    from pe_toolkit.training import TaskDataModule
+
+    assert lg.ENCODING_OPTIONS["cope"] == {"npos_max": lg.CONTEXT}
+    spec = tiny_copy_spec("cope", steps=1, num_train=16, num_test=2, encoding_options={"npos_max": lg.CONTEXT})
+    result = lg.run_one(spec)
+    data = TaskDataModule("copy_repeat", spec["task_options"], num_train=16, num_val=0, num_test=2, batch_size=8,
+                          seed=0)
+    assert result["encoding_options"] == {"npos_max": data.max_sequence_length() + 1}
+    assert result["spec"]["encoding_options"] == {"npos_max": "context"}
+    # parameters with the PE = without + npos_max x head_dim (one table per layer; 1 layer, head_dim 8)
+    assert result["parameters"] - result["parameters_without_pe"] == (data.max_sequence_length() + 1) * 8
+
+
+def test_resolve_encoding_options_leaves_numbers_alone():
+    assert lg.resolve_encoding_options({"npos_max": 16}, data=None) == {"npos_max": 16}
+    assert lg.resolve_encoding_options(None, data=None) == {}
