@@ -69,7 +69,8 @@ DECODER = "decoder"
 # Encoder options of the paper's code (Kazemnejad et al. 2023, custom_t5_decoder_only.py): rotary on the first
 # 25 % of each head's dims (rotary_dim = int(0.25 * d_head)); every other encoder with its defaults.
 # CoPE: the paper's code defaults to npos = block_size + 1, so contextual positions never clamp inside the
-# context. CONTEXT stands for that: each run sets npos_max to its longest sequence (train or test) + 1.
+# training context. CONTEXT stands for that: each run sets npos_max to its longest training sequence + 1
+# (longer test sequences clamp, as positions past the context would in the paper's model).
 CONTEXT = "context"
 ENCODING_OPTIONS: dict[str, dict[str, Any]] = {"rope": {"rotary_fraction": 0.25}, "cope": {"npos_max": CONTEXT}}
 # Per-task changes to the training preset. Reverse needs longer training than copy to be learned at the
@@ -204,10 +205,10 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_encoding_options(options: dict[str, Any] | None, data: Any) -> dict[str, Any]:
-    """The encoder options of a run, with ``npos_max: "context"`` replaced by the longest sequence + 1."""
+    """The encoder options of a run, with ``npos_max: "context"`` replaced by the longest training sequence + 1."""
     resolved = dict(options or {})
     if resolved.get("npos_max") == CONTEXT:
-        resolved["npos_max"] = data.max_sequence_length() + 1
+        resolved["npos_max"] = data.max_sequence_length(["train"]) + 1
     return resolved
 
 
@@ -563,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Model: {model} (same trunk for every encoder; {rows[0]['parameters_without_pe']:,} parameters without "
         f"the PE), {steps_text} of batch {training['batch_size']}, AdamW lr {training['lr']}; "
         f"seeds {seeds}. Encoder options: {ENCODING_OPTIONS} (as the papers' code; "
-        f"{CONTEXT!r} = the run's longest sequence + 1; the rest use their "
+        f"{CONTEXT!r} = the run's longest training sequence + 1; the rest use their "
         "defaults). Accuracy is exact match of greedy decoding; IID = training lengths, OOD = longer.\n\n"
         "## Accuracy per task and encoder (mean over seeds)\n\n"
         + markdown_table(

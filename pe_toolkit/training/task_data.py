@@ -11,7 +11,10 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from pe_toolkit.tasks import Example, Vocabulary, get_task
+from pe_toolkit.tasks.base import check_choice
 from pe_toolkit.training.resumable import ResumableDataLoader, trainer_shard
+
+SPLITS = ("train", "val", "test")
 
 
 class _ListDataset(torch.utils.data.Dataset):
@@ -112,9 +115,14 @@ class TaskDataModule(L.LightningDataModule):
         self.setup()
         return self._splits[split]
 
-    def max_sequence_length(self) -> int:
-        """Longest ``<bos> prompt <sep> answer <eos>`` over all splits (for ``learned`` PEs)."""
-        return max(len(self.vocab.encode(ex)[0]) for split in ("train", "val", "test") for ex in self.examples(split))
+    def max_sequence_length(self, splits: Sequence[str] = SPLITS) -> int:
+        """Longest ``<bos> prompt <sep> answer <eos>`` over the given splits (all by default, for ``learned`` PEs)."""
+        for split in splits:
+            check_choice(type(self).__name__, "splits", split, SPLITS)
+        lengths = [len(self.vocab.encode(ex)[0]) for split in splits for ex in self.examples(split)]
+        if not lengths:
+            raise ValueError(f"{type(self).__name__}: no examples in splits {list(splits)!r}")
+        return max(lengths)
 
     def _collate_train(self, examples: list[Example]) -> dict[str, Any]:
         if self.hparams.layout == "seq2seq":

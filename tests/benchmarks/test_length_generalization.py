@@ -271,7 +271,7 @@ def test_a_run_stores_how_its_answers_failed_and_the_report_sums_the_ood_ones():
 
 
 def test_cope_npos_max_covers_the_longest_sequence():
-    """CoPE runs as the paper's code: npos = context + 1, so no contextual position is clamped."""
+    """CoPE runs as the paper's code: npos = training context + 1, so no training position is clamped."""
     from pe_toolkit.training import TaskDataModule
 
     assert lg.ENCODING_OPTIONS["cope"] == {"npos_max": lg.CONTEXT}
@@ -279,10 +279,12 @@ def test_cope_npos_max_covers_the_longest_sequence():
     result = lg.run_one(spec)
     data = TaskDataModule("copy_repeat", spec["task_options"], num_train=16, num_val=0, num_test=2, batch_size=8,
                           seed=0)
-    assert result["encoding_options"] == {"npos_max": data.max_sequence_length() + 1}
+    longest_train = data.max_sequence_length(["train"])
+    assert longest_train < data.max_sequence_length()  # test lengths 4-5 are longer than train 1-3
+    assert result["encoding_options"] == {"npos_max": longest_train + 1}
     assert result["spec"]["encoding_options"] == {"npos_max": "context"}
     # parameters with the PE = without + npos_max x head_dim (one table per layer; 1 layer, head_dim 8)
-    assert result["parameters"] - result["parameters_without_pe"] == (data.max_sequence_length() + 1) * 8
+    assert result["parameters"] - result["parameters_without_pe"] == (longest_train + 1) * 8
 
 
 def test_resolve_encoding_options_leaves_numbers_alone():

@@ -229,3 +229,16 @@ def test_language_model_module_on_bytes():
     trainer.fit(module, data)
     assert module.perplexity(windows) < before / 2
     assert "val/perplexity" in trainer.callback_metrics
+
+
+def test_max_sequence_length_by_split():
+    """The longest encoded example of the chosen splits; test lengths 4-5 are longer than train 1-3."""
+    data = TaskDataModule("copy_repeat", {"train_lengths": [1, 3], "test_lengths": [4, 5]}, num_train=64, num_val=0,
+                          num_test=8, batch_size=8, seed=0)
+    longest = {split: max(len(data.vocab.encode(ex)[0]) for ex in data.examples(split)) for split in ("train", "test")}
+    assert data.max_sequence_length(["train"]) == longest["train"]
+    assert data.max_sequence_length() == max(longest.values()) > longest["train"]
+    with pytest.raises(ValueError, match=r"TaskDataModule: splits must be one of .*got 'dev'"):
+        data.max_sequence_length(["dev"])
+    with pytest.raises(ValueError, match=r"no examples in splits \['val'\]"):
+        data.max_sequence_length(["val"])
