@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmarks import length_generalization as lg
@@ -96,7 +98,7 @@ def store_nope_copy_run(runs_dir, spec, ood, per_length, train_lengths, test_len
               "final_train_loss": 0.1, "parameters": 10, "parameters_without_pe": 10,
               "train_lengths": train_lengths, "test_lengths": test_lengths, "spec": spec}
     runs_dir.mkdir(parents=True)
-    (runs_dir / "copy_repeat__nope__seed0.json").write_text(__import__("json").dumps(stored))
+    (runs_dir / "copy_repeat__nope__seed0.json").write_text(json.dumps(stored))
 
 
 def test_report_only_rebuilds_the_report_from_stored_runs(tmp_path):
@@ -270,7 +272,7 @@ def test_a_run_stores_how_its_answers_failed_and_the_report_sums_the_ood_ones():
                        "stopped_early": 16 / 20, "ran_over": 2 / 20, "wrong_tokens": 1 / 20}
 
 
-def test_cope_npos_max_covers_the_longest_sequence():
+def test_cope_npos_max_covers_the_longest_training_sequence():
     """CoPE runs as the paper's code: npos = training context + 1, so no training position is clamped."""
     from pe_toolkit.training import TaskDataModule
 
