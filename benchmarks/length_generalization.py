@@ -331,6 +331,11 @@ PAPER_COUNTING_ERROR: dict[str, float] = {"cope": 1.2, "t5": 17.8, "sinusoidal":
 LEARNED_IID = 0.9  # in-distribution exact match below this: the task was not learned, OOD says nothing
 
 
+def seeds_text(count: int) -> str:
+    """``"1 seed"``, ``"3 seeds"``."""
+    return f"{count} seed" if count == 1 else f"{count} seeds"
+
+
 def claims(summary: list[dict[str, Any]]) -> list[str]:
     """The papers' claims checked against the seed means of ``summarize``, each with its numbers.
 
@@ -347,7 +352,8 @@ def claims(summary: list[dict[str, Any]]) -> list[str]:
         ood = {e: by[(task, e)]["ood_accuracy"] for e in paper}
         verdict = "holds" if min(ood["nope"], ood["t5"]) > max(ood["alibi"], ood["rope"], ood["sinusoidal"]) else (
             "does not hold")
-        shown = ", ".join(f"{e} {ood[e]:.3f} (paper {paper[e]:.3f}, {by[(task, e)]['seeds']} seeds)" for e in paper)
+        shown = ", ".join(f"{e} {ood[e]:.3f} (paper {paper[e]:.3f}, {seeds_text(by[(task, e)]['seeds'])})"
+                          for e in paper)
         unlearned = [e for e in paper if by[(task, e)]["iid_accuracy"] < LEARNED_IID]
         note = (f" Not learned in distribution (IID < {LEARNED_IID}) by {unlearned}: their OOD numbers say nothing."
                 if unlearned else "")
@@ -359,7 +365,9 @@ def claims(summary: list[dict[str, Any]]) -> list[str]:
     else:
         error = {e: 100 * (1 - by[("cope_counting", e)]["iid_accuracy"]) for e in PAPER_COUNTING_ERROR}
         verdict = "holds" if error["cope"] < min(error["t5"], error["sinusoidal"]) else "does not hold"
-        shown = ", ".join(f"{e} {error[e]:.1f} % (paper {PAPER_COUNTING_ERROR[e]} %)" for e in PAPER_COUNTING_ERROR)
+        shown = ", ".join(
+            f"{e} {error[e]:.1f} % (paper {PAPER_COUNTING_ERROR[e]} %, {seeds_text(by[('cope_counting', e)]['seeds'])})"
+            for e in PAPER_COUNTING_ERROR)
         lines.append(f"- cope_counting: CoPE's in-distribution error below T5's and APE's ({shown}): "
                      f"**{verdict}** here.")
     return lines

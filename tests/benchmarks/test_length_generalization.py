@@ -156,7 +156,7 @@ def test_claims_check_the_ranking_of_the_paper():
     ok = paper_summary("copy_repeat", {"nope": 0.6, "t5": 0.5, "alibi": 0.4, "rope": 0.0, "sinusoidal": 0.0})
     bad = paper_summary("reverse", {"nope": 0.6, "t5": 0.1, "alibi": 0.4, "rope": 0.0, "sinusoidal": 0.0})
     lines = lg.claims(ok + bad)
-    assert "copy_repeat" in lines[0] and "**holds**" in lines[0] and "nope 0.600 (paper 0.986, 1 seeds)" in lines[0]
+    assert "copy_repeat" in lines[0] and "**holds**" in lines[0] and "nope 0.600 (paper 0.986, 1 seed)" in lines[0]
     assert "reverse" in lines[1] and "**does not hold**" in lines[1]
     assert "cope_counting" in lines[2] and "not measured" in lines[2]
 
@@ -173,7 +173,7 @@ def test_claims_compare_counting_errors():
     rows = [{"task": "cope_counting", "encoding": e, "seeds": 2, "iid_accuracy": acc, "ood_accuracy": 0.0}
             for e, acc in {"cope": 0.95, "t5": 0.94, "sinusoidal": 0.5}.items()]
     (line,) = [x for x in lg.claims(rows) if x.startswith("- cope_counting")]
-    assert "cope 5.0 % (paper 1.2 %)" in line and "t5 6.0 %" in line and "**holds**" in line
+    assert "cope 5.0 % (paper 1.2 %, 2 seeds)" in line and "t5 6.0 %" in line and "**holds**" in line
     rows[0]["iid_accuracy"] = 0.9
     (line,) = [x for x in lg.claims(rows) if x.startswith("- cope_counting")]
     assert "**does not hold**" in line
