@@ -117,6 +117,9 @@ class TaskDataModule(L.LightningDataModule):
 
     def max_sequence_length(self, splits: Sequence[str] = SPLITS) -> int:
         """Longest ``<bos> prompt <sep> answer <eos>`` over the given splits (all by default, for ``learned`` PEs)."""
+        if isinstance(splits, str):
+            raise TypeError(f"{type(self).__name__}: splits must be a sequence of split names, got the string "
+                            f"{splits!r} (write [{splits!r}])")
         for split in splits:
             check_choice(type(self).__name__, "splits", split, SPLITS)
         lengths = [len(self.vocab.encode(ex)[0]) for split in splits for ex in self.examples(split)]

@@ -242,3 +242,5 @@ def test_max_sequence_length_by_split():
         data.max_sequence_length(["dev"])
     with pytest.raises(ValueError, match=r"no examples in splits \['val'\]"):
         data.max_sequence_length(["val"])
+    with pytest.raises(TypeError, match=r"splits must be a sequence of split names, got the string 'train'"):
+        data.max_sequence_length("train")
