@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build on this machine's disk; an unpinned torch pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,bench,docs,domains]'
+	$(PY) -m pip install --quiet -e '.[all]'
 	# MovieLens-100k ships inside the recbole wheel; only its data file is read, recbole is never imported.
 	$(PY) -m pip install --quiet --no-deps recbole==1.2.1
 	touch $(STAMP)

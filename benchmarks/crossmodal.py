@@ -1,8 +1,8 @@
 """CMC-PE vs cross-attention vs no conditioning for joint audio-video diffusion (Ishii et al. 2024, arXiv:2409.17550).
 
-Trains the joint denoiser (:class:`domains.crossmodal.models.JointDenoiser`: a video-frame and an
+Trains the joint denoiser (:class:`pe_toolkit.domains.crossmodal.models.JointDenoiser`: a video-frame and an
 audio-spectrogram Transformer denoiser) on the seeded bouncing-ball clips
-(:func:`domains.crossmodal.generate_clips`) with four connectors:
+(:func:`pe_toolkit.domains.crossmodal.generate_clips`) with four connectors:
 
 * ``none``: the two denoisers are independent (no cross-modal information);
 * ``cross_attention``: cross-attention to the other modality's per-time-step features, no time on the keys
@@ -13,7 +13,7 @@ audio-spectrogram Transformer denoiser) on the seeded bouncing-ball clips
 
 Each trained model samples clips jointly (DDIM) with and without the timestep adjustment
 (``gamma = 1``: none; ``gamma = 1.5``: the paper's default), and the clips are scored with AV-Align (audio
-onsets vs video motion peaks within +-1 frame, :mod:`domains.crossmodal.alignment`). The table also gives
+onsets vs video motion peaks within +-1 frame, :mod:`pe_toolkit.domains.crossmodal.alignment`). The table also gives
 the score of real clips and of real clips with shuffled audio (the chance level), and the number of
 detected events per clip (real clips have about 2.2).
 
@@ -55,7 +55,7 @@ def run_one(variant: str, seed: int, train, val, config: dict[str, Any]) -> tupl
     """Train one joint model; one row per gamma with its AV-Align on sampled clips."""
     import lightning as L
 
-    from domains.crossmodal.lightning_module import AVDataModule, JointDiffusionModule
+    from pe_toolkit.domains.crossmodal.lightning_module import AVDataModule, JointDiffusionModule
 
     start = time.perf_counter()
     L.seed_everything(seed, verbose=False)
@@ -75,7 +75,7 @@ def run_one(variant: str, seed: int, train, val, config: dict[str, Any]) -> tupl
         t0 = time.perf_counter()
         video, audio = module.sample(config["eval_clips"], sampling_steps=config["sampling_steps"], gamma=gamma,
                                      seed=10_000 + seed)
-        from domains.crossmodal.alignment import av_align_batch
+        from pe_toolkit.domains.crossmodal.alignment import av_align_batch
 
         scores = av_align_batch(video, audio)
         if samples is None:
@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from domains.crossmodal import generate_clips
-    from domains.crossmodal.alignment import av_align_batch
+    from pe_toolkit.domains.crossmodal import generate_clips
+    from pe_toolkit.domains.crossmodal.alignment import av_align_batch
 
     torch.set_num_threads(args.threads)
     config = dict(QUICK if args.quick else FULL)

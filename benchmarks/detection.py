@@ -4,7 +4,7 @@ Zhao, Sun, Li 2023, "RecursiveDet" (arXiv:2307.13619) claim that a region-based 
 share parameters (recursion), with the proposal-box PE and the centerness PE, matches or beats the same detector
 with independent stages while having fewer parameters. This benchmark checks that claim at CPU scale:
 
-* data: :class:`domains.detection.ShapesDetectionDataset` (64 x 64 images, rectangles / ellipses / triangles,
+* data: :class:`pe_toolkit.domains.detection.ShapesDetectionDataset` (64 x 64 images, rectangles / ellipses / triangles,
   1-4 objects, random colours, noise), one fixed training set and one fixed test set for all variants;
 * variants (:data:`VARIANTS`): ``independent`` (Sparse R-CNN, every stage its own parameters), ``recursive``
   (first stage + one shared stage applied ``num_stages - 1`` times, its dynamic interaction twice),
@@ -117,8 +117,8 @@ def train_one(variant: str, seed: int, preset: dict[str, Any], train_set, test_s
     import lightning as L
     import torch
 
-    from domains.detection import DetectorConfig, count_parameters
-    from domains.detection.lightning_module import DetectionDataModule, DetectionModule
+    from pe_toolkit.domains.detection import DetectorConfig, count_parameters
+    from pe_toolkit.domains.detection.lightning_module import DetectionDataModule, DetectionModule
 
     start = time.perf_counter()
     L.seed_everything(seed, verbose=False)
@@ -169,7 +169,7 @@ def plot_predictions(test_set, drawn: dict[str, list[dict]], path: Path, thresho
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    from domains.detection import SHAPE_CLASSES
+    from pe_toolkit.domains.detection import SHAPE_CLASSES
 
     colours = ["tab:red", "tab:green", "tab:blue"]
     variants = list(drawn)
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from domains.detection import ShapesDetectionDataset
+    from pe_toolkit.domains.detection import ShapesDetectionDataset
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     logging.getLogger("lightning.fabric").setLevel(logging.ERROR)

@@ -3,11 +3,11 @@
 Three sections (``--sections``, default all):
 
 * ``csl``: Circular Skip Links (Murphy et al. 2019), 10 classes that 1-WL cannot separate; 5-fold
-  stratified cross-validation (:func:`domains.graphs.csl_folds`, Benchmarking GNNs protocol). Test
+  stratified cross-validation (:func:`pe_toolkit.domains.graphs.csl_folds`, Benchmarking GNNs protocol). Test
   accuracy, mean and (population) standard deviation over the folds, for every PE x model. Chance is 10 %.
 * ``sbm``: PATTERN and CLUSTER (Dwivedi et al. 2023), CPU-sized (``num_graphs`` in the presets), weighted
-  accuracy (mean per-class recall) on the test split of :func:`domains.graphs.sbm_splits`.
-* ``precompute``: the transforms of :mod:`domains.graphs.transforms` on connected random sparse graphs
+  accuracy (mean per-class recall) on the test split of :func:`pe_toolkit.domains.graphs.sbm_splits`.
+* ``precompute``: the transforms of :mod:`pe_toolkit.domains.graphs.transforms` on connected random sparse graphs
   (a ring plus ``2N`` random edges: mean degree ~6) of growing size, timed against PyG's
   ``AddRandomWalkPE`` / ``AddLaplacianEigenvectorPE`` in the same run. Each measurement runs in a forked
   child (time and peak memory, with a timeout and a memory cap); PyG is skipped, with the memory it would
@@ -58,9 +58,9 @@ SECTIONS = ("csl", "sbm", "precompute")
 # name -> (module, class name, extra constructor kwargs); a model whose class is missing is reported as
 # unavailable (no numbers). Graph Mamba: walk_length 2, 4 walks per token, 1 repetition, d_state 8 (defaults).
 MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "gin": ("domains.graphs.models", "GINModel", {}),
-    "gps": ("domains.graphs.models", "GPSModel", {"heads": 2}),
-    "graph_mamba": ("domains.graphs.models", "GraphMambaModel", {}),
+    "gin": ("pe_toolkit.domains.graphs.models", "GINModel", {}),
+    "gps": ("pe_toolkit.domains.graphs.models", "GPSModel", {"heads": 2}),
+    "graph_mamba": ("pe_toolkit.domains.graphs.models", "GraphMambaModel", {}),
 }
 
 # PE name -> transform options (None: no precomputed attribute). "random_features" is drawn in the model.
@@ -180,11 +180,11 @@ def pyg_skip_reason(method: str, num_nodes: int, memory_bytes: int | None = None
 
 
 def make_transform(pe: str):
-    """The PE's transform from :mod:`domains.graphs.transforms` (None for "none" / "random_features")."""
+    """The PE's transform from :mod:`pe_toolkit.domains.graphs.transforms` (None for "none" / "random_features")."""
     spec = PES[pe]
     if spec is None:
         return None
-    from domains.graphs import transforms
+    from pe_toolkit.domains.graphs import transforms
 
     return getattr(transforms, spec["transform"])(**spec["options"])
 
@@ -206,7 +206,7 @@ def pe_options(pe: str) -> dict[str, Any] | None:
 
 def load_dataset(task: str, pe: str, root: Path, num_graphs: int | None = None):
     """The task's dataset under ``root`` with the PE's transform as ``pre_transform`` (cached on disk)."""
-    from domains.graphs import CLUSTERDataset, CSLDataset, PATTERNDataset
+    from pe_toolkit.domains.graphs import CLUSTERDataset, CSLDataset, PATTERNDataset
 
     pre = make_transform(pe)
     if task == "csl":
@@ -227,8 +227,8 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
     import lightning as L
     import torch
 
-    from domains.graphs import csl_folds, sbm_splits
-    from domains.graphs.lightning_module import GraphClassificationModule, GraphDataModule
+    from pe_toolkit.domains.graphs import csl_folds, sbm_splits
+    from pe_toolkit.domains.graphs.lightning_module import GraphClassificationModule, GraphDataModule
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
@@ -354,7 +354,7 @@ def precompute_transform(method: str, num_nodes: int):
     """The transform measured for ``method`` at this size, and a short description of it."""
     from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE
 
-    from domains.graphs.transforms import LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
+    from pe_toolkit.domains.graphs.transforms import LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
 
     if method == "rwse":
         if num_nodes > MONTE_CARLO_ABOVE:

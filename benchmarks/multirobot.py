@@ -1,7 +1,7 @@
 """Multi-robot pose estimation: NOPE (with and without the object PE) against descriptor matching + RANSAC.
 
 Huang et al. 2025, "NOPE: Non-Overlap-Aware Egocentric Pose Estimation for Collaborative Perception in
-Connected Autonomy", arXiv:2506.14180, on the seeded 2-D simulator of :mod:`domains.multirobot` (30 % of
+Connected Autonomy", arXiv:2506.14180, on the seeded 2-D simulator of :mod:`pe_toolkit.domains.multirobot` (30 % of
 the pairs do not overlap at all). For every seed (its own worlds for train / val / test and its own
 initialisation) it trains NOPE with each object PE (``fourier``, ``rope2d``, ``none``) through Lightning,
 picks the match threshold on the validation pairs (the paper also picks its best tau), and evaluates on
@@ -59,8 +59,8 @@ def train_nope(pe: str, seed: int, data, preset: dict, descriptor_dim: int, stor
     import lightning as L
     import torch
 
-    from domains.multirobot.lightning_module import NOPEModule
-    from domains.multirobot.model import NOPEConfig
+    from pe_toolkit.domains.multirobot.lightning_module import NOPEModule
+    from pe_toolkit.domains.multirobot.model import NOPEConfig
 
     L.seed_everything(seed, verbose=False)
     config = NOPEConfig(descriptor_dim=descriptor_dim, dim=preset["dim"], num_heads=preset["num_heads"],
@@ -87,7 +87,7 @@ def train_nope(pe: str, seed: int, data, preset: dict, descriptor_dim: int, stor
 
 def pick_threshold(model, pairs, scale: float) -> float:
     """The match threshold with the best ``(F1 + NDA) / 2`` on validation pairs."""
-    from domains.multirobot.evaluation import evaluate_predictions, predict_nope
+    from pe_toolkit.domains.multirobot.evaluation import evaluate_predictions, predict_nope
 
     best, best_score = THRESHOLDS[0], -1.0
     for tau in THRESHOLDS:
@@ -128,7 +128,7 @@ def plot_alignment(pair, predictions: dict, config, path: Path, pe: str) -> None
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from domains.multirobot.geometry import from_frame
+    from pe_toolkit.domains.multirobot.geometry import from_frame
 
     fig, ax = plt.subplots(figsize=(7, 6))
     half = config.fov_angle / 2
@@ -199,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from domains.multirobot.bandwidth import message_bytes, raw_observation_bytes
-    from domains.multirobot.data import PairDataModule
-    from domains.multirobot.evaluation import evaluate_predictions, predict_baseline, predict_nope
-    from domains.multirobot.simulator import SimConfig, make_world
+    from pe_toolkit.domains.multirobot.bandwidth import message_bytes, raw_observation_bytes
+    from pe_toolkit.domains.multirobot.data import PairDataModule
+    from pe_toolkit.domains.multirobot.evaluation import evaluate_predictions, predict_baseline, predict_nope
+    from pe_toolkit.domains.multirobot.simulator import SimConfig, make_world
 
     torch.set_num_threads(1)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no per-run banner lines

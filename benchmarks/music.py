@@ -9,7 +9,8 @@ chorales of the music21 corpus (16th grid, split by chorale) and measures, on he
 * generation: ``next_step`` continues the first bar of each test window to the window's end (greedy
   per-voice decoding, KV cache); ``accompaniment`` generates alto, tenor and bass under the given soprano.
   Against the reference (the generated part only): frame F1, note-density distance (lower is better),
-  chroma similarity (higher), grooving similarity (higher), SSM distance (lower) (:mod:`domains.music.metrics`).
+  chroma similarity (higher), grooving similarity (higher), SSM distance (lower)
+  (:mod:`pe_toolkit.domains.music.metrics`).
 
 Structure-informed encoders receive the score's structure labels of the whole window (melody, chord,
 phrase, beat; the chord labels come from the reference harmony, as the paper's chord annotations do), so in
@@ -76,8 +77,8 @@ def evaluate_generation(model, task: str, batch: dict, prompt: int) -> tuple[Any
     """Generate for a batch of test windows; return (generated, reference) rolls of the generated part and metrics."""
     import torch
 
-    from domains.music import metrics
-    from domains.music.models import generate_accompaniment, generate_continuation
+    from pe_toolkit.domains.music import metrics
+    from pe_toolkit.domains.music.models import generate_accompaniment, generate_continuation
 
     voices = model.config.voices
     structure = batch["structure"]
@@ -107,9 +108,9 @@ def run_one(task: str, encoding: str, seed: int, splits, hp: dict[str, Any], mid
     import lightning as L
     import torch
 
-    from domains.music.lightning_module import ChoraleDataModule, PianoRollModule
-    from domains.music.midi import roll_to_midi
-    from domains.music.models import MusicModelConfig
+    from pe_toolkit.domains.music.lightning_module import ChoraleDataModule, PianoRollModule
+    from pe_toolkit.domains.music.midi import roll_to_midi
+    from pe_toolkit.domains.music.models import MusicModelConfig
 
     start = time.perf_counter()
     L.seed_everything(seed, verbose=False)
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     args.resume = args.resume or args.report_only
     import torch
 
-    from domains.music.scores import load_bach_chorales
+    from pe_toolkit.domains.music.scores import load_bach_chorales
 
     torch.set_num_threads(args.threads)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)

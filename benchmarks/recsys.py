@@ -5,7 +5,7 @@ et al. 2024), ``cape`` (Yuan et al. 2025) and ``time_interval`` (TiSASRec's inte
 table, Li et al. 2020). Datasets:
 
 * ``ml-100k``: MovieLens-100k from the recbole wheel, chronological leave-one-out;
-* ``synthetic``: :func:`domains.recsys.contextual_count_log`, whose validation and test targets repeat
+* ``synthetic``: :func:`pe_toolkit.domains.recsys.contextual_count_log`, whose validation and test targets repeat
   the signal item ``lag`` signal items back (fillers in between), the case contextual positions target.
 
 Each (dataset, encoder, seed) trains with full softmax cross-entropy, validates every epoch, stops early
@@ -74,7 +74,7 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 @lru_cache(maxsize=4)
 def load_sequences(dataset: str, users: int | None):
     """The dataset's chronological sequences (the synthetic log is generated with ``users`` users)."""
-    from domains.recsys import build_sequences, contextual_count_log, load_interactions
+    from pe_toolkit.domains.recsys import build_sequences, contextual_count_log, load_interactions
 
     if dataset == "ml-100k":
         return build_sequences(load_interactions())
@@ -97,7 +97,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-    from domains.recsys.lightning_module import SASRecModule, SequentialRecDataModule
+    from pe_toolkit.domains.recsys.lightning_module import SASRecModule, SequentialRecDataModule
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")

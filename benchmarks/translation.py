@@ -1,6 +1,6 @@
 """Cross-lingual position representations (Ding et al. 2020, arXiv:2004.13310) on a toy SVO -> SOV language pair.
 
-Trains the same encoder-decoder Transformer (:class:`domains.translation.TranslationModel`) with
+Trains the same encoder-decoder Transformer (:class:`pe_toolkit.domains.translation.TranslationModel`) with
 
 * ``pe``: the standard sinusoidal PE only (the baseline);
 * ``xl_input``: PE + XL-PE at the encoder input (Inputs XL SANs);
@@ -8,14 +8,14 @@ Trains the same encoder-decoder Transformer (:class:`domains.translation.Transla
 
 where the cross-lingual positions come from ``--positions``:
 
-* ``reorderer``: a source-only discriminative BTG parser (:class:`domains.translation.BTGReorderer`)
+* ``reorderer``: a source-only discriminative BTG parser (:class:`pe_toolkit.domains.translation.BTGReorderer`)
   trained on the training alignments and applied to the source of both training and test sentences (as a
   real system must: the test target is unknown);
 * ``oracle``: the BTG tree of each pair's own alignment, also at test time (an upper bound that reads the
   reference translation's word order; not a fair system).
 
 Reports corpus BLEU (sacrebleu, ``tokenize="none"``) and exact match of greedy translations of a held-out
-test set, per seed, and the reorderer's accuracy. Data: :func:`domains.translation.generate_corpus`.
+test set, per seed, and the reorderer's accuracy. Data: :func:`pe_toolkit.domains.translation.generate_corpus`.
 
     python benchmarks/translation.py --quick      # pipeline check, < 2 minutes
     python benchmarks/translation.py              # full run (about 40 minutes on a shared core)
@@ -54,8 +54,8 @@ QUICK = {**FULL, "train_pairs": 600, "test_pairs": 100, "max_depth": 1, "dim": 3
 
 def build_data(config: dict[str, Any]) -> dict[str, Any]:
     """Corpus, vocabularies, oracle and reorderer positions, and the reorderer's held-out accuracy."""
-    from domains.translation import BTGReorderer, Vocabulary, alignment_permutation, generate_corpus
-    from domains.translation.lightning_module import oracle_positions
+    from pe_toolkit.domains.translation import BTGReorderer, Vocabulary, alignment_permutation, generate_corpus
+    from pe_toolkit.domains.translation.lightning_module import oracle_positions
 
     train = generate_corpus(config["train_pairs"], seed=1000, max_depth=config["max_depth"])
     test = generate_corpus(config["test_pairs"], seed=2000, max_depth=config["max_depth"])
@@ -84,7 +84,11 @@ def run_one(variant: str, positions: str, seed: int, data: dict[str, Any], confi
     """Train one model and return its test BLEU / exact match."""
     import lightning as L
 
-    from domains.translation.lightning_module import TranslationDataModule, TranslationDataset, TranslationModule
+    from pe_toolkit.domains.translation.lightning_module import (
+        TranslationDataModule,
+        TranslationDataset,
+        TranslationModule,
+    )
 
     start = time.perf_counter()
     sv, tv = data["source_vocab"], data["target_vocab"]

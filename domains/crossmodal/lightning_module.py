@@ -1,6 +1,6 @@
 """Lightning training of the joint audio-video denoiser, and a data module over :class:`AVClips`.
 
-``JointDiffusionModule`` trains :class:`~domains.crossmodal.models.JointDenoiser` with the DDPM loss on
+``JointDiffusionModule`` trains :class:`~pe_toolkit.domains.crossmodal.models.JointDenoiser` with the DDPM loss on
 both modalities, predicting the clean sample (``prediction="x0"``, default) or the noise (``"eps"``):
 one timestep ``t ~ U{1..T}`` shared by the two targets, and independent
 levels ``t_con ~ U{0..T}`` for the other modality's input to each connector (Ishii et al. 2024,
@@ -10,6 +10,10 @@ timestep adjustment ``gamma``; :meth:`JointDiffusionModule.evaluate_alignment` s
 
 from __future__ import annotations
 
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from domains.crossmodal.alignment import av_align_batch
-from domains.crossmodal.data import AVClips
-from domains.crossmodal.diffusion import PREDICTIONS, cosine_alpha_bar, joint_ddim_sample
-from domains.crossmodal.models import JointDenoiser
+from pe_toolkit.domains.crossmodal.alignment import av_align_batch
+from pe_toolkit.domains.crossmodal.data import AVClips
+from pe_toolkit.domains.crossmodal.diffusion import PREDICTIONS, cosine_alpha_bar, joint_ddim_sample
+from pe_toolkit.domains.crossmodal.models import JointDenoiser
 from pe_toolkit.encoders.base import check_choice, check_int
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard
@@ -132,7 +136,7 @@ class JointDiffusionModule(L.LightningModule):
 
     def evaluate_alignment(self, num_clips: int, *, sampling_steps: int = 25, gamma: float = 1.0, seed: int = 0,
                            tolerance: float = 1.0) -> dict[str, float]:
-        """Sample ``num_clips`` clips and return :func:`~domains.crossmodal.alignment.av_align_batch` of them."""
+        """Sample ``num_clips`` clips; :func:`~pe_toolkit.domains.crossmodal.alignment.av_align_batch` of them."""
         video, audio = self.sample(num_clips, sampling_steps=sampling_steps, gamma=gamma, seed=seed)
         return av_align_batch(video, audio, tolerance=tolerance)
 

@@ -4,7 +4,7 @@ Each modality is a sequence of per-time-step vectors (a video frame flattened to
 audio frame of ``F`` bins). A :class:`ModalityDenoiser` embeds them (MLP), adds a diffusion-time
 embedding and the sinusoidal temporal PE (``embed`` hook of the toolkit's ``"sinusoidal"`` encoding), runs
 bidirectional :class:`~pe_toolkit.nn.block.TransformerBlock` s and predicts the noise ``eps``. After each
-block a connector (:mod:`domains.crossmodal.conditioning`) mixes in the other modality: its current
+block a connector (:mod:`pe_toolkit.domains.crossmodal.conditioning`) mixes in the other modality: its current
 noisy sample and noise level, encoded per time step by a small MLP (the paper's ``connector_out``). The
 paper feeds the other model's current x0-prediction concatenated with ``x_t``; using ``x_t`` alone keeps
 one denoiser pass per modality and step (the x0-prediction would need a second pass of the other model).
@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from domains.crossmodal.conditioning import make_connector
+from pe_toolkit.domains.crossmodal.conditioning import make_connector
 from pe_toolkit.encoders.absolute import sinusoidal_table
 from pe_toolkit.encoders.base import check_int
 from pe_toolkit.nn.block import TransformerBlock, make_norm

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from domains.detection.box_ops import box_xywh_to_xyxy, box_xyxy_to_xywh
+from pe_toolkit.domains.detection.box_ops import box_xywh_to_xyxy, box_xyxy_to_xywh
 from pe_toolkit.encoders.base import check_float, check_int
 
 __all__ = ["SHAPE_CLASSES", "CocoDetectionDataset", "ShapesDetectionDataset", "collate_detection", "to_coco"]

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from domains.detection.box_ops import check_boxes
+from pe_toolkit.domains.detection.box_ops import check_boxes
 from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int
 from pe_toolkit.registry import register_encoder
 

@@ -1,17 +1,21 @@
-"""Lightning training of :class:`~domains.detection.model.RecursiveDetector` and a data module for shapes or COCO.
+"""Lightning training of :class:`~pe_toolkit.domains.detection.model.RecursiveDetector`; shapes or COCO data module.
 
-``DetectionModule``: the set-prediction loss (:class:`~domains.detection.loss.SetCriterion`, deep supervision
+``DetectionModule``: the set-prediction loss (:class:`~pe_toolkit.domains.detection.loss.SetCriterion`, deep supervision
 over all stages), the toolkit's AdamW + warmup + cosine recipe, and per validation / test epoch COCO
-``<stage>/map``, ``<stage>/map_50``, ``<stage>/map_75`` (:func:`~domains.detection.metrics.coco_map`,
+``<stage>/map``, ``<stage>/map_50``, ``<stage>/map_75`` (:func:`~pe_toolkit.domains.detection.metrics.coco_map`,
 pycocotools) over all images of the epoch.
 
 ``DetectionDataModule``: ``train`` / ``val`` / ``test`` datasets of ``(image, target)`` pairs (e.g.
-:class:`~domains.detection.data.ShapesDetectionDataset` or
-:class:`~domains.detection.data.CocoDetectionDataset`) batched with
-:func:`~domains.detection.data.collate_detection`.
+:class:`~pe_toolkit.domains.detection.data.ShapesDetectionDataset` or
+:class:`~pe_toolkit.domains.detection.data.CocoDetectionDataset`) batched with
+:func:`~pe_toolkit.domains.detection.data.collate_detection`.
 """
 
 from __future__ import annotations
+
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
 
 from typing import Any
 
@@ -19,11 +23,11 @@ import lightning as L
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from domains.detection.box_ops import box_xyxy_to_cxcywh
-from domains.detection.data import collate_detection
-from domains.detection.loss import SetCriterion
-from domains.detection.metrics import coco_map
-from domains.detection.model import DetectorConfig, RecursiveDetector
+from pe_toolkit.domains.detection.box_ops import box_xyxy_to_cxcywh
+from pe_toolkit.domains.detection.data import collate_detection
+from pe_toolkit.domains.detection.loss import SetCriterion
+from pe_toolkit.domains.detection.metrics import coco_map
+from pe_toolkit.domains.detection.model import DetectorConfig, RecursiveDetector
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from domains.detection.box_ops import box_cxcywh_to_xyxy, generalized_box_iou
-from domains.detection.matcher import HungarianMatcher
+from pe_toolkit.domains.detection.box_ops import box_cxcywh_to_xyxy, generalized_box_iou
+from pe_toolkit.domains.detection.matcher import HungarianMatcher
 from pe_toolkit.encoders.base import check_float
 
 __all__ = ["SetCriterion", "sigmoid_focal_loss"]

@@ -15,7 +15,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from domains.detection.box_ops import box_cxcywh_to_xyxy, check_boxes, generalized_box_iou
+from pe_toolkit.domains.detection.box_ops import box_cxcywh_to_xyxy, check_boxes, generalized_box_iou
 from pe_toolkit.encoders.base import check_float
 
 __all__ = ["HungarianMatcher", "focal_class_cost"]

@@ -19,8 +19,8 @@ from typing import Any
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from domains.detection.box_ops import box_xyxy_to_xywh, check_boxes
-from domains.detection.data import to_coco
+from pe_toolkit.domains.detection.box_ops import box_xyxy_to_xywh, check_boxes
+from pe_toolkit.domains.detection.data import to_coco
 
 __all__ = ["coco_map"]
 

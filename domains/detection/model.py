@@ -24,7 +24,7 @@ than RecursiveDet's ``sigmoid(inverse_sigmoid(b) + delta)``: with proposals init
 ``inverse_sigmoid(1)`` saturates the sigmoid and the short CPU runs here would barely move the box sizes.
 
 Deviation from the issue: torchvision is unavailable here (its wheels fail to load beside the pinned CPU torch
-build), so the backbone is plain conv layers and RoI Align is :func:`domains.detection.roi_align.roi_align`.
+build), so the backbone is plain conv layers and RoI Align is :func:`pe_toolkit.domains.detection.roi_align.roi_align`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from domains.detection.box_ops import box_cxcywh_to_xyxy
-from domains.detection.encoders import BoxPE, CenternessPE, sine_position_map
-from domains.detection.roi_align import roi_align
+from pe_toolkit.domains.detection.box_ops import box_cxcywh_to_xyxy
+from pe_toolkit.domains.detection.encoders import BoxPE, CenternessPE, sine_position_map
+from pe_toolkit.domains.detection.roi_align import roi_align
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.nn.attention import MultiHeadAttention
 

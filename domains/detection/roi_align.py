@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from domains.detection.box_ops import check_boxes
+from pe_toolkit.domains.detection.box_ops import check_boxes
 
 __all__ = ["roi_align"]
 

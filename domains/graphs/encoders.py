@@ -1,6 +1,6 @@
 """Learned graph positional encodings: map a precomputed node attribute into the model (``embed`` hook).
 
-The transforms in :mod:`domains.graphs.transforms` precompute a node attribute; these modules take it as
+The transforms in :mod:`pe_toolkit.domains.graphs.transforms` precompute a node attribute; these modules take it as
 ``positions`` and add a learned projection to the node features::
 
     x = x + proj(positions)      # x: (..., N, dim), positions: (..., N, in_features)
@@ -220,7 +220,7 @@ class RFPEncoder(PositionalEncoding):
     """Random feature propagation, learned part: ``x + mean_i Linear(trajectory_i)``.
 
     Eliasof et al. 2023, arXiv:2303.02918. ``positions`` is the output of
-    :class:`~domains.graphs.transforms.RandomFeaturePropagation`: ``num_inits`` trajectories of equal width,
+    :class:`~pe_toolkit.domains.graphs.transforms.RandomFeaturePropagation`: ``num_inits`` trajectories of equal width,
     init-major. One linear map is shared by all inits and the results averaged, so the encoding is
     invariant to the order of the random initialisations (a minimal DeepSets / DSS-style pooling; the
     paper uses a DSS-GNN). The learned propagation operator is :class:`LearnedRFPEncoder`.
@@ -266,7 +266,7 @@ class LearnedRFPEncoder(PositionalEncoding):
     in-neighbours ``j`` of ``i`` (``edge_index`` rows are sources, columns targets, PyG convention) plus ``i``
     itself, one operator shared by all steps; ``X_l = Norm(A_hat X_{l-1})`` with column l2 normalisation per
     graph (``batch``). With ``W_q = 0`` or ``W_k = 0`` the operator is the mean over ``N(i) + i``, i.e. the
-    fixed ``operator="rw"`` of :class:`~domains.graphs.transforms.RandomFeaturePropagation` on undirected
+    fixed ``operator="rw"`` of :class:`~pe_toolkit.domains.graphs.transforms.RandomFeaturePropagation` on undirected
     graphs. Gradients flow into the operator through the whole trajectory.
 
     Args:

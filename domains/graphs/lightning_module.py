@@ -1,7 +1,7 @@
 """Lightning training for graph- and node-classification models, and a small PyG data module.
 
 ``GraphClassificationModule`` wraps any model mapping a PyG batch to logits (e.g.
-:class:`~domains.graphs.models.GINModel`, :class:`~domains.graphs.models.GPSModel`): cross-entropy
+:class:`~pe_toolkit.domains.graphs.models.GINModel`, :class:`~pe_toolkit.domains.graphs.models.GPSModel`): cross-entropy
 loss, AdamW (optional linear warmup and cosine decay), and per stage ``<stage>/loss``,
 ``<stage>/acc`` (accuracy) and ``<stage>/weighted_acc`` (mean per-class recall, the Benchmarking-GNNs
 metric for PATTERN / CLUSTER). Metrics are accumulated over the whole epoch in a confusion matrix
@@ -20,6 +20,10 @@ same weights as one that never stopped (on CPU).
 """
 
 from __future__ import annotations
+
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
 
 import math
 from collections.abc import Sequence
@@ -229,9 +233,10 @@ class GraphDataModule(L.LightningDataModule):
     """Loaders over index splits of any PyG dataset (``torch_geometric.loader.DataLoader``).
 
     Args:
-        dataset: a PyG ``Dataset`` (e.g. :class:`~domains.graphs.CSLDataset`); it is not modified.
+        dataset: a PyG ``Dataset`` (e.g. :class:`~pe_toolkit.domains.graphs.CSLDataset`); it is not modified.
         splits: ``(train_idx, val_idx, test_idx)``, each a sequence or long tensor of graph indices
-            (e.g. one fold of :func:`~domains.graphs.csl_folds`, or :func:`~domains.graphs.sbm_splits`).
+            (e.g. one fold of :func:`~pe_toolkit.domains.graphs.csl_folds`, or
+            :func:`~pe_toolkit.domains.graphs.sbm_splits`).
         transform: applied on every access, after the dataset's own ``transform`` (e.g. a PE transform
             whose randomness should be redrawn per access); ``None`` for none.
         batch_size: graphs per batch; shuffle: shuffle the training split.

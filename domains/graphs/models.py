@@ -6,7 +6,7 @@ The positional encoding enters once, at the input (the ``embed`` hook), in :clas
     h0 = NodeEmbedding(data.x)                     # Linear (float x) or Embedding (categorical long x)
     h0 = encoder.embed(h0, data[<pe attribute>])   # + a learned projection of the precomputed PE
 
-The precomputed attribute comes from a transform in :mod:`domains.graphs.transforms` (as a
+The precomputed attribute comes from a transform in :mod:`pe_toolkit.domains.graphs.transforms` (as a
 ``pre_transform`` or ``transform`` of the dataset); the learned part is a registered graph encoder:
 
 | ``pe``              | attribute(s) read from the batch         | transform that writes them        |
@@ -39,10 +39,10 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GINConv, GPSConv, global_add_pool, global_mean_pool
 from torch_geometric.utils import to_dense_batch
 
-import domains.graphs.encoders  # noqa: F401  (registers the graph encoders)
 import pe_toolkit as pet
-from domains.graphs.mamba import BidirectionalMamba
-from domains.graphs.tokenization import WalkTokens, degree_order, random_walk_tokens
+import pe_toolkit.domains.graphs.encoders  # noqa: F401  (registers the graph encoders)
+from pe_toolkit.domains.graphs.mamba import BidirectionalMamba
+from pe_toolkit.domains.graphs.tokenization import WalkTokens, degree_order, random_walk_tokens
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.nn.attention import MultiHeadAttention
 
@@ -226,7 +226,7 @@ class GraphPEInput(nn.Module):
         positions = getattr(data, self.pe_attr, None)
         if positions is None:
             raise ValueError(f"GraphPEInput: pe={self.pe!r} reads data.{self.pe_attr}, which the batch lacks; add "
-                             f"the matching transform from domains.graphs.transforms as a (pre_)transform")
+                             f"the matching transform from pe_toolkit.domains.graphs.transforms as a (pre_)transform")
         if self.pe == "lap_pe":
             kwargs: dict[str, Any] = {"batch": batch, "mask": getattr(data, "lap_mask", None)}
             if self.encoder.use_eigenvalues:
@@ -447,7 +447,7 @@ class GraphMambaLayer(nn.Module):
 
     1. Token stage (``tokens`` given): every node's sequence ``[x^{ms}, .., x^1, x^0]`` of pooled token
        states (largest random-walk neighbourhood first, the node itself last) goes through a
-       :class:`~domains.graphs.mamba.BidirectionalMamba`; the node's summary ``y(v)`` is the last row.
+       :class:`~pe_toolkit.domains.graphs.mamba.BidirectionalMamba`; the node's summary ``y(v)`` is the last row.
        Without tokens (node tokenization, ``walk_length=0``) ``y(v) = h(v)``.
     2. Node stage: the nodes of each graph, ordered by degree (``order``), form one sequence through a
        second bidirectional Mamba (padding last, each graph reversed within its own length).
@@ -493,11 +493,11 @@ class GraphMambaLayer(nn.Module):
 class GraphMambaModel(_GraphModel):
     """Graph Mamba (GMN; Behrouz & Hashemi 2024, "Graph Mamba: Towards Learning on Graphs with State Space Models",
     KDD 2024, arXiv:2402.08678): random-walk neighbourhood tokenization, degree-ordered nodes, bidirectional
-    selective SSMs (:mod:`domains.graphs.mamba`), a local GIN, and an optional PE/SE at the input.
+    selective SSMs (:mod:`pe_toolkit.domains.graphs.mamba`), a local GIN, and an optional PE/SE at the input.
 
-    Tokens (:func:`~domains.graphs.tokenization.random_walk_tokens`) are drawn once per forward and shared by
+    Tokens (:func:`~pe_toolkit.domains.graphs.tokenization.random_walk_tokens`) are drawn once per forward and shared by
     all layers: from the global RNG in training (fresh every step), from a generator seeded with ``seed`` in
-    ``eval()`` (deterministic predictions). Node order (:func:`~domains.graphs.tokenization.degree_order`):
+    ``eval()`` (deterministic predictions). Node order (:func:`~pe_toolkit.domains.graphs.tokenization.degree_order`):
     degree ascending, ties random in training and by node id in eval.
 
     Permutation behaviour. The input, the GIN and the token pooling are permutation equivariant, but the
@@ -513,7 +513,7 @@ class GraphMambaModel(_GraphModel):
         dropout: as for :class:`GINModel`.
         walk_length: ``m`` (>= 0); 0 = node tokenization (no token stage).
         num_walks: ``M`` walks per token. repeats: ``s`` tokens per walk length.
-        d_state, expand, d_conv: :class:`~domains.graphs.mamba.MambaBlock` options.
+        d_state, expand, d_conv: :class:`~pe_toolkit.domains.graphs.mamba.MambaBlock` options.
         seed: seed of the evaluation-time tokens.
 
     Shapes: ``forward(data)`` -> ``(num_graphs, num_classes)`` or ``(num_nodes, num_classes)``.

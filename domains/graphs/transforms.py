@@ -3,7 +3,7 @@
 Each transform takes a :class:`torch_geometric.data.Data`, never mutates it, and returns a shallow
 copy with one node attribute added (``attr_name``), or, with ``attr_name=None``, the encoding
 concatenated to ``data.x``. The learned half (projection into the model) is in
-:mod:`domains.graphs.encoders`.
+:mod:`pe_toolkit.domains.graphs.encoders`.
 
 * :class:`LaplacianEigenvectorPE`: k smallest non-trivial eigenvectors of the normalised Laplacian
   (Dwivedi et al. 2020, "Benchmarking Graph Neural Networks", arXiv:2003.00982).

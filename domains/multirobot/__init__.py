@@ -5,21 +5,30 @@ Connected Autonomy", arXiv:2506.14180. A seeded 2-D simulator of robots with fie
 observation graphs, object positional encodings, the NOPE model (Sinkhorn matching with a dustbin and a
 cross-attention pose head), the classical RANSAC + Procrustes baseline, metrics and message sizes.
 
-``import domains.multirobot`` registers the object encoders under ``domain="multirobot"``:
+``import pe_toolkit.domains.multirobot`` registers the object encoders under ``domain="multirobot"``:
 
->>> import pe_toolkit as pet, domains.multirobot
+>>> import pe_toolkit as pet, pe_toolkit.domains.multirobot
 >>> pet.list_encoders(domain="multirobot")
 ['edge_aware_graph', 'object_fourier', 'object_rope2d']
 """
 
-from domains.multirobot.bandwidth import encode_message, message_bytes, raw_observation_bytes
-from domains.multirobot.baseline import ClassicalBaseline, ransac_pose, weighted_procrustes_2d
-from domains.multirobot.encoders import EdgeAwareGraphEncoding, FourierFeatureEncoding, Rotary2DEncoding
-from domains.multirobot.geometry import chordal_pose_loss, pose_errors, relative_pose
-from domains.multirobot.graph import delaunay_edges, edge_distance_matrix
-from domains.multirobot.matching import assignment_loss, decide_overlap, extract_matches, log_sinkhorn_dustbin
-from domains.multirobot.model import NOPE, NOPEConfig
-from domains.multirobot.simulator import PairSample, SimConfig, make_world, simulate_pairs
+from pe_toolkit.extras import require_extra
+
+require_extra("multirobot", __name__)
+
+from pe_toolkit.domains.multirobot.bandwidth import encode_message, message_bytes, raw_observation_bytes
+from pe_toolkit.domains.multirobot.baseline import ClassicalBaseline, ransac_pose, weighted_procrustes_2d
+from pe_toolkit.domains.multirobot.encoders import EdgeAwareGraphEncoding, FourierFeatureEncoding, Rotary2DEncoding
+from pe_toolkit.domains.multirobot.geometry import chordal_pose_loss, pose_errors, relative_pose
+from pe_toolkit.domains.multirobot.graph import delaunay_edges, edge_distance_matrix
+from pe_toolkit.domains.multirobot.matching import (
+    assignment_loss,
+    decide_overlap,
+    extract_matches,
+    log_sinkhorn_dustbin,
+)
+from pe_toolkit.domains.multirobot.model import NOPE, NOPEConfig
+from pe_toolkit.domains.multirobot.simulator import PairSample, SimConfig, make_world, simulate_pairs
 
 __all__ = [
     "NOPE", "ClassicalBaseline", "EdgeAwareGraphEncoding", "FourierFeatureEncoding", "NOPEConfig", "PairSample",

@@ -3,8 +3,8 @@
 Huang et al. 2025, arXiv:2506.14180: only the graphs are shared (about 27 KB per packet in the paper),
 instead of images. The message here holds a 4-byte node count, the node descriptors and the node
 coordinates at the chosen dtypes; the Delaunay edges are not sent because the receiver recomputes them
-from the coordinates (:func:`domains.multirobot.graph.delaunay_edges` is deterministic). The raw
-observation is the RGB-D frame of :func:`domains.multirobot.simulator.render_observation` (uint8 RGB +
+from the coordinates (:func:`pe_toolkit.domains.multirobot.graph.delaunay_edges` is deterministic). The raw
+observation is the RGB-D frame of :func:`pe_toolkit.domains.multirobot.simulator.render_observation` (uint8 RGB +
 uint16 depth), measured uncompressed and zlib-compressed.
 """
 
@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 
-from domains.multirobot.simulator import Observation, World, render_observation
+from pe_toolkit.domains.multirobot.simulator import Observation, World, render_observation
 
 __all__ = ["decode_message", "encode_message", "message_bytes", "raw_observation_bytes"]
 

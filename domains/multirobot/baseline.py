@@ -9,7 +9,7 @@
   by their inlier count (residual below ``inlier_threshold``), the best refit on its inliers.
 * Putative correspondences: mutual nearest neighbours of the descriptors (Euclidean) that pass Lowe's
   ratio test, weighted ``1 / (1 + distance)``.
-* Overlap: at least ``min_matches`` RANSAC inliers (:func:`domains.multirobot.matching.decide_overlap`, the
+* Overlap: at least ``min_matches`` RANSAC inliers (:func:`pe_toolkit.domains.multirobot.matching.decide_overlap`, the
   rule NOPE uses too); otherwise "no overlap" and no pose.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domains.multirobot.matching import decide_overlap
+from pe_toolkit.domains.multirobot.matching import decide_overlap
 from pe_toolkit.encoders.base import check_float, check_int
 
 __all__ = ["BaselineResult", "ClassicalBaseline", "descriptor_matches", "ransac_pose", "weighted_procrustes_2d"]

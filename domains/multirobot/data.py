@@ -1,6 +1,6 @@
 """Robot pairs as padded tensor batches, a Lightning data module, and an ``.npz`` file format for pairs.
 
-:func:`collate_pairs` turns :class:`~domains.multirobot.simulator.PairSample` s into one dense batch
+:func:`collate_pairs` turns :class:`~pe_toolkit.domains.multirobot.simulator.PairSample` s into one dense batch
 (``M``/``N`` = the largest node count on each side, at least 1; padded nodes are masked):
 
 * ``desc_a`` ``(B, M, D)`` float32: node descriptors of robot a (``desc_b`` likewise, ``N`` nodes);
@@ -21,6 +21,10 @@ File format (:func:`save_pairs` / :func:`load_pairs`): one ``.npz`` with, for ``
 
 from __future__ import annotations
 
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
+
 import os
 import zipfile
 import zlib
@@ -32,7 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from domains.multirobot.simulator import Observation, PairSample, SimConfig, simulate_pairs
+from pe_toolkit.domains.multirobot.simulator import Observation, PairSample, SimConfig, simulate_pairs
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.training.resumable import ResumableDataLoader, trainer_shard
 

@@ -203,7 +203,7 @@ class EdgeAwareGraphEncoding(PositionalEncoding):
     the rotated query); that is still a learned linear function of the query.
 
     Positions pack each node's coordinates and its row of the edge-length matrix
-    (:func:`domains.multirobot.graph.edge_distance_matrix`): ``(L, 2 + L)`` or ``(B, L, 2 + L)``, with
+    (:func:`pe_toolkit.domains.multirobot.graph.edge_distance_matrix`): ``(L, 2 + L)`` or ``(B, L, 2 + L)``, with
     ``A_ij >= 0`` for an edge and a negative entry (``-1``) for no edge; the diagonal must be an edge (>= 0)
     so that every query sees at least itself. Keys and queries are the same nodes (self-attention).
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from domains.multirobot.baseline import ClassicalBaseline, weighted_procrustes_2d
-from domains.multirobot.data import collate_pairs
-from domains.multirobot.geometry import pose_errors
-from domains.multirobot.model import NOPE
-from domains.multirobot.simulator import PairSample
+from pe_toolkit.domains.multirobot.baseline import ClassicalBaseline, weighted_procrustes_2d
+from pe_toolkit.domains.multirobot.data import collate_pairs
+from pe_toolkit.domains.multirobot.geometry import pose_errors
+from pe_toolkit.domains.multirobot.model import NOPE
+from pe_toolkit.domains.multirobot.simulator import PairSample
 from pe_toolkit.encoders.base import check_choice, check_int
 
 __all__ = ["Prediction", "evaluate_predictions", "predict_baseline", "predict_nope"]

@@ -8,12 +8,16 @@ and ``<stage>/match_f1`` (correspondence F1 over the batch).
 
 from __future__ import annotations
 
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
+
 import lightning as L
 from torch import Tensor
 
-from domains.multirobot.geometry import chordal_pose_loss
-from domains.multirobot.matching import assignment_loss
-from domains.multirobot.model import NOPE, NOPEConfig
+from pe_toolkit.domains.multirobot.geometry import chordal_pose_loss
+from pe_toolkit.domains.multirobot.matching import assignment_loss
+from pe_toolkit.domains.multirobot.model import NOPE, NOPEConfig
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import seeded_step
@@ -31,7 +35,7 @@ def batch_match_f1(match_a: Tensor, target_a: Tensor, mask_a: Tensor) -> float:
 
 
 class NOPEModule(L.LightningModule):
-    """Trains :class:`~domains.multirobot.model.NOPE` (AdamW, optional warmup and cosine decay).
+    """Trains :class:`~pe_toolkit.domains.multirobot.model.NOPE` (AdamW, optional warmup and cosine decay).
 
     Args:
         config: the model configuration.

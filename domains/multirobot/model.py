@@ -4,22 +4,22 @@ Huang et al. 2025, "NOPE: Non-Overlap-Aware Egocentric Pose Estimation for Colla
 Connected Autonomy", IROS 2025, arXiv:2506.14180. Two levels on top of each robot's Delaunay graph:
 
 * **High level (co-identification)**: a shared (siamese) graph transformer ``Psi`` with edge-aware
-  attention (:class:`~domains.multirobot.encoders.EdgeAwareGraphEncoding`, post-norm layers as in the
+  attention (:class:`~pe_toolkit.domains.multirobot.encoders.EdgeAwareGraphEncoding`, post-norm layers as in the
   paper: ``h <- LayerNorm(h + attn)``, ``h <- LayerNorm(h + MLP)``) embeds the nodes; the similarity
   ``S = H_a H_b^T / sqrt(d)`` goes through log-space Sinkhorn with a dustbin (SuperGlue) and hard matches
   are extracted (mutual best or Hungarian, with a threshold). Fewer than ``min_matches`` matches means
-  "no overlap" (:func:`~domains.multirobot.matching.decide_overlap`).
+  "no overlap" (:func:`~pe_toolkit.domains.multirobot.matching.decide_overlap`).
 * **Low level (pose)**: position-aware cross-attention between the two graphs (each side attends to the
   other, ``h <- LayerNorm(h + cross_attn)``, weights shared by the two directions), a self-attention
   layer and an MLP-softmax gate that pools each graph to one vector, ``h = sum_i g_i H_i``; an MLP maps
   ``[h_a, h_b]`` to ``(x, y, cos theta, sin theta)`` of ``T_ab`` (b's pose in a's frame), trained with
-  :func:`~domains.multirobot.geometry.chordal_pose_loss`.
+  :func:`~pe_toolkit.domains.multirobot.geometry.chordal_pose_loss`.
 
 ``object_pe`` chooses how the object coordinates (each in its own robot's frame) enter:
 
-* ``"fourier"``: learned Fourier features (:class:`~domains.multirobot.encoders.FourierFeatureEncoding`)
+* ``"fourier"``: learned Fourier features (:class:`~pe_toolkit.domains.multirobot.encoders.FourierFeatureEncoding`)
   added to the node features before ``Psi`` and again before the cross-attention.
-* ``"rope2d"``: 2-D rotary (:class:`~domains.multirobot.encoders.Rotary2DEncoding`) in ``Psi``'s
+* ``"rope2d"``: 2-D rotary (:class:`~pe_toolkit.domains.multirobot.encoders.Rotary2DEncoding`) in ``Psi``'s
   self-attention, in the cross-attention (queries rotate by their own frame's coordinates, keys by theirs)
   and in the pooling self-attention.
 * ``"none"``: no coordinates at all (only descriptors and the edge lengths of ``Psi``): the ablation.
@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from domains.multirobot.encoders import EdgeAwareGraphEncoding, FourierFeatureEncoding, Rotary2DEncoding
-from domains.multirobot.matching import decide_overlap, extract_matches, log_sinkhorn_dustbin
+from pe_toolkit.domains.multirobot.encoders import EdgeAwareGraphEncoding, FourierFeatureEncoding, Rotary2DEncoding
+from pe_toolkit.domains.multirobot.matching import decide_overlap, extract_matches, log_sinkhorn_dustbin
 from pe_toolkit.encoders.base import check_choice, check_float, check_int
 from pe_toolkit.nn.attention import MultiHeadAttention
 
@@ -159,7 +159,7 @@ class _GatedPooling(nn.Module):
 class NOPE(nn.Module):
     """The two-level NOPE model (see the module docstring).
 
-    Shapes (a batch from :func:`domains.multirobot.data.collate_pairs`): ``desc_a (B, M, D)``,
+    Shapes (a batch from :func:`pe_toolkit.domains.multirobot.data.collate_pairs`): ``desc_a (B, M, D)``,
     ``xy_a (B, M, 2)``, ``edges_a (B, M, M)``, ``mask_a (B, M)`` and the same for b with ``N`` nodes.
     """
 

@@ -13,7 +13,7 @@ Egocentric Pose Estimation for Collaborative Perception in Connected Autonomy", 
 * **Pairs**: a fraction ``non_overlap_fraction`` of the pairs do not overlap at all (the two cones are
   disjoint, checked on a dense polar grid of each cone, so no object can be seen by both); the others
   share at least ``min_shared`` detected objects. Each pair carries the relative pose ``T_ab`` (robot
-  b's pose in a's frame, :func:`domains.multirobot.geometry.relative_pose`) and the ground-truth
+  b's pose in a's frame, :func:`pe_toolkit.domains.multirobot.geometry.relative_pose`) and the ground-truth
   correspondences (index pairs of detections of the same object).
 
 Every function takes a ``numpy.random.Generator`` or a seed, so datasets are reproducible.
@@ -27,8 +27,8 @@ from functools import cached_property
 
 import numpy as np
 
-from domains.multirobot.geometry import from_frame, relative_pose, to_frame
-from domains.multirobot.graph import edge_distance_matrix
+from pe_toolkit.domains.multirobot.geometry import from_frame, relative_pose, to_frame
+from pe_toolkit.domains.multirobot.graph import edge_distance_matrix
 
 __all__ = [
     "Observation",
@@ -151,7 +151,7 @@ class Observation:
 
     @cached_property
     def edge_matrix(self) -> np.ndarray:
-        """``(n, n)`` Delaunay edge lengths (:func:`domains.multirobot.graph.edge_distance_matrix`), computed once."""
+        """``(n, n)`` Delaunay edge lengths (:func:`~pe_toolkit.domains.multirobot.graph.edge_distance_matrix`)."""
         return edge_distance_matrix(self.positions)
 
 

@@ -1,4 +1,4 @@
-"""Training windows for the two tasks (the Lightning data module is in :mod:`domains.music.lightning_module`).
+"""Training windows for the two tasks (Lightning data module: :mod:`pe_toolkit.domains.music.lightning_module`).
 
 Tasks (Agarwal et al. 2024, arXiv:2402.13301, adapted to four-part chorales):
 
@@ -8,7 +8,7 @@ Tasks (Agarwal et al. 2024, arXiv:2402.13301, adapted to four-part chorales):
   soprano of step ``t`` and the lower voices of step ``t - 1`` (zeros at ``t = 0``: teacher forcing of an
   autoregressive decoder), the target the lower voices of step ``t``; positions the structure of step ``t``.
 
-Structure positions are :func:`domains.music.structure.add_segment_fields` of the window's labels, so the
+Structure positions are :func:`pe_toolkit.domains.music.structure.add_segment_fields` of the window's labels, so the
 ``time`` column and the segment runs start at the window.
 """
 
@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from domains.music.scores import Piece
-from domains.music.structure import add_segment_fields
+from pe_toolkit.domains.music.scores import Piece
+from pe_toolkit.domains.music.structure import add_segment_fields
 from pe_toolkit.encoders.base import check_choice, check_int
 
 __all__ = ["TASKS", "WindowDataset", "task_features", "task_tensors"]

@@ -8,7 +8,7 @@
   learned per-distance key embeddings and the memory-efficient "skewing" of ``Q E^T``.
 
 The structure encoders take *vector positions*: ``(L, F)`` or ``(B, L, F)`` integer tensors whose ``F``
-columns are :data:`domains.music.structure.FIELDS` (``position_vector_dims = 1``); each encoder reads the
+columns are :data:`pe_toolkit.domains.music.structure.FIELDS` (``position_vector_dims = 1``); each encoder reads the
 columns named in its ``structures`` / ``segments`` options. ``music_relative`` takes ordinary positions.
 
 Sinusoid of a label ``l`` with base ``B`` (``d`` = model width), as in Vaswani et al. 2017::
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from domains.music.structure import FIELDS, SEGMENT_FIELDS, field_index
+from pe_toolkit.domains.music.structure import FIELDS, SEGMENT_FIELDS, field_index
 from pe_toolkit.encoders.absolute import sinusoidal_table
 from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int
 from pe_toolkit.registry import register_encoder
@@ -285,7 +285,7 @@ class NonStationaryStructureRPE(_StructureEncoding):
         mask_by: ``"run"`` (default: same run of equal labels) or ``"label"`` (equal labels, as the code).
 
     Shapes: as :class:`StructureRPE`; positions must carry the ``<segment>_run`` / ``<segment>_tau`` columns
-    (:func:`domains.music.structure.add_segment_fields`).
+    (:func:`pe_toolkit.domains.music.structure.add_segment_fields`).
     """
 
     def __init__(self, dim: int, num_heads: int, *, structures: Sequence[str] = ("chord", "phrase"),

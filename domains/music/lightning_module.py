@@ -1,4 +1,4 @@
-"""Lightning training of a :class:`~domains.music.models.PianoRollTransformer` on either task.
+"""Lightning training of a :class:`~pe_toolkit.domains.music.models.PianoRollTransformer` on either task.
 
 Loss: ``BCEWithLogitsLoss`` over every cell of the target roll (Agarwal et al. 2024, arXiv:2402.13301).
 Optimiser: the toolkit recipe (AdamW, linear warmup, cosine decay; :mod:`pe_toolkit.training.optim`).
@@ -7,6 +7,10 @@ Logged per stage ``s``: ``s/loss`` (mean BCE per cell), ``s/nll`` (nats per step
 """
 
 from __future__ import annotations
+
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
 
 import dataclasses
 from collections.abc import Sequence
@@ -17,9 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from domains.music.data import TASKS, WindowDataset
-from domains.music.models import MusicModelConfig, PianoRollTransformer
-from domains.music.scores import Piece
+from pe_toolkit.domains.music.data import TASKS, WindowDataset
+from pe_toolkit.domains.music.models import MusicModelConfig, PianoRollTransformer
+from pe_toolkit.domains.music.scores import Piece
 from pe_toolkit.encoders.base import check_choice, check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard
@@ -28,7 +32,7 @@ __all__ = ["ChoraleDataModule", "PianoRollModule"]
 
 
 class PianoRollModule(L.LightningModule):
-    """BCE training of a piano-roll Transformer; batches are dicts from :class:`~domains.music.data.WindowDataset`.
+    """BCE training of a piano-roll Transformer on :class:`~pe_toolkit.domains.music.data.WindowDataset` batches.
 
     Args:
         config: the model configuration (task, encoding, sizes), or its fields as a dict (how the

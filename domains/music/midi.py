@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from domains.music.scores import STEPS_PER_QUARTER, Piece, melody_from_roll
-from domains.music.structure import LABEL_FIELDS, chord_labels_from_roll
+from pe_toolkit.domains.music.scores import STEPS_PER_QUARTER, Piece, melody_from_roll
+from pe_toolkit.domains.music.structure import LABEL_FIELDS, chord_labels_from_roll
 
 __all__ = ["bar_lengths", "midi_to_piece", "roll_to_midi"]
 

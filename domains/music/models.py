@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 
 import pe_toolkit as pet
-from domains.music.data import task_features
-from domains.music.structure import FIELDS, field_index
+from pe_toolkit.domains.music.data import task_features
+from pe_toolkit.domains.music.structure import FIELDS, field_index
 from pe_toolkit.encoders.base import check_choice, check_float, check_int
 
 __all__ = ["DECODE_MODES", "MusicModelConfig", "PianoRollTransformer", "decode_step", "generate_accompaniment",

@@ -4,7 +4,7 @@ Structure labels come from the score, not from MIDI (a MIDI export loses the pic
 computed from it are wrong): bars and their offsets from music21 measures (a first bar shorter than its
 time signature is a pickup and is right-aligned), phrases from fermatas, the key from music21's key
 analysis, chords from the vertical sonority, the melody from the top voice. See
-:mod:`domains.music.structure` for the columns.
+:mod:`pe_toolkit.domains.music.structure` for the columns.
 
 The corpus is parsed once and cached as a compressed ``.npz`` of plain arrays (no pickles) under
 ``$PE_TOOLKIT_CACHE/music/`` (default ``~/.cache/pe_toolkit/music/``); the file name holds the format
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from domains.music.structure import LABEL_FIELDS, chord_labels_from_roll
+from pe_toolkit.domains.music.structure import LABEL_FIELDS, chord_labels_from_roll
 
 __all__ = [
     "FORMAT_VERSION",

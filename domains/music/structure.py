@@ -2,7 +2,7 @@
 
 A music "position" here is not one index but a vector of structure labels (Agarwal, Wang, Richard 2024,
 "Structure-informed Positional Encoding for Music Generation", ICASSP 2024, arXiv:2402.13301): the
-structure-informed encoders of :mod:`domains.music.encoders` read the columns they are configured
+structure-informed encoders of :mod:`pe_toolkit.domains.music.encoders` read the columns they are configured
 with, the sequence baselines (sinusoidal, RoPE, ...) read the ``time`` column only.
 
 Columns (:data:`FIELDS`), all ``int64``:

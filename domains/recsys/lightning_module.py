@@ -1,9 +1,9 @@
 """Lightning training of SASRec: BCE with one sampled negative or full softmax cross-entropy.
 
-``SASRecModule`` trains :class:`~domains.recsys.model.SASRec` and evaluates with full ranking
-(:class:`FullRankingMetrics`, over :func:`~domains.recsys.metrics.ranking_metrics`), logging
+``SASRecModule`` trains :class:`~pe_toolkit.domains.recsys.model.SASRec` and evaluates with full ranking
+(:class:`FullRankingMetrics`, over :func:`~pe_toolkit.domains.recsys.metrics.ranking_metrics`), logging
 ``val/ndcg@10`` etc. for early stopping.
-``SequentialRecDataModule`` serves the leave-one-out examples of :func:`~domains.recsys.split.leave_one_out`.
+``SequentialRecDataModule`` serves the leave-one-out examples of :func:`~pe_toolkit.domains.recsys.split.leave_one_out`.
 
 Resume without loss: the training loader is a :class:`~pe_toolkit.training.resumable.ResumableDataLoader`
 (order a function of ``(seed, epoch)``, position saved in checkpoints); the BCE negatives of a batch come
@@ -22,6 +22,10 @@ Losses:
 
 from __future__ import annotations
 
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,10 +36,10 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 from torchmetrics import Metric
 
-from domains.recsys.data import UserSequences
-from domains.recsys.metrics import TIE_POLICIES, check_ks, ranking_metrics
-from domains.recsys.model import SASRec
-from domains.recsys.split import EvalExamples, TrainExamples, leave_one_out
+from pe_toolkit.domains.recsys.data import UserSequences
+from pe_toolkit.domains.recsys.metrics import TIE_POLICIES, check_ks, ranking_metrics
+from pe_toolkit.domains.recsys.model import SASRec
+from pe_toolkit.domains.recsys.split import EvalExamples, TrainExamples, leave_one_out
 from pe_toolkit.encoders.base import check_choice, check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import ResumableDataLoader, batch_seed, data_seed, seeded_step, trainer_shard
@@ -124,7 +128,8 @@ class SequentialRecDataModule(L.LightningDataModule):
     0-padded).
 
     Args:
-        sequences: :class:`~domains.recsys.data.UserSequences` (e.g. ``build_sequences(load_interactions())``).
+        sequences: :class:`~pe_toolkit.domains.recsys.data.UserSequences`
+            (e.g. ``build_sequences(load_interactions())``).
         max_len: window length (50).
         batch_size: users per batch (128).
         eval_batch_size: users per evaluation batch (default ``batch_size``).
@@ -222,11 +227,11 @@ class SASRecModule(L.LightningModule):
     Args:
         num_items: items ``1 .. num_items``.
         max_len, dim, num_heads, num_layers, dropout, encoding, encoding_options, share_encoding: see
-            :class:`~domains.recsys.model.SASRec`.
+            :class:`~pe_toolkit.domains.recsys.model.SASRec`.
         loss: ``"bce"`` (needs batches with ``negatives``) or ``"ce"``.
         lr, weight_decay, betas, warmup_steps, max_steps: AdamW with linear warmup and cosine decay
             (:func:`pe_toolkit.training.optim.adamw_with_warmup_cosine`).
-        ks: ranking cut-offs; ties: tie policy (:data:`~domains.recsys.metrics.TIE_POLICIES`).
+        ks: ranking cut-offs; ties: tie policy (:data:`~pe_toolkit.domains.recsys.metrics.TIE_POLICIES`).
         exclude_history: drop the user's earlier items from the candidates (SASRec's protocol, right for
             MovieLens where an item is rated once); ``False`` ranks every item, as needed where users
             re-consume items (the synthetic recall log, whose targets are always in the history).

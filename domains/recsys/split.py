@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from domains.recsys.data import UserSequences
+from pe_toolkit.domains.recsys.data import UserSequences
 
 __all__ = ["EvalExamples", "TrainExamples", "leave_one_out", "left_pad", "time_positions"]
 

@@ -6,7 +6,8 @@ interactions, not by the plain distance in the sequence.
 
 Items are of two kinds: ``num_signal_items`` *signal* items (raw ids ``"1" .. "num_signal_items"``) and
 ``num_filler_items`` *filler* items (the following raw ids); signal items get the smaller indices in the
-resulting :class:`~domains.recsys.data.Interactions`. Each user's sequence is generated step by step; at every step
+resulting :class:`~pe_toolkit.domains.recsys.data.Interactions`. Each user's sequence is generated step by
+step; at every step
 
 * with probability ``filler_prob`` the user consumes a uniformly random filler item;
 * otherwise a signal step: a *recall* (probability ``recall_prob``, once the user has at least ``lag``
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from domains.recsys.data import Interactions
+from pe_toolkit.domains.recsys.data import Interactions
 
 __all__ = ["contextual_count_log"]
 
@@ -69,7 +70,7 @@ def contextual_count_log(
         seed: NumPy seed; equal arguments give equal logs.
 
     Returns:
-        :class:`~domains.recsys.data.Interactions` with user ids ``"0" ..``, item ids ``"1" ..`` (signal
+        :class:`~pe_toolkit.domains.recsys.data.Interactions` with user ids ``"0" ..``, item ids ``"1" ..`` (signal
         items first) and float timestamps.
     """
     _check_int("num_users", num_users, 1)

@@ -22,7 +22,7 @@ def clipped_intervals(q_time: Tensor, k_time: Tensor, max_interval: int) -> Tens
 
     Args:
         q_time: ``(Lq,)`` or ``(B, Lq)`` query times, already in the user's time unit (see
-            :func:`domains.recsys.split.time_positions`).
+            :func:`pe_toolkit.domains.recsys.split.time_positions`).
         k_time: ``(Lk,)`` or ``(B, Lk)`` key times.
     Returns:
         ``(Lq, Lk)`` or ``(B, Lq, Lk)`` long.

@@ -1,20 +1,24 @@
 """Translation domain: cross-lingual position representations (Ding et al. 2020, arXiv:2004.13310).
 
-BTG reordering of a source sentence toward target order (:mod:`~domains.translation.btg`), a source-only
-BTG reorderer for test time (:mod:`~domains.translation.reorderer`), the ``xl_pe`` encoder
-(:mod:`~domains.translation.encoders`), a seeded SVO -> SOV toy language pair and a parallel-corpus loader
-(:mod:`~domains.translation.data`), an encoder-decoder model and Lightning modules with BLEU.
+BTG reordering of a source sentence toward target order (:mod:`~pe_toolkit.domains.translation.btg`), a source-only
+BTG reorderer for test time (:mod:`~pe_toolkit.domains.translation.reorderer`), the ``xl_pe`` encoder
+(:mod:`~pe_toolkit.domains.translation.encoders`), a seeded SVO -> SOV toy language pair and a parallel-corpus loader
+(:mod:`~pe_toolkit.domains.translation.data`), an encoder-decoder model and Lightning modules with BLEU.
 
-``import domains.translation`` registers ``xl_pe`` under ``domain="translation"``:
+``import pe_toolkit.domains.translation`` registers ``xl_pe`` under ``domain="translation"``:
 
->>> import pe_toolkit as pet, domains.translation
+>>> import pe_toolkit as pet, pe_toolkit.domains.translation
 >>> pet.list_encoders(domain="translation")
 ['xl_pe']
 
-The Lightning parts live in :mod:`domains.translation.lightning_module` (imported on demand).
+The Lightning parts live in :mod:`pe_toolkit.domains.translation.lightning_module` (imported on demand).
 """
 
-from domains.translation.btg import (
+from pe_toolkit.extras import require_extra
+
+require_extra("translation", __name__)
+
+from pe_toolkit.domains.translation.btg import (
     BTGNode,
     alignment_permutation,
     btg_tree_from_alignment,
@@ -23,10 +27,10 @@ from domains.translation.btg import (
     parse_pharaoh,
     reorder,
 )
-from domains.translation.data import SentencePair, Vocabulary, generate_corpus, load_parallel_corpus
-from domains.translation.encoders import CrossLingualPositionEncoding
-from domains.translation.model import TranslationModel
-from domains.translation.reorderer import BTGReorderer
+from pe_toolkit.domains.translation.data import SentencePair, Vocabulary, generate_corpus, load_parallel_corpus
+from pe_toolkit.domains.translation.encoders import CrossLingualPositionEncoding
+from pe_toolkit.domains.translation.model import TranslationModel
+from pe_toolkit.domains.translation.reorderer import BTGReorderer
 
 __all__ = [
     "BTGNode", "BTGReorderer", "CrossLingualPositionEncoding", "SentencePair", "TranslationModel", "Vocabulary",

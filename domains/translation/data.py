@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from domains.translation.btg import check_alignment, parse_pharaoh
+from pe_toolkit.domains.translation.btg import check_alignment, parse_pharaoh
 
 __all__ = ["SentencePair", "Vocabulary", "generate_corpus", "load_parallel_corpus", "LEXICON"]
 

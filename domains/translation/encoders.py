@@ -3,7 +3,7 @@
 Ding, Wang, Tao 2020, "Self-Attention with Cross-Lingual Position Representation", ACL 2020,
 arXiv:2004.13310. Each source token has two positions: its index ``t`` in the sentence and its
 *cross-lingual position* ``t_xl``, its index in the sentence reordered by a BTG tree toward target order
-(:mod:`domains.translation.btg`). XL-PE encodes ``t_xl`` with the same sinusoid as the standard PE
+(:mod:`pe_toolkit.domains.translation.btg`). XL-PE encodes ``t_xl`` with the same sinusoid as the standard PE
 (Vaswani et al. 2017) and combines the two with one of the paper's two strategies:
 
 * ``strategy="input"`` (Inputs XL SANs): ``x + PE(t) + PE(t_xl)`` at the encoder input.

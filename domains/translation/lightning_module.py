@@ -2,13 +2,17 @@
 
 ``TranslationDataset`` holds encoded sentence pairs and one cross-lingual position per source token
 (from the alignment, :func:`oracle_positions`, or from a source-only
-:class:`~domains.translation.reorderer.BTGReorderer`). ``TranslationModule`` trains a
-:class:`~domains.translation.model.TranslationModel` with cross-entropy and the toolkit's AdamW + warmup +
+:class:`~pe_toolkit.domains.translation.reorderer.BTGReorderer`). ``TranslationModule`` trains a
+:class:`~pe_toolkit.domains.translation.model.TranslationModel` with cross-entropy and the toolkit's AdamW + warmup +
 cosine recipe, and reports corpus BLEU (``sacrebleu``, Papineni et al. 2002; Post 2018) and exact match of
 greedy translations for validation and test.
 """
 
 from __future__ import annotations
+
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
 
 from collections.abc import Sequence
 from typing import Any
@@ -19,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from domains.translation.btg import btg_tree_from_alignment, cross_lingual_positions
-from domains.translation.data import SentencePair, Vocabulary
-from domains.translation.model import TranslationModel
+from pe_toolkit.domains.translation.btg import btg_tree_from_alignment, cross_lingual_positions
+from pe_toolkit.domains.translation.data import SentencePair, Vocabulary
+from pe_toolkit.domains.translation.model import TranslationModel
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard
 
@@ -29,7 +33,7 @@ __all__ = ["TranslationDataModule", "TranslationDataset", "TranslationModule", "
 
 
 def oracle_positions(pairs: Sequence[SentencePair]) -> list[list[int]]:
-    """Cross-lingual positions from each pair's own alignment (BTG tree of :mod:`domains.translation.btg`)."""
+    """Cross-lingual positions from each pair's own alignment (BTG tree: :mod:`pe_toolkit.domains.translation.btg`)."""
     return [cross_lingual_positions(btg_tree_from_alignment(p.alignment, len(p.source))) for p in pairs]
 
 

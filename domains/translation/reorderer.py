@@ -26,7 +26,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from domains.translation.btg import INVERTED, LEAF, STRAIGHT, BTGNode, _check_permutation, cross_lingual_positions
+from pe_toolkit.domains.translation.btg import (
+    INVERTED,
+    LEAF,
+    STRAIGHT,
+    BTGNode,
+    _check_permutation,
+    cross_lingual_positions,
+)
 
 __all__ = ["BTGReorderer"]
 

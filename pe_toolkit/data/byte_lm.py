@@ -6,6 +6,10 @@ Importing this module imports Lightning (seconds); :mod:`pe_toolkit.data.text_co
 
 from __future__ import annotations
 
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
+
 import hashlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path

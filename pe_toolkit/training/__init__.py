@@ -3,6 +3,10 @@
 Importing this package imports Lightning; ``import pe_toolkit`` alone does not.
 """
 
+from pe_toolkit.extras import require_extra
+
+require_extra("train", __name__)
+
 from pe_toolkit.training.exact_match import ExactMatchModule
 from pe_toolkit.training.lm_module import SequenceLMModule
 from pe_toolkit.training.lm_text_module import LanguageModelModule

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import domains.crossmodal  # noqa: F401  (registers cmc_pe)
 import pe_toolkit as pet
-from domains.crossmodal.conditioning import (
+import pe_toolkit.domains.crossmodal  # noqa: F401  (registers cmc_pe)
+from pe_toolkit.domains.crossmodal.conditioning import (
     CMCPEConnector,
     CMCPositionalEncoding,
     CrossAttentionConnector,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from domains.crossmodal import (
+from pe_toolkit.domains.crossmodal import (
     JointDenoiser,
     audio_onsets,
     av_align,
@@ -188,7 +188,7 @@ def test_av_align_real_clips_beat_shuffled_pairs():
 def test_tiny_joint_training_and_sampling():
     import lightning as L
 
-    from domains.crossmodal.lightning_module import AVDataModule, JointDiffusionModule
+    from pe_toolkit.domains.crossmodal.lightning_module import AVDataModule, JointDiffusionModule
 
     train = generate_clips(16, seed=0, video_frames=8, audio_frames=16, frame_size=8, freq_bins=4)
     module = JointDiffusionModule((8, 8, 8), (16, 4), dim=16, num_heads=2, num_layers=1, num_steps=20, max_steps=2)

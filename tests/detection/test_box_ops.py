@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from domains.detection.box_ops import (
+from pe_toolkit.domains.detection.box_ops import (
     box_area,
     box_cxcywh_to_xyxy,
     box_iou,

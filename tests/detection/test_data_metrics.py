@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from domains.detection.data import CocoDetectionDataset, ShapesDetectionDataset, collate_detection
-from domains.detection.metrics import coco_map
+from pe_toolkit.domains.detection.data import CocoDetectionDataset, ShapesDetectionDataset, collate_detection
+from pe_toolkit.domains.detection.metrics import coco_map
 
 
 def _t(boxes, labels):

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-import domains.detection  # noqa: F401  (registers the detection encoders)
 import pe_toolkit as pet
-from domains.detection.encoders import (
+import pe_toolkit.domains.detection  # noqa: F401  (registers the detection encoders)
+from pe_toolkit.domains.detection.encoders import (
     BoxPE,
     CenternessPE,
     box_sine_embedding,

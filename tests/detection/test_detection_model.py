@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from domains.detection.encoders import BoxPE, CenternessPE
-from domains.detection.model import DecoderStage, DetectorConfig, RecursiveDetector, count_parameters
+from pe_toolkit.domains.detection.encoders import BoxPE, CenternessPE
+from pe_toolkit.domains.detection.model import DecoderStage, DetectorConfig, RecursiveDetector, count_parameters
 
 SMALL = dict(num_classes=2, dim=16, num_heads=2, ffn_dim=32, dynamic_dim=4, pooler_resolution=3, num_proposals=5,
              num_stages=4, backbone_channels=(8, 8))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmarks import detection as bench
-from domains.detection.data import ShapesDetectionDataset
+from pe_toolkit.domains.detection.data import ShapesDetectionDataset
 
 TINY = dict(num_classes=3, dim=16, num_heads=2, ffn_dim=32, dynamic_dim=4, pooler_resolution=3, num_proposals=4,
             num_stages=3, backbone_channels=(8, 8))
@@ -19,7 +19,7 @@ TINY = dict(num_classes=3, dim=16, num_heads=2, ffn_dim=32, dynamic_dim=4, poole
 def test_training_step_and_test_metrics():
     import lightning as L
 
-    from domains.detection.lightning_module import DetectionDataModule, DetectionModule
+    from pe_toolkit.domains.detection.lightning_module import DetectionDataModule, DetectionModule
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from domains.detection.loss import SetCriterion, sigmoid_focal_loss
-from domains.detection.matcher import HungarianMatcher, focal_class_cost
+from pe_toolkit.domains.detection.loss import SetCriterion, sigmoid_focal_loss
+from pe_toolkit.domains.detection.matcher import HungarianMatcher, focal_class_cost
 
 BIG = 8.0  # a logit whose sigmoid is ~1
 

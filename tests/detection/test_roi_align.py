@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from domains.detection.roi_align import roi_align
+from pe_toolkit.domains.detection.roi_align import roi_align
 
 
 def ramp(h: int = 4, w: int = 4, dtype=torch.float32) -> torch.Tensor:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch_geometric.utils import contains_self_loops, is_undirected
 
-from domains.graphs.datasets import (
+from pe_toolkit.domains.graphs.datasets import (
     CSL_SKIPS,
     FORMAT_VERSION,
     CLUSTERDataset,

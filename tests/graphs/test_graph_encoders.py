@@ -8,9 +8,9 @@ import torch
 from torch_geometric.data import Batch
 from torch_geometric.utils import from_networkx
 
-import domains.graphs  # noqa: F401  (registers the graph encoders)
 import pe_toolkit as pet
-from domains.graphs import (
+import pe_toolkit.domains.graphs  # noqa: F401  (registers the graph encoders)
+from pe_toolkit.domains.graphs import (
     LaplacianEigenvectorPE,
     LapPEEncoder,
     LearnedRFPEncoder,

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from domains.graphs import GraphMambaModel, RandomWalkPE
-from domains.graphs.mamba import (
+from pe_toolkit.domains.graphs import GraphMambaModel, RandomWalkPE
+from pe_toolkit.domains.graphs.mamba import (
     BidirectionalMamba,
     MambaBlock,
     linear_scan,
@@ -16,7 +16,7 @@ from domains.graphs.mamba import (
     selective_scan,
     selective_scan_reference,
 )
-from domains.graphs.tokenization import degree_order, random_walk_tokens, uniform_random_walks
+from pe_toolkit.domains.graphs.tokenization import degree_order, random_walk_tokens, uniform_random_walks
 
 
 def scan_inputs(b: int, length: int, e: int, n: int, dtype=torch.float64, requires_grad: bool = False):

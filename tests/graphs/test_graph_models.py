@@ -11,14 +11,14 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GPSConv
 from torch_geometric.transforms import Compose
 
-from domains.graphs import CSLDataset, LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
-from domains.graphs.lightning_module import (
+from pe_toolkit.domains.graphs import CSLDataset, LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
+from pe_toolkit.domains.graphs.lightning_module import (
     GraphClassificationModule,
     GraphDataModule,
     accuracy,
     weighted_accuracy,
 )
-from domains.graphs.models import (
+from pe_toolkit.domains.graphs.models import (
     PE_CHOICES,
     GINModel,
     GPSModel,

@@ -15,8 +15,8 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE
 from torch_geometric.utils import from_networkx
 
-from domains.graphs import LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
-from domains.graphs.transforms import random_walk_std
+from pe_toolkit.domains.graphs import LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
+from pe_toolkit.domains.graphs.transforms import random_walk_std
 
 
 def graph(g: nx.Graph) -> Data:

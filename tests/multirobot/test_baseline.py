@@ -7,9 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from domains.multirobot.baseline import ClassicalBaseline, descriptor_matches, ransac_pose, weighted_procrustes_2d
-from domains.multirobot.geometry import from_frame, pose_errors
-from domains.multirobot.simulator import SimConfig, simulate_pairs
+from pe_toolkit.domains.multirobot.baseline import (
+    ClassicalBaseline,
+    descriptor_matches,
+    ransac_pose,
+    weighted_procrustes_2d,
+)
+from pe_toolkit.domains.multirobot.geometry import from_frame, pose_errors
+from pe_toolkit.domains.multirobot.simulator import SimConfig, simulate_pairs
 
 
 def test_procrustes_recovers_a_known_pose_exactly_without_noise():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domains.multirobot.bandwidth import decode_message, encode_message, message_bytes, raw_observation_bytes
-from domains.multirobot.data import collate_pairs, load_pairs, save_pairs
-from domains.multirobot.evaluation import Prediction, evaluate_predictions
-from domains.multirobot.simulator import SimConfig, make_world, simulate_pairs
+from pe_toolkit.domains.multirobot.bandwidth import decode_message, encode_message, message_bytes, raw_observation_bytes
+from pe_toolkit.domains.multirobot.data import collate_pairs, load_pairs, save_pairs
+from pe_toolkit.domains.multirobot.evaluation import Prediction, evaluate_predictions
+from pe_toolkit.domains.multirobot.simulator import SimConfig, make_world, simulate_pairs
 
 SIM = SimConfig()
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from domains.multirobot.geometry import (
+from pe_toolkit.domains.multirobot.geometry import (
     chordal_pose_loss,
     compose,
     from_frame,
@@ -18,7 +18,7 @@ from domains.multirobot.geometry import (
     to_frame,
     wrap_angle,
 )
-from domains.multirobot.simulator import in_fov
+from pe_toolkit.domains.multirobot.simulator import in_fov
 
 
 def test_point_inside_and_outside_a_fov_cone():

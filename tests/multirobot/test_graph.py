@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from domains.multirobot.graph import NO_EDGE, delaunay_edges, edge_distance_matrix
+from pe_toolkit.domains.multirobot.graph import NO_EDGE, delaunay_edges, edge_distance_matrix
 
 
 def test_unit_square_has_four_sides_and_one_diagonal():

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from domains.multirobot.matching import assignment_loss, decide_overlap, extract_matches, log_sinkhorn_dustbin
+from pe_toolkit.domains.multirobot.matching import (
+    assignment_loss,
+    decide_overlap,
+    extract_matches,
+    log_sinkhorn_dustbin,
+)
 
 
 def test_rows_and_columns_sum_correctly():

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-import domains.multirobot  # noqa: F401  (registers the encoders)
 import pe_toolkit as pet
-from domains.multirobot.encoders import EdgeAwareGraphEncoding, FourierFeatureEncoding, Rotary2DEncoding
+import pe_toolkit.domains.multirobot  # noqa: F401  (registers the encoders)
+from pe_toolkit.domains.multirobot.encoders import EdgeAwareGraphEncoding, FourierFeatureEncoding, Rotary2DEncoding
 from pe_toolkit.nn.attention import MultiHeadAttention, positional_logits
 
 

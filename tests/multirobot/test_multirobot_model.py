@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from domains.multirobot.data import PairDataModule, collate_pairs
-from domains.multirobot.evaluation import predict_nope
-from domains.multirobot.lightning_module import NOPEModule
-from domains.multirobot.model import NOPE, OBJECT_PES, NOPEConfig
-from domains.multirobot.simulator import Observation, PairSample, SimConfig, simulate_pairs
+from pe_toolkit.domains.multirobot.data import PairDataModule, collate_pairs
+from pe_toolkit.domains.multirobot.evaluation import predict_nope
+from pe_toolkit.domains.multirobot.lightning_module import NOPEModule
+from pe_toolkit.domains.multirobot.model import NOPE, OBJECT_PES, NOPEConfig
+from pe_toolkit.domains.multirobot.simulator import Observation, PairSample, SimConfig, simulate_pairs
 
 SIM = SimConfig()
 SMALL = {"dim": 16, "num_heads": 2, "graph_layers": 1, "cross_layers": 1, "sinkhorn_iterations": 10}

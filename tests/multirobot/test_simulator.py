@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from domains.multirobot.geometry import from_frame, to_frame
-from domains.multirobot.simulator import (
+from pe_toolkit.domains.multirobot.geometry import from_frame, to_frame
+from pe_toolkit.domains.multirobot.simulator import (
     SimConfig,
     cones_overlap,
     in_fov,

@@ -8,16 +8,16 @@ import pytest
 import torch
 from torch.func import functional_call
 
-import domains.music  # noqa: F401  (registers the music encoders)
 import pe_toolkit as pet
-from domains.music.encoders import (
+import pe_toolkit.domains.music  # noqa: F401  (registers the music encoders)
+from pe_toolkit.domains.music.encoders import (
     DEFAULT_BASES,
     relative_logits_gather,
     relative_logits_skew,
     structure_rpe_logits,
     structure_rpe_naive,
 )
-from domains.music.structure import FIELDS, LABEL_FIELDS, add_segment_fields, field_index
+from pe_toolkit.domains.music.structure import FIELDS, LABEL_FIELDS, add_segment_fields, field_index
 
 MUSIC_ENCODERS = ["music_relative", "ns_rpe", "s_ape", "s_rpe"]
 

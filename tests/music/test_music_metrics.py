@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from domains.music.metrics import (
+from pe_toolkit.domains.music.metrics import (
     chroma_similarity,
     frame_f1,
     grooving_similarity,

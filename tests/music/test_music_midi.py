@@ -6,8 +6,8 @@ import pretty_midi
 import pytest
 import torch
 
-from domains.music.midi import midi_to_piece, roll_to_midi
-from domains.music.structure import LABEL_FIELDS
+from pe_toolkit.domains.music.midi import midi_to_piece, roll_to_midi
+from pe_toolkit.domains.music.structure import LABEL_FIELDS
 
 
 def test_chorale_round_trip_is_exact(bwv66, tmp_path):

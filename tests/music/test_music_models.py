@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-import domains.music  # noqa: F401
-from domains.music.data import WindowDataset, task_features, task_tensors
-from domains.music.models import (
+import pe_toolkit.domains.music  # noqa: F401
+from pe_toolkit.domains.music.data import WindowDataset, task_features, task_tensors
+from pe_toolkit.domains.music.models import (
     MusicModelConfig,
     PianoRollTransformer,
     decode_step,
     generate_accompaniment,
     generate_continuation,
 )
-from domains.music.scores import Piece
-from domains.music.structure import FIELDS, LABEL_FIELDS, field_index
+from pe_toolkit.domains.music.scores import Piece
+from pe_toolkit.domains.music.structure import FIELDS, LABEL_FIELDS, field_index
 
 ENCODINGS = {"s_ape": {}, "s_rpe": {}, "ns_rpe": {}, "music_relative": {"max_distance": 32}, "sinusoidal": {},
              "rope": {}, "nope": {}}
@@ -148,7 +148,7 @@ def test_model_input_errors():
 def test_lightning_training_lowers_the_loss():
     import lightning as L
 
-    from domains.music.lightning_module import ChoraleDataModule, PianoRollModule
+    from pe_toolkit.domains.music.lightning_module import ChoraleDataModule, PianoRollModule
 
     L.seed_everything(0, verbose=False)
     pieces = [synthetic_piece(40, seed=s) for s in range(4)]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from music_helpers import make_score
 
-from domains.music.scores import (
+from pe_toolkit.domains.music.scores import (
     ChoraleCorpus,
     Piece,
     load_bach_chorales,
@@ -15,7 +15,7 @@ from domains.music.scores import (
     melody_from_roll,
     score_to_piece,
 )
-from domains.music.structure import LABEL_FIELDS, chord_label
+from pe_toolkit.domains.music.structure import LABEL_FIELDS, chord_label
 
 
 def test_bwv66_bars_beats_and_pickup(bwv66):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from domains.music.structure import (
+from pe_toolkit.domains.music.structure import (
     FIELDS,
     LABEL_FIELDS,
     NUM_CHORD_LABELS,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from domains.recsys import (
+from pe_toolkit.domains.recsys import (
     Interactions,
     build_sequences,
     contextual_count_log,

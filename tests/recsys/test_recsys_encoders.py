@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pe_toolkit as pet
-from domains.recsys import CAPE, TimeIntervalBias, cape_positions, clipped_intervals
+from pe_toolkit.domains.recsys import CAPE, TimeIntervalBias, cape_positions, clipped_intervals
 
 RECSYS = ["cape", "time_interval"]
 

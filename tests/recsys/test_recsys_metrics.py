@@ -12,8 +12,8 @@ from torchmetrics.functional.retrieval import (
     retrieval_reciprocal_rank,
 )
 
-from domains.recsys import ranking_metrics, target_rank_counts
-from domains.recsys.lightning_module import FullRankingMetrics
+from pe_toolkit.domains.recsys import ranking_metrics, target_rank_counts
+from pe_toolkit.domains.recsys.lightning_module import FullRankingMetrics
 
 
 def metrics(scores, target, exclude=None, **kw):

@@ -10,8 +10,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import EarlyStopping
 
-from domains.recsys import SASRec, build_sequences, contextual_count_log
-from domains.recsys.lightning_module import SASRecModule, SequentialRecDataModule, sample_negatives
+from pe_toolkit.domains.recsys import SASRec, build_sequences, contextual_count_log
+from pe_toolkit.domains.recsys.lightning_module import SASRecModule, SequentialRecDataModule, sample_negatives
 
 ENCODERS = ["learned", "nope", "rope", "cope", "cape", "time_interval"]
 

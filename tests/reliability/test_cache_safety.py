@@ -11,8 +11,8 @@ import pickle
 import pytest
 import torch
 
-from domains.graphs import CSLDataset
-from domains.graphs.datasets import CACHE_FORMAT
+from pe_toolkit.domains.graphs import CSLDataset
+from pe_toolkit.domains.graphs.datasets import CACHE_FORMAT
 
 
 def _same(a: CSLDataset, b: CSLDataset) -> None:

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pe_toolkit as pet
-from domains.graphs.datasets import load_edge_list
 from pe_toolkit.data.text_corpus import load_text_files
+from pe_toolkit.domains.graphs.datasets import load_edge_list
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SEQUENCE_ENCODERS = pet.list_encoders(domain="sequence")

@@ -58,7 +58,7 @@ MIDI_BYTES = st.one_of(
 
 
 def _check_piece(piece) -> None:
-    from domains.music.data import Piece
+    from pe_toolkit.domains.music.data import Piece
 
     assert isinstance(piece, Piece)
     roll = piece.roll
@@ -68,7 +68,7 @@ def _check_piece(piece) -> None:
 
 def _read_midi_or_clear_error(content: bytes):
     """``midi_to_piece`` on ``content``: a checked ``Piece``, or ``None`` after a clear ValueError/TypeError."""
-    from domains.music.midi import midi_to_piece
+    from pe_toolkit.domains.music.midi import midi_to_piece
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "user.mid"
@@ -123,7 +123,7 @@ def test_structured_midi_fuzz(content):
 def test_midi_huge_note_is_refused_not_allocated():
     """A 40-byte file whose one note lasts 9,000,000 16ths: a clear ValueError (it used to allocate ~1 GiB per
     voice for the roll and die with a RuntimeError from the allocator)."""
-    from domains.music.midi import midi_to_piece
+    from pe_toolkit.domains.music.midi import midi_to_piece
 
     content = _mido_bytes(4, [("note_on", 60, 80, 0), ("note_off", 60, 0, 9_000_000)], None)
     with tempfile.TemporaryDirectory() as directory:
@@ -140,7 +140,7 @@ def test_midi_huge_note_is_refused_not_allocated():
 
 def test_valid_midi_round_trip():
     """The unmutated file is read exactly: two voices, six steps of notes each on the 16th grid."""
-    from domains.music.midi import midi_to_piece
+    from pe_toolkit.domains.music.midi import midi_to_piece
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "ok.mid"
@@ -192,7 +192,7 @@ def _expected(rows: list[list[str]], columns: list[int], width: int, integer_ids
        header=st.sampled_from(["user_id:token\titem_id:token\trating:float\ttimestamp:float",
                                "item_id:token\ttimestamp:float\tuser_id:token", "user_id:token\titem_id:token", ""]))
 def test_interaction_file_fuzz(rows, kind, header):
-    from domains.recsys.data import build_sequences, load_interactions
+    from pe_toolkit.domains.recsys.data import build_sequences, load_interactions
 
     rows = [[str(f) for f in r] for r in rows]
     if any(any(c in f for c in "\r\n") for r in rows for f in r):
@@ -338,7 +338,7 @@ def image_dir(tmp_path_factory):
 @FUZZ_MORE
 @given(data=COCO)
 def test_coco_json_fuzz(image_dir, data):
-    from domains.detection.data import CocoDetectionDataset
+    from pe_toolkit.domains.detection.data import CocoDetectionDataset
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "ann.json"
@@ -417,7 +417,7 @@ NEAR_PAIRS = st.integers(0, 3).flatmap(lambda n: st.builds(
 def test_multirobot_near_valid_npz_fuzz(arrays, replace, drop, shift):
     """Well-formed archives with one array replaced or dropped, or counts moved between pairs (same sum, maybe
     negative or fractional): exact content when accepted."""
-    from domains.multirobot.data import load_pairs
+    from pe_toolkit.domains.multirobot.data import load_pairs
 
     if replace is not None:
         arrays[replace[0]] = replace[1]
@@ -461,7 +461,7 @@ def test_multirobot_near_valid_npz_fuzz(arrays, replace, drop, shift):
                                              "match_counts"]), ARRAY),
        flips=FLIPS, cut=st.one_of(st.none(), st.integers(0, 2_000)), corrupt=st.booleans())
 def test_multirobot_npz_fuzz(keys, flips, cut, corrupt):
-    from domains.multirobot.data import load_pairs
+    from pe_toolkit.domains.multirobot.data import load_pairs
 
     content = _npz_bytes(keys)
     if corrupt:
@@ -486,7 +486,7 @@ def test_multirobot_npz_fuzz(keys, flips, cut, corrupt):
 
 def test_multirobot_negative_count_is_refused():
     """counts_a = [3, -1] has the right sum (2 rows) but used to split silently into pairs of 2 and 0 rows."""
-    from domains.multirobot.data import load_pairs
+    from pe_toolkit.domains.multirobot.data import load_pairs
 
     arrays = _pair_arrays([1, 1], [1, 1], 2, [[], []])
     arrays["counts_a"] = np.array([3, -1])
@@ -498,7 +498,7 @@ def test_multirobot_negative_count_is_refused():
 
 
 def test_multirobot_npz_round_trip():
-    from domains.multirobot.data import Observation, PairSample, load_pairs, save_pairs
+    from pe_toolkit.domains.multirobot.data import Observation, PairSample, load_pairs, save_pairs
 
     rng = np.random.default_rng(0)
     pairs = []
@@ -529,7 +529,7 @@ AV_ARRAY = st.one_of(
 @given(keys=st.dictionaries(st.sampled_from(["video", "audio", "other"]), AV_ARRAY), flips=FLIPS,
        cut=st.one_of(st.none(), st.integers(0, 1_000)), corrupt=st.booleans())
 def test_crossmodal_npz_fuzz(keys, flips, cut, corrupt):
-    from domains.crossmodal.data import load_av_npz
+    from pe_toolkit.domains.crossmodal.data import load_av_npz
 
     content = _npz_bytes(keys)
     if corrupt:
@@ -559,7 +559,7 @@ PHARAOH_FIELD = st.one_of(
 @FUZZ_MORE
 @given(fields=st.lists(PHARAOH_FIELD, max_size=5))
 def test_pharaoh_parser_fuzz(fields):
-    from domains.translation.btg import parse_pharaoh
+    from pe_toolkit.domains.translation.btg import parse_pharaoh
 
     line = " ".join(fields)
     try:
@@ -577,8 +577,8 @@ SENTENCE = st.text(alphabet="ab c", max_size=6)
 @given(rows=st.lists(st.tuples(SENTENCE, SENTENCE, st.lists(PHARAOH_FIELD, max_size=3).map(" ".join)), max_size=4),
        drop=st.sampled_from([None, 0, 1, 2]))
 def test_parallel_corpus_fuzz(rows, drop):
-    from domains.translation.btg import check_alignment, parse_pharaoh
-    from domains.translation.data import load_parallel_corpus
+    from pe_toolkit.domains.translation.btg import check_alignment, parse_pharaoh
+    from pe_toolkit.domains.translation.data import load_parallel_corpus
 
     columns = [[r[k] for r in rows] for k in range(3)]
     if drop is not None and columns[drop]:
@@ -609,7 +609,7 @@ def test_truncated_zip_is_a_zip():
 
 def test_coco_duplicate_category_id_is_refused(image_dir, tmp_path):
     """Two categories with id 0 used to load as num_classes == 2 with every label 1 (a silent wrong answer)."""
-    from domains.detection.data import CocoDetectionDataset
+    from pe_toolkit.domains.detection.data import CocoDetectionDataset
 
     path = tmp_path / "ann.json"
     path.write_text(json.dumps({"images": [{"id": 0, "file_name": "a.png"}], "annotations": [],
@@ -624,7 +624,7 @@ def test_coco_duplicate_category_id_is_refused(image_dir, tmp_path):
 
 def test_pharaoh_parser_refuses_non_ascii_digits():
     """Found by the fuzzing above: '²'.isdigit() is True but int('²') fails with an unclear error."""
-    from domains.translation.btg import parse_pharaoh
+    from pe_toolkit.domains.translation.btg import parse_pharaoh
 
     with pytest.raises(ValueError, match="alignment field '²-1'"):
         parse_pharaoh("0-0 ²-1")

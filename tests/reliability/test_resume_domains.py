@@ -15,13 +15,13 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from domains.graphs import CSLDataset
-from domains.graphs.lightning_module import GraphClassificationModule, GraphDataModule
-from domains.graphs.models import GINModel
-from domains.graphs.transforms import RandomWalkPE
-from domains.recsys.data import build_sequences
-from domains.recsys.lightning_module import SASRecModule, SequentialRecDataModule
-from domains.recsys.synthetic import contextual_count_log
+from pe_toolkit.domains.graphs import CSLDataset
+from pe_toolkit.domains.graphs.lightning_module import GraphClassificationModule, GraphDataModule
+from pe_toolkit.domains.graphs.models import GINModel
+from pe_toolkit.domains.graphs.transforms import RandomWalkPE
+from pe_toolkit.domains.recsys.data import build_sequences
+from pe_toolkit.domains.recsys.lightning_module import SASRecModule, SequentialRecDataModule
+from pe_toolkit.domains.recsys.synthetic import contextual_count_log
 
 TINY_DETECTOR = dict(num_classes=3, dim=8, num_heads=2, ffn_dim=16, dynamic_dim=4, pooler_resolution=2,
                      num_proposals=4, num_stages=2, backbone_channels=(8, 8), recursive=True, box_pe=True,
@@ -97,10 +97,10 @@ def test_sasrec_bce_resumes_without_loss(tmp_path):
 
 
 def test_music_resumes_without_loss(tmp_path):
-    from domains.music.lightning_module import ChoraleDataModule, PianoRollModule
-    from domains.music.models import MusicModelConfig
-    from domains.music.scores import Piece
-    from domains.music.structure import LABEL_FIELDS
+    from pe_toolkit.domains.music.lightning_module import ChoraleDataModule, PianoRollModule
+    from pe_toolkit.domains.music.models import MusicModelConfig
+    from pe_toolkit.domains.music.scores import Piece
+    from pe_toolkit.domains.music.structure import LABEL_FIELDS
 
     def piece(seed):  # four voices of random pitches, 4/4 bars of 16 steps
         g = torch.Generator().manual_seed(seed)
@@ -129,8 +129,8 @@ def test_music_resumes_without_loss(tmp_path):
 
 
 def test_detection_resumes_without_loss(tmp_path):
-    from domains.detection.data import ShapesDetectionDataset
-    from domains.detection.lightning_module import DetectionDataModule, DetectionModule
+    from pe_toolkit.domains.detection.data import ShapesDetectionDataset
+    from pe_toolkit.domains.detection.lightning_module import DetectionDataModule, DetectionModule
 
     train = ShapesDetectionDataset(16, image_size=24, max_size=10, seed=0)
 
@@ -146,10 +146,10 @@ def test_detection_resumes_without_loss(tmp_path):
 
 
 def test_multirobot_resumes_without_loss(tmp_path):
-    from domains.multirobot.data import PairDataModule
-    from domains.multirobot.lightning_module import NOPEModule
-    from domains.multirobot.model import NOPEConfig
-    from domains.multirobot.simulator import SimConfig
+    from pe_toolkit.domains.multirobot.data import PairDataModule
+    from pe_toolkit.domains.multirobot.lightning_module import NOPEModule
+    from pe_toolkit.domains.multirobot.model import NOPEConfig
+    from pe_toolkit.domains.multirobot.simulator import SimConfig
 
     sim = SimConfig()
 
@@ -166,8 +166,8 @@ def test_multirobot_resumes_without_loss(tmp_path):
 
 
 def test_crossmodal_resumes_without_loss(tmp_path):
-    from domains.crossmodal.data import generate_clips
-    from domains.crossmodal.lightning_module import AVDataModule, JointDiffusionModule
+    from pe_toolkit.domains.crossmodal.data import generate_clips
+    from pe_toolkit.domains.crossmodal.lightning_module import AVDataModule, JointDiffusionModule
 
     clips = generate_clips(16, seed=0, video_frames=8, audio_frames=16, frame_size=8, freq_bins=4)
 
@@ -184,8 +184,8 @@ def test_crossmodal_resumes_without_loss(tmp_path):
 
 
 def test_translation_resumes_without_loss(tmp_path):
-    from domains.translation.data import Vocabulary, generate_corpus
-    from domains.translation.lightning_module import (
+    from pe_toolkit.domains.translation.data import Vocabulary, generate_corpus
+    from pe_toolkit.domains.translation.lightning_module import (
         TranslationDataModule,
         TranslationDataset,
         TranslationModule,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from domains.translation.btg import (
+from pe_toolkit.domains.translation.btg import (
     alignment_permutation,
     btg_tree_from_alignment,
     btg_tree_from_permutation,

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-import domains.translation  # noqa: F401  (registers xl_pe)
 import pe_toolkit as pet
-from domains.translation import (
+import pe_toolkit.domains.translation  # noqa: F401  (registers xl_pe)
+from pe_toolkit.domains.translation import (
     BTGReorderer,
     TranslationModel,
     Vocabulary,
@@ -20,7 +20,7 @@ from domains.translation import (
     load_parallel_corpus,
     reorder,
 )
-from domains.translation.encoders import CrossLingualPositionEncoding
+from pe_toolkit.domains.translation.encoders import CrossLingualPositionEncoding
 from pe_toolkit.encoders.absolute import sinusoidal_table
 
 # ----------------------------------------------------------------------------------------- data
@@ -234,7 +234,7 @@ def test_padding_does_not_change_a_sentence():
 def test_tiny_lightning_run_reports_bleu():
     import lightning as L
 
-    from domains.translation.lightning_module import (
+    from pe_toolkit.domains.translation.lightning_module import (
         TranslationDataModule,
         TranslationDataset,
         TranslationModule,
@@ -259,7 +259,7 @@ def test_tiny_lightning_run_reports_bleu():
 
 
 def test_empty_sentences_are_rejected():
-    from domains.translation import SentencePair
+    from pe_toolkit.domains.translation import SentencePair
 
     with pytest.raises(ValueError, match="source must not be empty"):
         SentencePair((), ("A",), ())
