@@ -131,6 +131,20 @@ class CMCPositionalEncoding(PositionalEncoding):
         c = self.signal(positions, x.shape[1]).to(x.dtype)
         return x + (c if x.dim() == 3 else c.unsqueeze(2))
 
+    def example_positions(self, length: int) -> Tensor:
+        """The soundtrack of a clip of ``length`` video frames, ``(1, 2 * length, in_features)`` float32.
+
+        The log-magnitude spectrogram (``in_features`` frequency bins, two audio frames per video frame) of
+        the domain's bouncing-ball toy, :func:`~pe_toolkit.domains.crossmodal.data.generate_clips` with seed 0
+        (its own generator): low noise plus a click at each wall bounce. It is the other modality that
+        conditions the video denoiser's ``length`` frames; the batch dimension of one clip is what
+        :meth:`embed` requires to match ``x (1, length, dim)``.
+        """
+        from pe_toolkit.domains.crossmodal.data import generate_clips
+
+        check_int("length", length)
+        return generate_clips(1, seed=0, video_frames=length, audio_frames=2 * length, freq_bins=self.in_features).audio
+
 
 class CMCPEConnector(nn.Module):
     """``h + proj_out(Block(norm(h) + c~))``: CMC-PE, then self-attention + FFN, zero-initialised ``proj_out``."""

@@ -29,11 +29,12 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.domains.detection.box_ops import check_boxes
+from pe_toolkit.domains.detection.box_ops import box_cxcywh_to_xyxy, check_boxes
+from pe_toolkit.domains.detection.roi_align import roi_align
 from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int
 from pe_toolkit.registry import register_encoder
 
-__all__ = ["BoxPE", "CenternessPE", "MLP", "box_sine_embedding", "centerness_grid", "sine_position_map"]
+__all__ = ["BoxPE", "CenternessPE", "MLP", "box_sine_embedding", "centerness_grid", "grid_boxes", "sine_position_map"]
 
 REFERENCE = "Zhao, Sun, Li 2023, RecursiveDet: End-to-End Region-based Recursive Object Detection, arXiv:2307.13619"
 
@@ -111,6 +112,20 @@ def sine_position_map(height: int, width: int, num_feats: int, *, temperature: f
     return torch.cat([pos_y, pos_x], dim=-1).permute(2, 0, 1)
 
 
+def grid_boxes(count: int) -> Tensor:
+    """``count`` proposal boxes tiling the image on a grid, ``(count, 4)`` normalised cxcywh float32.
+
+    Box ``i`` is centred in cell ``(i // c, i % c)`` of a grid ``c = ceil(sqrt(count))`` columns by
+    ``ceil(count / c)`` rows (the last row may be partial) and covers 80 % of the cell's width and height.
+    """
+    check_int("count", count)
+    cols = math.isqrt(count - 1) + 1  # ceil(sqrt(count))
+    rows = -(-count // cols)
+    i = torch.arange(count, dtype=torch.float32)
+    cx, cy = (i % cols + 0.5) / cols, (torch.div(i, cols, rounding_mode="floor") + 0.5) / rows
+    return torch.stack([cx, cy, torch.full_like(i, 0.8 / cols), torch.full_like(i, 0.8 / rows)], dim=-1)
+
+
 def _check_even_dim(owner: str, dim: int) -> None:
     if dim % 2:
         raise ValueError(f"{owner}: dim must be even (half for y, half for x), got {dim}")
@@ -154,6 +169,14 @@ class BoxPE(PositionalEncoding):
             raise ValueError(f"box_pe: x {tuple(x.shape)} and positions {tuple(positions.shape)} must be "
                              f"(..., N, {self.dim}) and (..., N, 4)")
         return x + self.encode(positions.to(x.dtype))
+
+    def example_positions(self, length: int) -> Tensor:
+        """``length`` proposal boxes of one image on a grid, ``(1, length, 4)`` cxcywh, as the detector passes them.
+
+        :func:`grid_boxes`: the boxes tile the image row by row, each covering 80 % of its grid cell; the
+        leading image dimension is the batch that :meth:`embed` requires to match its features ``(1, L, dim)``.
+        """
+        return grid_boxes(check_int("length", length)).unsqueeze(0)
 
     def _heads(self, p: Tensor, heads: int) -> Tensor:
         # (B, N, dim) or (N, dim) -> (B or 1, heads, N, dim / heads)
@@ -250,6 +273,55 @@ class CenternessPE(PositionalEncoding):
             raise ValueError(f"centerness_pe: bias expects q (K, 1, 1, dim) and q_pos (K, 1, 4), got "
                              f"{tuple(q.shape)} and {tuple(q_pos.shape)}")
         return self.roi_term(q[:, 0, 0], q_pos[:, 0], k_pos)[:, None, None, :]
+
+    def example_positions(self, length: int) -> Tensor:
+        """The boxes of ``length`` proposals of one image on a grid, ``(length, 4)`` cxcywh (:func:`grid_boxes`).
+
+        Each box covers 80 % of its cell of a ``ceil(sqrt(length))``-column grid over the image; these are the
+        proposals (queries) of :meth:`positional_pattern`, whose RoI cells (keys) are pooled under them.
+        """
+        return grid_boxes(check_int("length", length))
+
+    def example_roi_positions(self, boxes: Tensor, map_size: int = 32) -> Tensor:
+        """The image PE pooled under ``boxes`` ``(K, 4)`` cxcywh, ``(K, R*R, dim)``, as the detector does.
+
+        DETR's sine map (:func:`sine_position_map`) of a ``map_size x map_size`` feature map (the
+        whole image), RoI-aligned over each box into ``R x R`` cells (sampling ratio 2), cells row-major.
+        """
+        pos_map = sine_position_map(map_size, map_size, self.dim // 2, dtype=boxes.dtype, device=boxes.device)
+        xyxy = box_cxcywh_to_xyxy(boxes) * map_size
+        roi = roi_align(pos_map.unsqueeze(0), xyxy.unsqueeze(0), self.resolution, sampling_ratio=2)
+        return roi.flatten(2).transpose(1, 2)
+
+    @torch.no_grad()
+    def positional_pattern(self, length: int = 32, *, positions: Tensor | None = None) -> Tensor:
+        """The centerness PE term per proposal and RoI cell, ``(H, length, R*R)``: not a query-key pattern.
+
+        Rows are ``length`` proposals with boxes ``positions`` ``(length, 4)`` cxcywh (default
+        :meth:`example_positions`) and the content convention's fixed features ``f = ones(dim)``; columns are
+        the ``R x R`` RoI cells of each proposal, row-major, whose positions are :meth:`example_roi_positions`.
+        Entry ``[h, k, j]`` is :meth:`roi_term` ``(f, boxes, roi_pos)[k, j]``, the term the dynamic convolution
+        adds at cell ``j`` of proposal ``k``; it has no head, so every ``h`` holds the same map. Eval mode,
+        module modes restored.
+        """
+        check_int("length", length)
+        boxes = self.example_positions(length) if positions is None else positions
+        if not isinstance(boxes, Tensor):
+            raise TypeError(f"positions must be a torch.Tensor, got {type(boxes).__name__}")
+        if tuple(boxes.shape) != (length, 4):
+            raise ValueError(f"centerness_pe: positions must be ({length}, 4) cxcywh boxes, got {tuple(boxes.shape)}")
+        modes = [(module, module.training) for module in self.modules()]
+        self.eval()
+        try:
+            weight = self.roi_proj.weight
+            dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
+            boxes = boxes.to(weight.device, dtype)
+            features = torch.ones(length, 1, 1, self.dim, dtype=dtype, device=weight.device)
+            term = self.bias(features, features, boxes.unsqueeze(1), self.example_roi_positions(boxes))
+            return term[:, 0, 0].expand(self.num_heads, length, self.resolution**2)
+        finally:
+            for module, training in modes:
+                module.training = training
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, resolution={self.resolution}, weighting={self.weighting!r}"

@@ -12,9 +12,14 @@ or dense batches ``x (B, N, dim)`` with ``positions (B, N, k)``. Registered unde
 * ``rwse``: :class:`RWSEEncoder` (norm + linear),
 * ``rfp``: :class:`RFPEncoder` (linear, shared across random initialisations and averaged),
 * ``rfp_learned``: :class:`LearnedRFPEncoder` (RFP with a learned attention operator; needs ``edge_index``).
+
+``example_positions(length)`` of each encoder is its transform applied to :func:`example_graph` ``(length)``.
 """
 
 from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -22,7 +27,10 @@ from torch import Tensor, nn
 from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_int
 from pe_toolkit.registry import register_encoder
 
-__all__ = ["LapPEEncoder", "LearnedRFPEncoder", "RFPEncoder", "RWSEEncoder", "random_signs"]
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
+__all__ = ["LapPEEncoder", "LearnedRFPEncoder", "RFPEncoder", "RWSEEncoder", "example_graph", "random_signs"]
 
 
 def _check_inputs(owner: str, x: Tensor, positions: Tensor, dim: int, in_features: int) -> None:
@@ -42,6 +50,40 @@ def random_signs(shape: tuple[int, ...], *, device: torch.device | None = None, 
     """Uniform random +-1 of ``shape`` (global RNG unless ``generator`` is given)."""
     bits = torch.randint(0, 2, shape, device=device, generator=generator)
     return (bits * 2 - 1).to(dtype)
+
+
+def example_graph(num_nodes: int) -> Data:
+    """The fixed graph behind the encoders' ``example_positions``: ``num_nodes`` nodes on a 2-D grid.
+
+    Node ``i`` sits at row ``i // w``, column ``i % w`` of a grid ``w = ceil(sqrt(num_nodes))`` wide (the last
+    row may be partial) and is joined to its right and lower neighbours; undirected, ``edge_index`` both ways.
+    """
+    from torch_geometric.data import Data
+    from torch_geometric.utils import to_undirected
+
+    n = check_int("num_nodes", num_nodes)
+    width = math.isqrt(n - 1) + 1  # ceil(sqrt(n))
+    nodes = torch.arange(n)
+    right = nodes[(nodes % width < width - 1) & (nodes + 1 < n)]
+    down = nodes[nodes + width < n]
+    edges = torch.cat([torch.stack([right, right + 1]), torch.stack([down, down + width])], dim=1)
+    return Data(edge_index=to_undirected(edges, num_nodes=n), num_nodes=n)
+
+
+class _EmbedWith(PositionalEncoding):
+    """``encoder.embed`` with fixed keyword arguments, so that the base recipe of
+    :meth:`PositionalEncoding.positional_pattern` can draw an encoder whose ``embed`` needs them; ``flat``
+    passes the recipe's ``x (1, N, dim)`` as the flat node batch ``(N, dim)`` that some encoders require."""
+
+    def __init__(self, encoder: PositionalEncoding, *, flat: bool = False, **embed_kwargs: Any) -> None:
+        super().__init__(encoder.dim, encoder.num_heads, causal=encoder.causal)
+        self.encoder, self.flat, self.embed_kwargs = encoder, flat, embed_kwargs
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        kwargs = {k: v.to(x.device) if isinstance(v, Tensor) else v for k, v in self.embed_kwargs.items()}
+        if self.flat:
+            return self.encoder.embed(x[0], positions, **kwargs).unsqueeze(0)
+        return self.encoder.embed(x, positions, **kwargs)
 
 
 class _MLP(nn.Sequential):
@@ -163,6 +205,36 @@ class LapPEEncoder(PositionalEncoding):
         v = self.flip_signs(positions.to(x.dtype), batch)
         return x + self.encode(v, eigenvalues=eigenvalues, mask=mask)
 
+    def example_data(self, length: int) -> Data:
+        """:class:`~pe_toolkit.domains.graphs.transforms.LaplacianEigenvectorPE` ``(in_features)`` (float32) applied
+        to :func:`example_graph` ``(length)``: ``lap_pe``, ``lap_eigval`` and ``lap_mask``, each ``(length, k)``."""
+        from pe_toolkit.domains.graphs.transforms import LaplacianEigenvectorPE
+
+        return LaplacianEigenvectorPE(self.in_features)(example_graph(check_int("length", length)))
+
+    def example_positions(self, length: int) -> Tensor:
+        """The Laplacian eigenvectors of the grid graph :func:`example_graph` ``(length)``, as one dense graph.
+
+        ``(1, length, in_features)`` float32: the ``in_features`` smallest non-trivial eigenvectors of the
+        normalised Laplacian, canonical signs, zero columns past the ``length - 1`` that exist (see
+        :meth:`example_data`, which also holds the eigenvalues and padding mask that
+        :meth:`positional_pattern` passes to :meth:`embed`).
+        """
+        return self.example_data(length).lap_pe.unsqueeze(0)
+
+    def positional_pattern(self, length: int = 32, *, positions: Tensor | None = None,
+                           eigenvalues: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        """The base recipe (:meth:`PositionalEncoding.positional_pattern`), passing ``eigenvalues`` and ``mask``
+        to :meth:`embed` as the graph models do. Without ``positions`` all three come from :meth:`example_data`
+        (with a leading graph dimension); with ``positions``, ``eigenvalues`` / ``mask`` are used as given
+        (``eigenvalues`` required when ``use_eigenvalues``). Returns ``(H, length, length)``."""
+        check_int("length", length)
+        if positions is None:
+            data = self.example_data(length)
+            positions, eigenvalues, mask = (t.unsqueeze(0) for t in (data.lap_pe, data.lap_eigval, data.lap_mask))
+        eigenvalues = eigenvalues if self.use_eigenvalues else None
+        return _EmbedWith(self, eigenvalues=eigenvalues, mask=mask).positional_pattern(length, positions=positions)
+
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, in_features={self.in_features}, signnet={self.signnet}, "
                 f"use_eigenvalues={self.use_eigenvalues}, sign_flip={self.sign_flip!r}")
@@ -203,6 +275,17 @@ class RWSEEncoder(PositionalEncoding):
         _check_inputs("rwse", x, positions, self.dim, self.in_features)
         p = positions.to(x.dtype).reshape(-1, self.in_features)  # (nodes, T): BatchNorm over all nodes
         return x + self.proj(self.norm(p)).view(x.shape)
+
+    def example_positions(self, length: int) -> Tensor:
+        """Random-walk return probabilities of the grid graph :func:`example_graph` ``(length)``, one dense graph.
+
+        ``(1, length, in_features)`` float32: :class:`~pe_toolkit.domains.graphs.transforms.RandomWalkPE`
+        ``(walk_length=in_features)`` (exact), so entry ``t - 1`` of node ``i`` is ``diag(P^t)_i``.
+        """
+        from pe_toolkit.domains.graphs.transforms import RandomWalkPE
+
+        data = RandomWalkPE(self.in_features)(example_graph(check_int("length", length)))
+        return data.rw_pe.unsqueeze(0)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, in_features={self.in_features}, norm={self.norm_kind!r}"
@@ -245,6 +328,21 @@ class RFPEncoder(PositionalEncoding):
         _check_inputs("rfp", x, positions, self.dim, self.in_features)
         per_init = positions.to(x.dtype).unflatten(-1, (self.num_inits, -1))  # (..., N, inits, width)
         return x + self.proj(per_init).mean(dim=-2)
+
+    def example_positions(self, length: int) -> Tensor:
+        """Random feature propagation on the grid graph :func:`example_graph` ``(length)``, one dense graph.
+
+        ``(1, length, in_features)`` float32: :class:`~pe_toolkit.domains.graphs.transforms.RandomFeaturePropagation`
+        with ``num_inits`` initialisations of one random channel each (seed 0, its own ``torch.Generator``),
+        propagated ``in_features / num_inits - 1`` steps, so each init's block is the trajectory
+        ``X_0, ..., X_steps``. (With one column per init, ``in_features == num_inits``, the blocks are ``X_0``.)
+        """
+        from pe_toolkit.domains.graphs.transforms import RandomFeaturePropagation
+
+        width = self.in_features // self.num_inits
+        rfp = RandomFeaturePropagation(1, max(width - 1, 1), num_inits=self.num_inits, seed=0)
+        features = rfp(example_graph(check_int("length", length))).rfp  # (length, num_inits * max(width, 2))
+        return features.unflatten(-1, (self.num_inits, -1))[..., :width].flatten(-2).unsqueeze(0)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, in_features={self.in_features}, num_inits={self.num_inits}"
@@ -332,6 +430,30 @@ class LearnedRFPEncoder(PositionalEncoding):
             got = None if edge_index is None else tuple(getattr(edge_index, "shape", ()))
             raise ValueError(f"rfp_learned: embed needs edge_index of shape (2, E), got {got}")
         return x + self.proj(self.trajectory(x, positions, edge_index, batch))
+
+    def example_positions(self, length: int) -> Tensor:
+        """Random start features of the grid graph :func:`example_graph` ``(length)``, a flat node batch.
+
+        ``(length, in_features)`` float32: step 0 of
+        :class:`~pe_toolkit.domains.graphs.transforms.RandomFeaturePropagation` ``(in_features, steps, operator="rw")``
+        (seed 0, its own ``torch.Generator``), i.e. ``data.rfp[:, :in_features]``: standard normal channels, each
+        l2-normalised over the nodes.
+        """
+        from pe_toolkit.domains.graphs.transforms import RandomFeaturePropagation
+
+        rfp = RandomFeaturePropagation(self.in_features, self.steps, operator="rw", seed=0)
+        return rfp(example_graph(check_int("length", length))).rfp[:, : self.in_features]
+
+    def positional_pattern(self, length: int = 32, *, positions: Tensor | None = None,
+                           edge_index: Tensor | None = None) -> Tensor:
+        """The base recipe (:meth:`PositionalEncoding.positional_pattern`) on a flat node batch, which is what
+        :meth:`embed` accepts, with the graph's ``edge_index`` (default: that of :func:`example_graph`
+        ``(length)``, the graph of :meth:`example_positions`). The recipe's ``x = 0`` makes every attention score
+        of the learned operator 0, so it propagates by the mean over ``N(i) + i``. Returns ``(H, length, length)``."""
+        check_int("length", length)
+        positions = self.example_positions(length) if positions is None else positions
+        edge_index = example_graph(length).edge_index if edge_index is None else edge_index
+        return _EmbedWith(self, flat=True, edge_index=edge_index).positional_pattern(length, positions=positions)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, in_features={self.in_features}, steps={self.steps}, hidden={self.hidden}"

@@ -25,13 +25,31 @@ from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_flo
 from pe_toolkit.encoders.rotary import apply_rope
 from pe_toolkit.registry import register_encoder
 
-__all__ = ["EdgeAwareGraphEncoding", "FourierFeatureEncoding", "Rotary2DEncoding", "split_graph_positions"]
+__all__ = ["EdgeAwareGraphEncoding", "FourierFeatureEncoding", "Rotary2DEncoding", "object_layout",
+           "split_graph_positions"]
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # 0.618..., the golden-ratio conjugate
 
 
 def _check_xy(owner: str, positions: Tensor, dims: int = 2) -> None:
     if positions.dim() not in (2, 3) or positions.shape[-1] != dims:
         raise ValueError(f"{owner}: positions must have shape (L, {dims}) or (B, L, {dims}), "
                          f"got {tuple(positions.shape)}")
+
+
+def object_layout(count: int, *, fov_angle: float = math.radians(100.0)) -> Tensor:
+    """A fixed layout of ``count`` objects seen by one robot, ``(count, 2)`` float32, in units of the sensor range.
+
+    Coordinates in the robot's frame (``x`` ahead), spread evenly over its sensing cone of opening ``fov_angle``
+    (the simulator's default 100 degrees) and range 1: object ``i`` is at distance ``sqrt((i + 0.5) / count)``
+    (uniform density over the area) and bearing ``fov_angle * (frac((i + 0.5) * 0.618...) - 1/2)`` (golden-ratio
+    spacing, strictly inside the cone), so no two objects coincide and from three on they are not all on a line.
+    """
+    check_int("count", count)
+    i = torch.arange(count, dtype=torch.float64)
+    distance = torch.sqrt((i + 0.5) / count)
+    bearing = fov_angle * (torch.remainder((i + 0.5) * _GOLDEN, 1.0) - 0.5)
+    return torch.stack([distance * bearing.cos(), distance * bearing.sin()], dim=-1).float()
 
 
 @register_encoder(
@@ -115,6 +133,14 @@ class Rotary2DEncoding(PositionalEncoding):
             out.append(apply_rope(x.to(dtype), theta.cos(), theta.sin()).to(x.dtype))
         return out[0], out[1]
 
+    def example_positions(self, length: int) -> Tensor:
+        """The 2-D coordinates of ``length`` objects spread over one robot's sensing cone, ``(length, 2)``.
+
+        :func:`object_layout`: in the robot's frame and units of the sensor range (as the model feeds them),
+        at evenly spread distances and golden-ratio bearings inside the default 100-degree cone.
+        """
+        return object_layout(check_int("length", length))
+
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mode={self.mode}, wavelengths=[{self.min_wavelength}, {self.max_wavelength}]"
 
@@ -171,6 +197,17 @@ class FourierFeatureEncoding(PositionalEncoding):
         if positions.shape[-2] != x.shape[1] or (positions.dim() == 3 and positions.shape[0] != x.shape[0]):
             raise ValueError(f"object_fourier: positions {tuple(positions.shape)} do not match x {tuple(x.shape)}")
         return x + self.mlp(self.features(positions)).to(x.dtype)
+
+    def example_positions(self, length: int) -> Tensor:
+        """The coordinates of ``length`` objects spread over one robot's sensing cone, ``(length, position_dims)``.
+
+        The planar :func:`object_layout` (robot frame, units of the sensor range); with ``position_dims = 1``
+        only the forward coordinate ``x``, and with ``position_dims > 2`` the objects lie on the ground plane
+        (the extra coordinates, e.g. a height, are 0).
+        """
+        xy = object_layout(check_int("length", length))
+        extra = xy.new_zeros(length, max(self.position_dims - 2, 0))
+        return torch.cat([xy[:, : self.position_dims], extra], dim=-1)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, num_features={self.num_features}, gamma={self.gamma}"
@@ -245,6 +282,19 @@ class EdgeAwareGraphEncoding(PositionalEncoding):
         query_term = torch.einsum("bhid,hd->bhi", q, self.edge_weight.to(q.dtype)) / math.sqrt(self.head_dim)
         bias = edges.clamp_min(0) * query_term.unsqueeze(-1)  # (B, H, L, L)
         return bias.masked_fill(edges < 0, float("-inf"))
+
+    def example_positions(self, length: int) -> Tensor:
+        """One robot's observation graph of ``length`` objects, ``(length, 2 + length)`` float32.
+
+        Coordinates of :func:`object_layout` (spread over the sensing cone, units of the sensor range), then
+        each object's row of :func:`~pe_toolkit.domains.multirobot.graph.edge_distance_matrix` of them: the
+        Delaunay edge lengths, 0 on the diagonal and -1 for pairs that are not edges.
+        """
+        from pe_toolkit.domains.multirobot.graph import edge_distance_matrix
+
+        xy = object_layout(check_int("length", length))
+        edges = torch.from_numpy(edge_distance_matrix(xy.double().numpy())).float()
+        return torch.cat([xy, edges], dim=-1)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, object_pe={self.object_pe}"

@@ -34,18 +34,28 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.domains.music.structure import FIELDS, SEGMENT_FIELDS, field_index
+from pe_toolkit.domains.music.structure import (
+    FIELDS,
+    LABEL_FIELDS,
+    SEGMENT_FIELDS,
+    add_segment_fields,
+    chord_label,
+    field_index,
+)
 from pe_toolkit.encoders.absolute import sinusoidal_table
 from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int
 from pe_toolkit.registry import register_encoder
 
 __all__ = [
     "DEFAULT_BASES",
+    "EXAMPLE_CHORDS",
+    "EXAMPLE_MELODY",
     "NS_LAG_BASES",
     "MusicRelativeAttention",
     "NonStationaryStructureRPE",
     "StructureAPE",
     "StructureRPE",
+    "example_structure_positions",
     "relative_logits_gather",
     "relative_logits_skew",
     "structure_rpe_naive",
@@ -172,6 +182,32 @@ def structure_rpe_logits(q: Tensor, labels_q: Tensor, labels_k: Tensor, weight: 
     return out
 
 
+#: The example piece of :func:`example_structure_positions`: one chord per half bar (I IV V I in C major) and
+#: one melody note per beat (MIDI pitches, chord tones), both repeating every two bars.
+EXAMPLE_CHORDS: tuple[tuple[int, ...], ...] = ((60, 64, 67), (65, 69, 72), (67, 71, 74), (60, 64, 67))
+EXAMPLE_MELODY: tuple[int, ...] = (64, 67, 65, 69, 67, 62, 64, 60)
+
+
+def example_structure_positions(length: int) -> Tensor:
+    """Structure positions ``(length, len(FIELDS))`` int64 of ``length`` 16th-note steps of a small 4/4 piece.
+
+    The piece: C major (``key`` 0), bars of 16 steps (``bar = t // 16``, ``beat = t % 16``), two-bar phrases
+    (``phrase = t // 32``), the progression I IV V I with one chord per half bar (:data:`EXAMPLE_CHORDS`,
+    labelled with :func:`~pe_toolkit.domains.music.structure.chord_label`) and a melody of chord tones, one
+    quarter note per beat (:data:`EXAMPLE_MELODY`); the ``*_run`` / ``*_tau`` columns come from
+    :func:`~pe_toolkit.domains.music.structure.add_segment_fields`, so they agree with the labels.
+    """
+    check_int("length", length)
+    t = torch.arange(length)
+    chords = torch.tensor([chord_label(c) for c in EXAMPLE_CHORDS])
+    labels = {
+        "time": t, "bar": t // 16, "beat": t % 16, "phrase": t // 32, "key": torch.zeros_like(t),
+        "chord": chords[(t // 8) % len(EXAMPLE_CHORDS)],
+        "melody": torch.tensor(EXAMPLE_MELODY)[(t // 4) % len(EXAMPLE_MELODY)],
+    }
+    return add_segment_fields(torch.stack([labels[name] for name in LABEL_FIELDS], dim=-1))
+
+
 class _StructureEncoding(PositionalEncoding):
     """Shared checks of the encoders whose positions are structure-label vectors."""
 
@@ -179,6 +215,15 @@ class _StructureEncoding(PositionalEncoding):
 
     def _column(self, positions: Tensor, name: str) -> Tensor:
         return positions[..., field_index(name)]
+
+    def example_positions(self, length: int) -> Tensor:
+        """The structure positions of ``length`` steps of a small 4/4 piece in C major, ``(length, len(FIELDS))``.
+
+        :func:`example_structure_positions`: two-bar phrases, the progression I IV V I at one chord per half
+        bar, a melody of chord tones in quarter notes, and consistent ``*_run`` / ``*_tau`` segment columns;
+        every column is present, so any choice of ``structures`` / ``segments`` reads a real label.
+        """
+        return example_structure_positions(length)
 
 
 # -------------------------------------------------------------------------------------------- S-APE

@@ -14,7 +14,11 @@ from torch import Tensor, nn
 from pe_toolkit.encoders.base import PositionalEncoding, check_int
 from pe_toolkit.registry import register_encoder
 
-__all__ = ["TimeIntervalBias", "clipped_intervals"]
+__all__ = ["EXAMPLE_GAPS", "TimeIntervalBias", "clipped_intervals"]
+
+#: Seconds between consecutive interactions of the example user of :meth:`TimeIntervalBias.example_positions`
+#: (repeated): bursts a minute or two apart inside a session, then a 30-minute break.
+EXAMPLE_GAPS: tuple[int, ...] = (60, 120, 60, 240, 60, 180, 1800, 120)
 
 
 def clipped_intervals(q_time: Tensor, k_time: Tensor, max_interval: int) -> Tensor:
@@ -98,6 +102,25 @@ class TimeIntervalBias(PositionalEncoding):
                 f"[{int(index.min())}, {int(index.max())}]"
             )
         return x + self.table(index).to(x.dtype)
+
+    def example_positions(self, length: int) -> Tensor:
+        """``(index, time)`` of one user's window of ``length`` interactions, ``(length, 2)`` float64 as SASRec passes.
+
+        The timestamps (seconds) advance by :data:`EXAMPLE_GAPS` in turn, irregular bursts and session breaks,
+        and become TiSASRec's personal time positions with
+        :func:`~pe_toolkit.domains.recsys.split.time_positions` (here: minutes, the smallest gap). The index
+        column is ``0 .. length - 1``, clamped to ``max_len - 1`` when a window is longer than the table.
+        """
+        from pe_toolkit.domains.recsys.split import time_positions
+
+        check_int("length", length)
+        gaps = torch.tensor(EXAMPLE_GAPS, dtype=torch.float64)[torch.arange(length - 1) % len(EXAMPLE_GAPS)]
+        timestamps = torch.cat([torch.zeros(1, dtype=torch.float64), gaps.cumsum(0)]) + 1_700_000_000
+        times = torch.from_numpy(time_positions(timestamps.numpy(), scale_from=length))
+        index = torch.arange(length, dtype=torch.float64)
+        if self.max_len is not None:
+            index = index.clamp(max=self.max_len - 1)
+        return torch.stack([index, times], dim=-1)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         _, q_time = self._split("q_pos", q_pos)

@@ -25,13 +25,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pe_toolkit.domains.translation.btg import btg_tree_from_alignment, cross_lingual_positions
 from pe_toolkit.encoders.absolute import sinusoidal_table
 from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int
 from pe_toolkit.registry import register_encoder
 
-__all__ = ["CrossLingualPositionEncoding", "STRATEGIES"]
+__all__ = ["CrossLingualPositionEncoding", "EXAMPLE_CLAUSE", "STRATEGIES", "example_alignment"]
 
 STRATEGIES = ("input", "head")
+
+#: Target index of each source word of the example clause "the dog chases the cat" in its head-final
+#: translation "THE DOG GA THE CAT O CHASES" (GA and O have no source word), as in the toy language pair.
+EXAMPLE_CLAUSE: tuple[int, ...] = (0, 1, 6, 3, 4)
+
+
+def example_alignment(length: int) -> list[tuple[int, int]]:
+    """Word alignment of ``length`` source tokens: clauses of :data:`EXAMPLE_CLAUSE` one after the other.
+
+    Source token ``i`` is word ``i % 5`` of clause ``i // 5`` (subject-verb-object) and links to its word of
+    the clause's subject-object-verb translation (7 target words per clause); a last, partial clause keeps the
+    links of the words it has.
+    """
+    check_int("length", length)
+    return [(i, 7 * (i // 5) + EXAMPLE_CLAUSE[i % 5]) for i in range(length)]
 
 
 def _check_pair_positions(positions: Tensor) -> None:
@@ -116,6 +132,18 @@ class CrossLingualPositionEncoding(PositionalEncoding):
         q_xl = q[:, first:] + self._per_head(self.q_proj, q_pos, q)
         k_xl = k[:, first:] + self._per_head(self.k_proj, k_pos, k)
         return torch.cat((q[:, :first], q_xl), dim=1), torch.cat((k[:, :first], k_xl), dim=1)
+
+    def example_positions(self, length: int) -> Tensor:
+        """``(position, cross-lingual position)`` of ``length`` source tokens, ``(length, 2)`` int64.
+
+        The source is a run of subject-verb-object clauses ("the dog chases the cat", :func:`example_alignment`)
+        translated into a head-final language; the cross-lingual positions are the BTG reordering of that
+        alignment (:func:`~pe_toolkit.domains.translation.btg.btg_tree_from_alignment`,
+        :func:`~pe_toolkit.domains.translation.btg.cross_lingual_positions`), which moves each verb behind its
+        object: per clause ``0 1 4 2 3``, a permutation of ``0 .. length - 1``.
+        """
+        tree = btg_tree_from_alignment(example_alignment(length), length)
+        return torch.stack([torch.arange(length), torch.tensor(cross_lingual_positions(tree))], dim=-1)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", strategy={self.strategy!r}, xl_heads={self.xl_heads}"

@@ -202,6 +202,76 @@ class PositionalEncoding(nn.Module):
         """Additive logit bias broadcastable to ``(B, H, Lq, Lk)``, or ``None`` (no bias) here."""
         return None
 
+    def example_positions(self, length: int) -> Tensor:
+        """Positions of a small example input of ``length`` tokens: ``arange(length)`` here.
+
+        Encoders whose positions are richer than an index (structure labels, boxes, coordinates,
+        graph features) override this with a deterministic example of their own format, so that
+        :meth:`positional_pattern`, ``pe-toolkit plot`` and the docs gallery can draw every
+        registered encoder. Shape: what :meth:`embed`, :meth:`rotate` and
+        :meth:`bias` accept for one sequence, e.g. ``(length,)`` or ``(length, F)``.
+        """
+        return default_positions(check_int("length", length))
+
+    @torch.no_grad()
+    def positional_pattern(self, length: int = 32, *, positions: Tensor | None = None) -> Tensor:
+        """What this encoding adds to the scaled attention logits, per head and (query, key) pair.
+
+        Queries and keys are ``c + e`` split into heads, with identity projections: ``e =
+        embed(0, positions)`` is the absolute part (zero without an ``embed`` hook) and ``c`` a fixed
+        content, ``ones(head_dim)`` per head (the convention of RoFormer's long-term-decay figure, Su et
+        al. 2021, arXiv:2104.09864, Sec. 3.4.3). Then :meth:`rotate` acts, the logits are
+        ``q . k / sqrt(head_dim) + bias``, and the pattern is those logits minus the content alone,
+        ``c . c / sqrt(head_dim)``: the bias itself for a bias encoder, the rotary change of ``q . k``
+        for RoPE, zero for NoPE. An encoding with only an ``embed`` hook is drawn with ``c = 0``, so its
+        pattern is the position-position term ``e_i . e_j / sqrt(head_dim)`` (the similarity of
+        position vectors that APE studies plot) rather than the content-position cross terms.
+        No causal mask is applied (entries with the key after the query are kept); an entry is
+        ``-inf`` where the encoding's own bias masks a pair (e.g. non-edges of a graph attention).
+        Learnable encodings are drawn with their current parameters, in eval mode (the module's
+        modes are restored after).
+        ``pe_toolkit.plotting`` draws it; an encoder whose hooks do not fit this recipe overrides the
+        method and documents what its axes are.
+
+        Args:
+            length: sequence length ``L``.
+            positions: positions of one sequence of ``L`` tokens in this encoding's format; default
+                :meth:`example_positions` ``(length)``.
+
+        Returns:
+            ``(H, L, L)``, float32 (float64 for a float64 encoding); ``[h, i, j]`` for query ``i``, key ``j``.
+        """
+        check_int("length", length)
+        if positions is None:
+            positions = self.example_positions(length)
+        elif not isinstance(positions, Tensor):
+            raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
+        modes = [(module, module.training) for module in self.modules()]
+        self.eval()  # no dropout, and normalisation layers read (not update) their running statistics
+        try:
+            return self._pattern(length, positions)
+        finally:
+            for module, training in modes:
+                module.training = training
+
+    def _pattern(self, length: int, positions: Tensor) -> Tensor:
+        parameter = next(self.parameters(), None)
+        dtype = torch.float64 if parameter is not None and parameter.dtype == torch.float64 else torch.float32
+        device = parameter.device if parameter is not None else positions.device
+        positions = positions.to(device)
+        heads, head_dim = self.num_heads, self.head_dim
+        x = torch.zeros(1, length, self.dim, dtype=dtype, device=device)
+        e = self.embed(x, positions).to(dtype).reshape(1, length, heads, head_dim).transpose(1, 2)
+        embed_only = type(self).rotate is PositionalEncoding.rotate and type(self).bias is PositionalEncoding.bias
+        content = torch.full((1, heads, length, head_dim), 0.0 if embed_only else 1.0, dtype=dtype, device=device)
+        q, k = self.rotate(content + e, content + e, positions, positions)
+        logits = q @ k.transpose(-1, -2) / math.sqrt(head_dim)
+        bias = self.bias(q, k, positions, positions)
+        if bias is not None:
+            logits = logits + bias.to(dtype)
+        content_alone = 0.0 if embed_only else math.sqrt(head_dim)
+        return (logits - content_alone).expand(1, heads, length, length)[0]
+
     def constrain_(self) -> None:
         """Project parameters back onto their allowed set; called after every optimizer step by the
         training modules (:func:`constrain_encodings`). A no-op unless overridden."""
