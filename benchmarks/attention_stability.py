@@ -45,7 +45,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    RunStore,
+    markdown_table,
+    nan_if_missing,
+    note_if_empty,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "attention_stability"
 CONFIGS = ("mha", "mha+qknorm", "mha+qk_lr", "mla", "mla+qk_lr")
@@ -63,18 +72,6 @@ FULL: dict[str, Any] = {  # sized for ~25 min on the shared 2-core machine at lo
     "context": 64, "batch_size": 8, "steps": 100, "lrs": [3e-3, 3e-2, 1e-1, 3e-1, 1.0],
     "max_bytes": 3_000_000, "val_windows": 64, "monitor_every": 5,
 }
-
-
-def quiet_lightning() -> None:
-    """Keep Lightning's per-fit banners and known warnings out of the benchmark log."""
-    import logging
-    import warnings
-
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "lightning.pytorch.utilities.rank_zero",
-                 "lightning.fabric.utilities.rank_zero"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    warnings.filterwarnings("ignore", message=".*IterableDataset.*__len__.*")
 
 
 def model_config(name: str, preset: dict[str, Any]):
@@ -200,14 +197,16 @@ def plot(rows: list[dict[str, Any]], out_dir: Path, unigram: float) -> list[str]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for name in names:
         runs = sorted((r for r in rows if r["config"] == name), key=lambda r: r["lr"])
-        losses = [r["val_loss"] if math.isfinite(r["val_loss"]) else float("nan") for r in runs]
+        losses = [nan_if_missing(r["val_loss"]) for r in runs]  # inf (diverged) is left out like NaN
         ax.plot([r["lr"] for r in runs], losses, marker="o", label=name)
     ax.axhline(unigram, color="grey", linestyle=":", label="unigram entropy (diverged above)")
     ax.set_xscale("log")
+    empty = note_if_empty(ax, "final validation loss")
     ax.set_xlabel("base learning rate")
     ax.set_ylabel("final validation loss (nats/byte)")
     ax.set_title("Final loss vs. base learning rate")
-    ax.legend(fontsize=8)
+    if not empty:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_dir / "loss_vs_lr.png", dpi=110)
     plt.close(fig)
@@ -218,13 +217,15 @@ def plot(rows: list[dict[str, Any]], out_dir: Path, unigram: float) -> list[str]
     for ax, lr in zip(axes[0], shown):
         for name in names:
             run = next(r for r in rows if r["config"] == name and r["lr"] == lr)
-            peaks = [max(v) for v in run["max_logit_per_layer"]]
+            peaks = [max((x for x in map(nan_if_missing, v) if math.isfinite(x)), default=float("nan"))
+                     for v in run["max_logit_per_layer"]]
             ax.plot(run["max_logit_steps"], peaks, marker=".", label=name)
         ax.set_yscale("symlog")
         ax.set_xlabel("step")
         ax.set_ylabel("max attention logit over layers")
         ax.set_title(f"base lr = {lr:g}")
-        ax.legend(fontsize=8)
+        if not note_if_empty(ax, "the max attention logit"):
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_dir / "max_logit.png", dpi=110)
     plt.close(fig)
@@ -239,7 +240,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
     args = parser.parse_args(argv)
 
-    quiet_lightning()
     import torch
 
     torch.set_num_threads(1)

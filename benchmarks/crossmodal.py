@@ -36,7 +36,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    RunStore,
+    markdown_table,
+    nan_if_missing,
+    note_if_empty,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "crossmodal"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -109,9 +118,11 @@ def plot_scores(summary: list[dict[str, Any]], references: dict[str, float], pat
     width = 0.8 / len(gammas)
     fig, ax = plt.subplots(figsize=(2 * len(variants) + 2, 3.5))
     for j, gamma in enumerate(gammas):
-        ys = [next((r["av_align"] for r in summary if r["variant"] == v and r["gamma"] == gamma), 0) for v in variants]
+        ys = [nan_if_missing(next((r["av_align"] for r in summary if r["variant"] == v and r["gamma"] == gamma), None))
+              for v in variants]
         ax.bar([i + (j - (len(gammas) - 1) / 2) * width for i in range(len(variants))], ys, width,
                label=f"gamma = {gamma:g}")
+    note_if_empty(ax, "AV-Align of the sampled clips")
     ax.axhline(references["real"], color="green", linestyle="--", linewidth=1, label="real clips")
     ax.axhline(references["shuffled"], color="grey", linestyle=":", linewidth=1, label="shuffled audio (chance)")
     ax.set_xticks(range(len(variants)))
@@ -140,6 +151,7 @@ def plot_samples(samples: dict[str, Any], path: Path) -> None:
         axes[row, 0].set_ylabel(variant, fontsize=7)
         axes[row, 1].imshow(audio[0].T.numpy(), origin="lower", aspect="auto", vmin=-1, vmax=1)
         for ax in axes[row]:
+            note_if_empty(ax, "the sampled clip")
             ax.set_xticks([])
             ax.set_yticks([])
     axes[0, 0].set_title("video frames over time")

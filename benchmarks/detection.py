@@ -27,12 +27,10 @@ RoI Align, box ops and the metric are the domain's own / pycocotools (see ``doma
 
 from __future__ import annotations
 
-import logging
 import math
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,8 @@ from common import (  # noqa: E402
     Progress,
     RunStore,
     markdown_table,
+    nan_if_missing,
+    note_if_empty,
     results_dir,
     standard_argparser,
     write_report,
@@ -151,12 +151,14 @@ def plot_map(summary: list[dict[str, Any]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for row in summary:
-        ax.errorbar(row["parameters"] / 1e3, row["map_mean"], yerr=row["map_std"], fmt="o", capsize=4,
-                    label=row["variant"])
+        std = nan_if_missing(row["map_std"])
+        ax.errorbar(nan_if_missing(row["parameters"]) / 1e3, nan_if_missing(row["map_mean"]),
+                    yerr=std if math.isfinite(std) else None, fmt="o", capsize=4, label=row["variant"])
     ax.set_xlabel("parameters (thousands)")
     ax.set_ylabel("COCO mAP (test, mean +- std over seeds)")
     ax.set_title("Shapes detection: mAP vs. parameters")
-    ax.legend(fontsize=8)
+    if not note_if_empty(ax, "test mAP"):
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -190,6 +192,7 @@ def plot_predictions(test_set, drawn: dict[str, list[dict]], path: Path, thresho
                 ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, ec=colours[label % 3], lw=1.5))
                 ax.text(x1, y1, f"{SHAPE_CLASSES[label][:4]} {score:.2f}", color=colours[label % 3], fontsize=6,
                         va="bottom")
+            note_if_empty(ax, "the test image")
             ax.set_xticks([])
             ax.set_yticks([])
             if row == 0:
@@ -213,9 +216,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from pe_toolkit.domains.detection import ShapesDetectionDataset
 
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     preset = dict(PRESETS["quick" if args.quick else "full"])
     if args.seeds is not None:

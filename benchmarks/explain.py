@@ -44,7 +44,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    markdown_table,
+    nan_if_missing,
+    note_if_empty,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "explain"
 METHODS = ("pa_lrp", "pa_lrp_token", "lrp", "grad_x_input", "rollout", "random")
@@ -239,6 +247,7 @@ def plot_heatmap(example: dict[str, Any], vocab, title: str, path: Path) -> None
     matrix = matrix / np.where(scale > 0, scale, 1.0)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(words)), 0.6 * len(rows) + 1.6))
     image = ax.imshow(matrix, cmap="bwr", vmin=-1, vmax=1, aspect="auto")
+    note_if_empty(ax, "relevance")
     ax.set_xticks(range(len(words)), words, rotation=60, fontsize=8)
     ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
     ax.set_title(title + " (each row scaled by its max |relevance|)", fontsize=9)
@@ -257,15 +266,19 @@ def plot_auc(rows: list[dict[str, Any]], path: Path) -> None:
     models = sorted({(r["task"], r["encoding"]) for r in rows})
     fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 1.3 * len(models) * 2), 4.2))
     width = 0.8 / len(METHODS)
+    empty = []
     for ax, key, label in zip(axes, ("auc_morf", "auc_lerf"), ("MoRF AUC (lower = more faithful)",
                                                                 "LeRF AUC (higher = more faithful)")):
         for m_i, method in enumerate(METHODS):
-            values = [next((r[key] for r in rows if (r["task"], r["encoding"]) == model and r["method"] == method),
-                           0.0) for model in models]
+            values = [nan_if_missing(next((r[key] for r in rows
+                                           if (r["task"], r["encoding"]) == model and r["method"] == method), None))
+                      for model in models]
             ax.bar([i + m_i * width for i in range(len(models))], values, width, label=method)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(models))], [f"{t}\n{e}" for t, e in models], fontsize=8)
         ax.set_ylabel(label)
-    axes[0].legend(fontsize=7)
+        empty.append(note_if_empty(ax, label.split(" (")[0]))
+    if not all(empty):
+        axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

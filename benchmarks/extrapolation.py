@@ -79,7 +79,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     Progress,
     markdown_table,
+    note_if_empty,
     peak_memory_in_subprocess,
+    quiet,
     standard_argparser,
     worker_pool,
     write_report,
@@ -258,20 +260,10 @@ def set_query_block_size(model, block_size: int | None) -> None:
 
 
 # ------------------------------------------------------------------------------------ worker helpers
-def _quiet_lightning() -> None:
-    import logging
-    import warnings
-
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module="lightning")
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-
-
 def _trainer(steps: int):
     import lightning as L
 
-    _quiet_lightning()
+    quiet()  # also when called in-process (tests), not only in worker_pool's workers
     return L.Trainer(
         max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
@@ -310,7 +302,7 @@ def train_base(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
     import lightning as L
     import torch
 
-    _quiet_lightning()
+    quiet()
     torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     training = spec["training"]
@@ -397,7 +389,7 @@ def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
     from pe_toolkit.data import teacher_forced_digit_accuracy as digit_accuracy
     from pe_toolkit.nn import attention_entropy
 
-    _quiet_lightning()
+    quiet()
     torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     variant, training, evaluation = spec["variant"], spec["training"], spec["evaluation"]
@@ -697,19 +689,21 @@ def plot_ppl(variant_rows: list[dict[str, Any]], context: int, path: Path) -> No
         spec_variant = row["spec"]["variant"]
         style = ":" if spec_variant["finetune"] else ("--" if spec_variant["encoding"] else "-")
         index = seen[row["base"]] = seen.get(row["base"], -1) + 1
-        lengths = [p["length"] for p in row["ppl"] if p["ppl"] is not None]
-        values = [p["ppl"] for p in row["ppl"] if p["ppl"] is not None]
+        finite = [p for p in row["ppl"] if p["ppl"] is not None and math.isfinite(p["ppl"])]
+        lengths = [p["length"] for p in finite]
+        values = [p["ppl"] for p in finite]
         ax.plot(lengths, values, style, marker=markers[index % len(markers)], markersize=4,
                 color=colors[bases.index(row["base"]) % len(colors)], label=row["variant"])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    empty = note_if_empty(ax, "validation perplexity")  # an empty panel: y back to linear
     lengths = sorted({p["length"] for row in variant_rows for p in row["ppl"]})
     ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(ScalarFormatter())
     low, high = ax.get_ylim()
-    if high / low < 10:  # within one decade the log axis has no major tick: label the minor ones
+    if not empty and high / low < 10:  # within one decade the log axis has no major tick: label the minor ones
         ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.axvline(context, color="grey", linestyle="--", linewidth=1)
@@ -718,7 +712,8 @@ def plot_ppl(variant_rows: list[dict[str, Any]], context: int, path: Path) -> No
     ax.set_ylabel("validation perplexity (bytes)")
     ax.set_title("Perplexity vs length (solid: as trained; dashed: swapped at inference; dotted: fine-tuned)",
                  fontsize=9)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    if not empty:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -742,11 +737,15 @@ def plot_passkey(variant_rows: list[dict[str, Any]], context: int, path: Path) -
         depths = sorted({p["depth"] for p in row["passkey"]})
         grid = np.full((len(depths), len(lengths)), np.nan)
         for p in row["passkey"]:
-            grid[depths.index(p["depth"]), lengths.index(p["length"])] = p["digit_accuracy"]
-        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+            if p["digit_accuracy"] is not None:
+                grid[depths.index(p["depth"]), lengths.index(p["length"])] = p["digit_accuracy"]
+        shown = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+        if not note_if_empty(ax, "passkey digit accuracy"):
+            image = shown
         for (i, j), value in np.ndenumerate(grid):
-            ax.text(j, i, f"{value:.1f}", ha="center", va="center", fontsize=6,
-                    color="white" if value < 0.6 else "black")
+            if math.isfinite(value):
+                ax.text(j, i, f"{value:.1f}", ha="center", va="center", fontsize=6,
+                        color="white" if value < 0.6 else "black")
         ax.set_xticks(range(len(lengths)), [_fmt_len(n) for n in lengths], fontsize=7)
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
         ax.set_title(row["variant"], fontsize=9)

@@ -22,6 +22,8 @@ from typing import Any
 from common import (
     Progress,
     markdown_table,
+    nan_if_missing,
+    note_if_empty,
     peak_memory_in_subprocess,
     standard_argparser,
     write_report,
@@ -130,12 +132,13 @@ def _plot(rows: list[dict[str, Any]], path, length: int) -> None:
     names = sorted({r["encoder"] for r in long_rows})
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for offset, dtype in enumerate(("float32", "bfloat16")):
-        values = [next((r["peak_mib"] for r in long_rows if r["encoder"] == n and r["dtype"] == dtype), 0)
-                  for n in names]
+        values = [nan_if_missing(next((r["peak_mib"] for r in long_rows if r["encoder"] == n and r["dtype"] == dtype),
+                                      None)) for n in names]
         ax.bar([i + 0.4 * offset for i in range(len(names))], values, width=0.4, label=dtype)
     ax.set_xticks([i + 0.2 for i in range(len(names))], names, rotation=45, ha="right")
     ax.set_ylabel(f"peak MiB at L={length}")
-    ax.legend()
+    if not note_if_empty(ax, f"peak memory at L={length}"):
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

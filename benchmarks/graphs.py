@@ -45,7 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402
     Progress,
     markdown_table,
+    note_if_empty,
     peak_memory_in_subprocess,
+    quiet,
     standard_argparser,
     worker_pool,
     write_report,
@@ -221,17 +223,13 @@ def load_dataset(task: str, pe: str, root: Path, num_graphs: int | None = None):
 # ------------------------------------------------------------------------------------------ training
 def run_train(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and test one (task, pe, model, fold); runs in a worker process (or in-process with --jobs 0)."""
-    import logging
-    import warnings
-
     import lightning as L
     import torch
 
     from pe_toolkit.domains.graphs import csl_folds, sbm_splits
     from pe_toolkit.domains.graphs.lightning_module import GraphClassificationModule, GraphDataModule
 
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
+    quiet()  # in-process runs (--jobs 0, tests) too, not only worker_pool's workers
     torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     task, pe, model_name = spec["task"], spec["pe"], spec["model"]
@@ -326,7 +324,8 @@ def plot_accuracy(summary: list[dict[str, Any]], tasks: list[str], path: Path, y
         ax.set_ylim(0, 105)
         if task == "csl":
             ax.axhline(10, color="grey", linestyle="--", linewidth=1)
-        ax.legend(fontsize=8)
+        if not note_if_empty(ax, f"{task} accuracy"):
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -459,7 +458,8 @@ def plot_precompute(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("nodes (random sparse graph, mean degree ~6)")
     ax.set_ylabel("seconds per graph (median)")
-    ax.legend(fontsize=8)
+    if not note_if_empty(ax, "precompute time", reason="no precompute method finished in this run"):
+        ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

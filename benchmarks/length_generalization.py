@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     Progress,
     markdown_table,
+    note_if_empty,
+    quiet,
     standard_argparser,
     worker_pool,
     write_report,
@@ -105,17 +107,13 @@ def training_preset(task: str, *, quick: bool, steps: int | None = None) -> dict
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and test one (task, encoder, seed); runs in a worker process. Returns a result row."""
-    import logging
-    import warnings
-
     import lightning as L
     import torch
 
     from pe_toolkit.training import EncoderDecoderModule, SequenceLMModule, TaskDataModule
     from pe_toolkit.training.callbacks import FitClock, LossHistory
 
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # no banners from 20+ trainers
-    warnings.filterwarnings("ignore", module="lightning")
+    quiet()  # in-process calls (tests) too, not only worker_pool's workers
     torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     L.seed_everything(spec["seed"], verbose=False)
@@ -381,24 +379,29 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     tasks = sorted({task_key(r) for r in rows})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    filled = []
     for ax, task in zip(axes[0], tasks):
-        encodings = sorted({r["encoding"] for r in rows if task_key(r) == task})
+        task_rows = [r for r in rows if task_key(r) == task]
+        encodings = sorted({r["encoding"] for r in task_rows})
         for enc in encodings:
-            members = [r for r in rows if task_key(r) == task and r["encoding"] == enc]
+            members = [r for r in task_rows if r["encoding"] == enc]
             lengths = sorted({int(k) for m in members for k in m["per_length"]})
-            accuracy = [
-                sum(m["per_length"][k]["correct"] for m in members if k in m["per_length"])
-                / sum(m["per_length"][k]["total"] for m in members if k in m["per_length"])
-                for k in lengths
-            ]
+            accuracy = []
+            for k in lengths:
+                counts = [m["per_length"][k] for m in members if k in m["per_length"]]
+                total = sum(c["total"] for c in counts)
+                accuracy.append(sum(c["correct"] for c in counts) / total if total else float("nan"))
             ax.plot(lengths, accuracy, marker=".", label=enc)
-        high = members[0]["train_lengths"][1]
+        high = task_rows[0]["train_lengths"][1]
         ax.axvline(high + 0.5, color="grey", linestyle="--", linewidth=1)
         ax.set_title(f"{task} (train lengths <= {high})")
         ax.set_xlabel("length")
         ax.set_ylabel("exact-match accuracy")
         ax.set_ylim(-0.02, 1.02)
-    axes[0][-1].legend(fontsize=8, loc="lower left")
+        if not note_if_empty(ax, "exact-match accuracy"):
+            filled.append(ax)
+    if filled:
+        filled[-1].legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -35,8 +35,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from attention_stability import quiet_lightning, train_language_model, validation_loss  # noqa: E402
-from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from attention_stability import train_language_model, validation_loss  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    RunStore,
+    markdown_table,
+    nan_if_missing,
+    note_if_empty,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "mha2mla"
 STRATEGIES = ("high", "low", "uniform", "2-norm")
@@ -62,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="reuse the trained MHA model and the finished conversions of the same configuration")
     args = parser.parse_args(argv)
-    quiet_lightning()
     import torch
 
     torch.set_num_threads(1)
@@ -204,14 +212,16 @@ def _plot(rows: list[dict[str, Any]], out_dir: Path) -> str:
     for key, ax, title in (("val_loss_zero_shot", axes[0], "no fine-tune"),
                            ("val_loss_finetuned", axes[1], "after fine-tune")):
         for r in rows[1:]:
-            ax.scatter(100 * r["cache_reduction"], r[key], marker=markers[r["strategy"]],
+            ax.scatter(100 * r["cache_reduction"], nan_if_missing(r[key]), marker=markers[r["strategy"]],
                        facecolors="none" if r["svd"] == "split" else None, edgecolors="C3" if r["svd"] == "split"
                        else None, color=None if r["svd"] == "split" else f"C{list(markers).index(r['strategy'])}",
                        s=70, label=f"{r['strategy']}/{r['svd']}")
-        ax.axhline(mha[key], color="grey", linestyle=":", label="MHA")
+        empty = note_if_empty(ax, "validation loss of the converted models")
+        ax.axhline(nan_if_missing(mha[key]), color="grey", linestyle=":", label="MHA")
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles))
-        ax.legend(unique.values(), unique.keys(), fontsize=8)
+        if unique and not empty:
+            ax.legend(unique.values(), unique.keys(), fontsize=8)
         ax.set_xlabel("KV-cache reduction (%)")
         ax.set_ylabel("validation loss (nats/byte)")
         ax.set_title(f"MHA -> MLA, {title}")

@@ -26,7 +26,6 @@ with the true and predicted alignments) and ``metrics.png``; every trained model
 
 from __future__ import annotations
 
-import logging
 import math
 import statistics
 import sys
@@ -37,7 +36,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    RunStore,
+    markdown_table,
+    nan_if_missing,
+    note_if_empty,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "multirobot"
 PES = ("fourier", "rope2d", "none")
@@ -149,6 +157,7 @@ def plot_alignment(pair, predictions: dict, config, path: Path, pe: str) -> None
                        label=f"b's detections, {name}")
         elif pred is not None:
             ax.plot([], [], " ", label=f"{name}: no overlap decided")
+    note_if_empty(ax, "detections")
     ax.set_aspect("equal")
     ax.set_xlabel("x in robot a's frame (m)")
     ax.set_ylabel("y (m)")
@@ -171,13 +180,14 @@ def plot_metrics(summary: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.8 / len(summary)
     for i, entry in enumerate(summary):
-        values = [entry.get(k) or 0.0 for k in keys]
+        values = [nan_if_missing(entry.get(k)) for k in keys]  # not measured: no bar, not a zero bar
         errors = [entry.get(f"{k}_std") or 0.0 for k in keys]
         ax.bar(np.arange(len(keys)) + i * width, values, width, yerr=errors, label=entry["method"])
     ax.set_xticks(np.arange(len(keys)) + width * (len(summary) - 1) / 2, ["match F1", "NDA", "coverage", "success"])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("fraction (mean over seeds)")
-    ax.legend(fontsize=7, ncol=2)
+    if not note_if_empty(ax, "match F1, NDA, coverage or success"):
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -205,7 +215,6 @@ def main(argv: list[str] | None = None) -> int:
     from pe_toolkit.domains.multirobot.simulator import SimConfig, make_world
 
     torch.set_num_threads(1)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no per-run banner lines
     start = time.perf_counter()
     sim = SimConfig()
     rows: list[dict] = []

@@ -31,18 +31,24 @@ configuration, ``--report-only`` trains nothing and reports what is stored.
 from __future__ import annotations
 
 import json
-import logging
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    markdown_table,
+    nan_if_missing,
+    note_if_empty,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "music"
 TASKS = ("next_step", "accompaniment")
@@ -207,10 +213,11 @@ def plot_metrics(summary: list[dict[str, Any]], path: Path) -> None:
         for j, metric in enumerate(metrics):
             ax = axes[i][j]
             names = [r["encoding"] for r in rows]
-            values = [r[metric] for r in rows]
+            values = [nan_if_missing(r[metric]) for r in rows]
             errors = [r[f"{metric}_std"] or 0.0 for r in rows]
             colors = ["tab:orange" if n in STRUCTURED else "tab:olive" if n in VARIANTS else "tab:blue" for n in names]
             ax.bar(range(len(names)), values, yerr=errors, color=colors, capsize=2)
+            note_if_empty(ax, metric)
             ax.set_xticks(range(len(names)))
             ax.set_xticklabels(names, rotation=60, fontsize=7)
             ax.set_title(f"{task}: {metric}" + (" (lower)" if metric in LOWER_IS_BETTER else ""), fontsize=8)
@@ -239,6 +246,7 @@ def plot_rolls(rolls: dict[str, Any], reference, task: str, path: Path) -> None:
         hi = min(127, int(np.nonzero(r.any((0, 1)))[0].max()) + 2) if r.any() else 84
         ax.imshow(image[lo:hi + 1], origin="lower", aspect="auto", extent=(0, r.shape[0], lo, hi + 1),
                   interpolation="nearest")
+        note_if_empty(ax, "the piano roll")
         ax.set_ylabel(name, fontsize=8)
         for x in range(0, r.shape[0], 16):
             ax.axvline(x, color="0.8", linewidth=0.5)
@@ -267,8 +275,6 @@ def main(argv: list[str] | None = None) -> int:
     from pe_toolkit.domains.music.scores import load_bach_chorales
 
     torch.set_num_threads(args.threads)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
     hp = dict(QUICK if args.quick else FULL)
     if args.seeds:
         hp["seeds"] = args.seeds

@@ -37,7 +37,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    markdown_table,
+    nan_if_missing,
+    note_if_empty,
+    quiet,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "recsys"
 ENCODERS = ("learned", "nope", "rope", "cope", "cape", "time_interval")
@@ -90,17 +99,13 @@ def run_key(spec: dict[str, Any]) -> str:
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train, early-stop and test one (dataset, encoder, seed); returns the result row."""
-    import logging
-    import warnings
-
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
     from pe_toolkit.domains.recsys.lightning_module import SASRecModule, SequentialRecDataModule
 
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
+    quiet()  # also when called directly, not through main()
     torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     hp = spec["training"]
@@ -196,12 +201,13 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
         rows = [r for r in summary if r["dataset"] == dataset]
         xs = range(len(rows))
         for offset, metric in ((-0.2, "hr@10"), (0.2, "ndcg@10")):
-            ax.bar([x + offset for x in xs], [r[metric] or 0 for r in rows], 0.4,
+            ax.bar([x + offset for x in xs], [nan_if_missing(r[metric]) for r in rows], 0.4,
                    yerr=[r[f"{metric}_std"] or 0 for r in rows], capsize=3, label=metric.upper())
         ax.set_xticks(list(xs))
         ax.set_xticklabels([r["encoding"] for r in rows], rotation=20)
         ax.set_title(f"SASRec on {dataset} (test, full ranking)")
-        ax.legend(fontsize=8)
+        if not note_if_empty(ax, "HR@10 or NDCG@10"):
+            ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

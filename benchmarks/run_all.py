@@ -82,6 +82,8 @@ def run_one(name: str, script: Path, *, quick: bool, out: Path, timeout: float |
             if process.poll() is None:
                 process.kill()
                 process.wait()
+            if process.stdout is not None:
+                process.stdout.close()  # else a ResourceWarning (unclosed file) under -W default
     seconds = time.perf_counter() - start
     timed_out = expired.is_set()
     fresh_report = report.exists() and report.stat().st_mtime != report_mtime

@@ -49,6 +49,7 @@ if __package__:
         Progress,
         command_line,
         markdown_table,
+        note_if_empty,
         paired_ratios,
         peak_memory_in_subprocess,
         results_dir,
@@ -62,6 +63,7 @@ else:  # run as a script: benchmarks/ is on sys.path
         Progress,
         command_line,
         markdown_table,
+        note_if_empty,
         paired_ratios,
         peak_memory_in_subprocess,
         results_dir,
@@ -440,13 +442,17 @@ def _plot(layer_rows: list[dict], rope_rows: list[dict], names: list[str], out_d
             ax_t.plot(*zip(*timed), **style)
         if mem:
             ax_m.plot(*zip(*mem), **style)
-    for ax, label in ((ax_t, "forward + backward, median ms"), (ax_m, "peak RSS growth, MiB")):
+    empty = {}
+    for ax, label, what in ((ax_t, "forward + backward, median ms", "time"),
+                            (ax_m, "peak RSS growth, MiB", "peak memory")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        empty[ax] = note_if_empty(ax, what, reason="no configuration was measured in this run")
         ax.set_xlabel("sequence length L")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-    ax_t.legend(fontsize=8, ncol=2)
+    if not empty[ax_t]:
+        ax_t.legend(fontsize=8, ncol=2)
     ax_t.set_title("one causal attention layer, time")
     ax_m.set_title("one causal attention layer, memory")
     fig.tight_layout()
@@ -464,6 +470,7 @@ def _plot(layer_rows: list[dict], rope_rows: list[dict], names: list[str], out_d
             [r["median_ms"] for r in measured],
             color=["C0" if r["library"] == "pe_toolkit" else "C1" for r in measured],
         )
+        note_if_empty(ax, "RoPE application time", reason="no implementation was measured in this run")
         ax.invert_yaxis()
         r0 = measured[0]
         ax.set_xlabel(f"median ms, q and k, B={r0['batch']} H={r0['heads']} L={r0['length']} hd={r0['head_dim']} fp32")

@@ -36,7 +36,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Progress, RunStore, markdown_table, standard_argparser, write_report, write_results  # noqa: E402
+from common import (  # noqa: E402
+    Progress,
+    RunStore,
+    markdown_table,
+    nan_if_missing,
+    note_if_empty,
+    standard_argparser,
+    write_report,
+    write_results,
+)
 
 NAME = "translation"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -142,8 +151,9 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
 
     labels = [r["variant"] if r["positions"] == "-" else f"{r['variant']}\n({r['positions']})" for r in summary]
     fig, ax = plt.subplots(figsize=(1.6 * len(summary) + 2, 3.5))
-    ax.bar(range(len(summary)), [r["bleu"] for r in summary],
+    ax.bar(range(len(summary)), [nan_if_missing(r["bleu"]) for r in summary],
            yerr=[r["bleu_std"] or 0.0 for r in summary], capsize=3, color="tab:blue")
+    note_if_empty(ax, "test BLEU")
     ax.set_xticks(range(len(summary)))
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel("test BLEU")

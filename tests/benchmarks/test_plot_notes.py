@@ -1,0 +1,276 @@
+"""A plot with no data says so: ``common.note_if_empty`` and the benchmarks' plotting functions.
+
+Quick runs train too little for some metrics (NaN / None in every row); a panel left without a
+finite point must carry the note instead of empty axes, and the figure must still be written.
+The plotting functions are called directly with fabricated rows: no training.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.figure  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+
+NAN = float("nan")
+NOTE = "no finite values of"
+
+
+@pytest.fixture
+def ax():
+    fig, axes = plt.subplots()
+    yield axes
+    plt.close(fig)
+
+
+def _notes(axes) -> list[str]:
+    return [t.get_text() for t in axes.texts if t.get_text().startswith(NOTE)]
+
+
+# ------------------------------------------------------------------------------------------ helper
+def test_nan_if_missing():
+    assert math.isnan(common.nan_if_missing(None))
+    assert math.isnan(common.nan_if_missing("n/a"))
+    assert common.nan_if_missing(2) == 2.0 and isinstance(common.nan_if_missing(2), float)
+
+
+@pytest.mark.parametrize("draw", [
+    lambda a: a.plot([1, 2, 3], [NAN, NAN, NAN], marker="o", label="x"),
+    lambda a: a.plot([1, 2], [math.inf, NAN]),
+    lambda a: a.plot([], []),
+    lambda a: a.bar([0, 1], [NAN, NAN], yerr=[0.1, 0.1], label="x"),
+    lambda a: a.barh(["a", "b"], [NAN, NAN]),
+    lambda a: a.errorbar([1.0], [NAN], yerr=[0.1], fmt="o"),
+    lambda a: a.scatter([1.0, 2.0], [NAN, NAN]),
+    lambda a: a.imshow([[NAN, NAN], [NAN, NAN]]),
+    lambda a: (a.plot([1, 2], [NAN, NAN]), a.axhline(0.5), a.axvline(1.0), a.text(1, 1, "label")),
+], ids=["line", "inf-line", "no-points", "bars", "barh", "errorbar", "scatter", "image", "reference-lines"])
+def test_no_finite_data_writes_the_note(ax, draw):
+    draw(ax)
+    assert not common.has_finite_data(ax)
+    assert common.note_if_empty(ax, "passkey accuracy") is True
+    (note,) = _notes(ax)
+    assert note.startswith("no finite values of passkey accuracy in this run")
+    assert common.EMPTY_PANEL_REASON in note
+    text = next(t for t in ax.texts if t.get_text() == note)
+    assert text.get_transform() == ax.transAxes and text.get_position() == (0.5, 0.5)  # centred on the axes
+
+
+@pytest.mark.parametrize("draw", [
+    lambda a: a.plot([1, 2, 3], [NAN, 0.5, NAN]),
+    lambda a: a.bar([0, 1], [NAN, 0.0]),  # a measured zero is data
+    lambda a: a.barh(["a"], [3.0]),
+    lambda a: a.errorbar([1.0], [0.2], yerr=[0.1], fmt="o"),
+    lambda a: a.scatter([1.0], [2.0]),
+    lambda a: a.imshow([[NAN, 0.3]]),
+], ids=["line", "bars", "barh", "errorbar", "scatter", "image"])
+def test_finite_data_writes_nothing(ax, draw):
+    draw(ax)
+    texts = len(ax.texts)
+    assert common.has_finite_data(ax)
+    assert common.note_if_empty(ax, "passkey accuracy") is False
+    assert len(ax.texts) == texts
+
+
+def test_the_reason_can_be_given(ax):
+    assert common.note_if_empty(ax, "time", reason="nothing was measured")
+    assert _notes(ax) == ["no finite values of time in this run\n(nothing was measured)"]
+
+
+# ------------------------------------------------------------------------------ benchmark plots
+@pytest.fixture
+def saved(monkeypatch):
+    """Every figure saved while the test runs: ``[(path, [notes of each axes])]``; the files are still written."""
+    figures = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        figures.append((path, [_notes(a) for a in fig.axes if a.get_label() != "<colorbar>"]))
+        return original(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    return figures
+
+
+def _assert_all_panels_noted(figures, count=1):
+    assert len(figures) == count
+    for path, panels in figures:
+        assert path.exists() and path.stat().st_size > 0, path
+        assert panels and all(len(notes) == 1 for notes in panels), (path, panels)
+
+
+def test_recsys_plot_with_no_metric(tmp_path, saved):
+    from benchmarks import recsys
+
+    rows = [{"dataset": d, "encoding": e, "hr@10": None, "hr@10_std": None, "ndcg@10": NAN, "ndcg@10_std": None}
+            for d in recsys.DATASETS for e in ("rope", "learned")]
+    recsys.plot(rows, tmp_path / "recsys.png")
+    _assert_all_panels_noted(saved)
+    assert "HR@10 or NDCG@10" in saved[0][1][0][0]
+
+
+def test_recsys_plot_with_one_metric_has_no_note(tmp_path, saved):
+    from benchmarks import recsys
+
+    rows = [{"dataset": "synthetic", "encoding": "rope", "hr@10": 0.3, "hr@10_std": 0.0, "ndcg@10": None,
+             "ndcg@10_std": None}]
+    recsys.plot(rows, tmp_path / "recsys.png")
+    assert saved[0][1] == [[]]
+
+
+def test_extrapolation_passkey_with_no_accuracy(tmp_path, saved):
+    from benchmarks import extrapolation
+
+    rows = [{"variant": v, "passkey": [{"length": n, "depth": d, "digit_accuracy": a}
+                                       for n in (64, 128) for d in (0.0, 0.5) for a in (None,)]}
+            for v in ("rope", "alibi", "nope")]
+    extrapolation.plot_passkey(rows, 64, tmp_path / "passkey.png")
+    path, panels = saved[0]
+    assert path.exists()
+    assert [len(p) for p in panels] == [1, 1, 1]  # one note per variant's panel (no colorbar, nothing to scale)
+    assert "passkey digit accuracy" in panels[0][0]
+
+
+def test_extrapolation_passkey_mixed(tmp_path, saved):
+    from benchmarks import extrapolation
+
+    rows = [{"variant": "rope", "passkey": [{"length": 64, "depth": 0.5, "digit_accuracy": 0.4}]},
+            {"variant": "nope", "passkey": [{"length": 64, "depth": 0.5, "digit_accuracy": NAN}]}]
+    extrapolation.plot_passkey(rows, 64, tmp_path / "passkey.png")
+    assert [len(p) for p in saved[0][1]] == [0, 1]
+
+
+def test_extrapolation_ppl_with_no_perplexity(tmp_path, saved):
+    from benchmarks import extrapolation
+
+    rows = [{"base": "rope", "variant": "rope", "spec": {"variant": {"finetune": False, "encoding": None}},
+             "ppl": [{"length": n, "ppl": None} for n in (64, 128)]}]
+    extrapolation.plot_ppl(rows, 64, tmp_path / "ppl.png")
+    _assert_all_panels_noted(saved)
+
+
+def test_detection_map_with_no_map(tmp_path, saved):
+    from benchmarks import detection
+
+    rows = [{"variant": v, "parameters": 1000, "map_mean": None, "map_std": None} for v in ("a", "b")]
+    detection.plot_map(rows, tmp_path / "map.png")
+    _assert_all_panels_noted(saved)
+
+
+def test_music_metrics_all_nan(tmp_path, saved):
+    from benchmarks import music
+
+    metrics = ("test_nll", "gen_f1", "chroma_similarity", "ssm_distance", "grooving_similarity",
+               "note_density_distance")
+    rows = [{"task": t, "encoding": e, **{m: NAN for m in metrics}, **{f"{m}_std": None for m in metrics}}
+            for t in music.TASKS for e in ("ape", "s_ape")]
+    music.plot_metrics(rows, tmp_path / "music.png")
+    _assert_all_panels_noted(saved)
+
+
+def test_crossmodal_scores_all_nan(tmp_path, saved):
+    from benchmarks import crossmodal
+
+    rows = [{"variant": v, "gamma": g, "av_align": NAN} for v in ("none", "cmc_pe") for g in (1.0, 1.5)]
+    crossmodal.plot_scores(rows, {"real": 0.8, "shuffled": 0.4}, tmp_path / "scores.png")
+    _assert_all_panels_noted(saved)
+
+
+def test_translation_all_none(tmp_path, saved):
+    from benchmarks import translation
+
+    rows = [{"variant": "rope", "positions": "-", "bleu": None, "bleu_std": None}]
+    translation.plot(rows, tmp_path / "bleu.png")
+    _assert_all_panels_noted(saved)
+
+
+def test_multirobot_metrics_all_none(tmp_path, saved):
+    from benchmarks import multirobot
+
+    rows = [{"method": m, "f1": None, "nda": None, "coverage": None, "success": None} for m in ("a", "b")]
+    multirobot.plot_metrics(rows, tmp_path / "metrics.png")
+    _assert_all_panels_noted(saved)
+
+
+def test_attention_stability_all_nan(tmp_path, saved):
+    from benchmarks import attention_stability
+
+    rows = [{"config": c, "lr": lr, "val_loss": NAN, "max_logit_per_layer": [[NAN], [NAN]], "max_logit_steps": [1, 2]}
+            for c in ("mha", "mla") for lr in (0.01, 0.1)]
+    attention_stability.plot(rows, tmp_path, unigram=3.0)
+    _assert_all_panels_noted(saved, count=2)
+
+
+def test_mha2mla_all_nan(tmp_path, saved):
+    from benchmarks import mha2mla
+
+    rows = [{"val_loss_zero_shot": NAN, "val_loss_finetuned": None},
+            {"cache_reduction": 0.5, "strategy": "high", "svd": "joint", "val_loss_zero_shot": NAN,
+             "val_loss_finetuned": None}]
+    mha2mla._plot(rows, tmp_path)
+    _assert_all_panels_noted(saved)
+
+
+def test_length_generalization_no_counts(tmp_path, saved):
+    from benchmarks import length_generalization
+
+    rows = [{"task": "copy", "encoding": e, "per_length": {21: {"correct": 0, "total": 0}}, "train_lengths": [1, 20]}
+            for e in ("rope", "nope")]
+    length_generalization.plot(rows, tmp_path / "lg.png")
+    _assert_all_panels_noted(saved)
+
+
+def test_graphs_accuracy_none(tmp_path, saved):
+    from benchmarks import graphs
+
+    pe, model = next(iter(graphs.PES)), next(iter(graphs.MODELS))
+    rows = [{"task": t, "pe": pe, "model": model, "mean": None, "std": None} for t in ("csl", "sbm")]
+    graphs.plot_accuracy(rows, ["csl", "sbm"], tmp_path / "acc.png", "accuracy (%)")
+    graphs.plot_precompute([{"method": "x", "num_nodes": 10, "median_s": 1.0, "status": "failed"}],
+                           tmp_path / "pre.png")
+    _assert_all_panels_noted(saved, count=2)
+
+
+def test_explain_auc_none(tmp_path, saved):
+    from benchmarks import explain
+
+    rows = [{"task": "copy", "encoding": "rope", "method": m, "auc_morf": None, "auc_lerf": NAN}
+            for m in explain.METHODS]
+    explain.plot_auc(rows, tmp_path / "auc.png")
+    _assert_all_panels_noted(saved)
+
+
+def test_extreme_inputs_no_memory(tmp_path, saved):
+    from benchmarks import extreme_inputs
+
+    rows = [{"length": 4096, "encoder": "rope", "dtype": "float32", "peak_mib": None}]
+    extreme_inputs._plot(rows, tmp_path / "mem.png", 4096)
+    _assert_all_panels_noted(saved)
+
+
+def test_speed_nothing_measured(tmp_path, saved):
+    from benchmarks import speed
+
+    rows = [{"encoder": "rope", "length": n, "median_ms": None, "peak_mib": None} for n in (256, 512)]
+    speed._plot(rows, [], ["rope"], tmp_path)
+    _assert_all_panels_noted(saved)
+
+
+def test_an_empty_log_scaled_panel_is_still_written(tmp_path):
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [NAN, NAN])
+    ax.axhline(1.0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    assert common.note_if_empty(ax, "time")
+    assert (ax.get_xscale(), ax.get_yscale()) == ("linear", "linear")  # log ticks need data to place
+    fig.savefig(tmp_path / "empty.png")
+    plt.close(fig)
+    assert (tmp_path / "empty.png").stat().st_size > 0
