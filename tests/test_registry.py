@@ -127,7 +127,8 @@ def test_list_encoders_filters_by_domain_and_pattern(scratch_registry):
     assert list_encoders(domain="dom_a", pattern="zz_*") == ["zz_a1", "zz_a2"]
     assert list_encoders(pattern="zz_*") == ["zz_a1", "zz_a2", "zz_b1"]
     assert list_encoders(pattern="*_a?") == ["yy_a3", "zz_a1", "zz_a2"]
-    with pytest.raises(ValueError, match=r"unknown domain 'dom_d'; did you mean 'dom_[ab]' or 'dom_[ab]'\? known: .*dom_a, dom_b"):
+    unknown = r"unknown domain 'dom_d'; did you mean 'dom_[ab]' or 'dom_[ab]'\? known: .*dom_a, dom_b"
+    with pytest.raises(ValueError, match=unknown):
         list_encoders(domain="dom_d")
     sequence = list_encoders(domain="sequence")
     assert not any(n.startswith(("zz_", "yy_")) for n in sequence)
