@@ -19,15 +19,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m ruff check pe_toolkit domains benchmarks tests
+	$(PY) -m ruff check pe_toolkit domains benchmarks tests docs/scripts
 	$(PY) -m pytest -q tests
-	$(PY) -m pytest -q --markdown-docs -p no:cacheprovider README.md docs
+	$(PY) -m pytest -q --markdown-docs -p no:cacheprovider --ignore=docs/scripts README.md docs
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py --quick $(if $(BENCH),--only $(BENCH),)
 
 lint: $(STAMP)
-	$(PY) -m ruff check pe_toolkit domains benchmarks tests
+	$(PY) -m ruff check pe_toolkit domains benchmarks tests docs/scripts
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
