@@ -48,26 +48,3 @@ def test_pattern_shape_determinism_and_hand_recipe(dim):
         c = encoder.signal(encoder.example_positions(length), length)[0]  # (L, dim): interpolated onto the frames
     e = c.view(length, 4, hd).transpose(0, 1)
     torch.testing.assert_close(encoder.positional_pattern(length), e @ e.transpose(-1, -2) / hd**0.5)
-
-
-def test_pattern_does_not_use_the_global_rng_and_restores_modes():
-    encoder = build()
-    encoder.train()
-    state = torch.get_rng_state()
-    encoder.example_positions(16)
-    encoder.positional_pattern(16)
-    assert torch.equal(state, torch.get_rng_state())
-    assert all(m.training for m in encoder.modules())
-    encoder.eval()
-    encoder.positional_pattern(16)
-    assert not any(m.training for m in encoder.modules())
-
-
-@pytest.mark.parametrize(("length", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError),
-                                               (True, TypeError)])
-def test_bad_lengths_raise(length, error):
-    encoder = build()
-    with pytest.raises(error):
-        encoder.example_positions(length)
-    with pytest.raises(error):
-        encoder.positional_pattern(length)

@@ -111,28 +111,3 @@ def test_centerness_pattern_with_custom_boxes_and_bad_boxes():
         encoder.positional_pattern(2, positions=boxes.tolist())
     with pytest.raises(ValueError, match="w > 0"):
         encoder.positional_pattern(2, positions=torch.tensor([[0.5, 0.5, 0.0, 0.3], [0.2, 0.7, 0.1, 0.2]]))
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_examples_do_not_use_the_global_rng_and_modes_are_restored(name):
-    encoder = build(name)
-    encoder.train()
-    state = torch.get_rng_state()
-    encoder.example_positions(16)
-    encoder.positional_pattern(16)
-    assert torch.equal(state, torch.get_rng_state())
-    assert all(m.training for m in encoder.modules())
-    encoder.eval()
-    encoder.positional_pattern(16)
-    assert not any(m.training for m in encoder.modules())
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize(("length", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError),
-                                               (True, TypeError)])
-def test_bad_lengths_raise(name, length, error):
-    encoder = build(name)
-    with pytest.raises(error):
-        encoder.example_positions(length)
-    with pytest.raises(error):
-        encoder.positional_pattern(length)

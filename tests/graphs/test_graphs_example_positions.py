@@ -134,30 +134,7 @@ def test_rfp_learned_example_and_the_mean_operator(steps):
     torch.testing.assert_close(trajectory, reference, atol=1e-5, rtol=0)
 
 
-def test_examples_do_not_use_the_global_rng():
-    encoders = [build(name) for name in NAMES]  # (initialising parameters draws from it)
-    state = torch.get_rng_state()
-    for encoder in encoders:
-        encoder.example_positions(12)
-        encoder.positional_pattern(12)
-    assert torch.equal(state, torch.get_rng_state())
-
-
 # ------------------------------------------------------------------------------------------------ patterns
-@pytest.mark.parametrize("dim", [32, 64])
-@pytest.mark.parametrize("name", NAMES)
-def test_patterns_have_the_right_shape_and_are_deterministic(name, dim):
-    encoder = build(name, dim)
-    for length in LENGTHS:
-        pattern = encoder.positional_pattern(length)
-        assert pattern.shape == (4, length, length) and pattern.dtype == torch.float32
-        assert torch.isfinite(pattern).all()
-        torch.testing.assert_close(pattern, pattern.transpose(-1, -2))  # q = k: a symmetric Gram matrix
-        assert torch.equal(pattern, encoder.positional_pattern(length))
-        assert torch.equal(encoder.example_positions(length), encoder.example_positions(length))
-    assert encoder.positional_pattern(1).shape == (4, 1, 1)
-
-
 def embed_only_pattern(e: torch.Tensor, heads: int = 4) -> torch.Tensor:
     """The documented pattern of an ``embed``-only encoding: ``e_i . e_j / sqrt(head_dim)`` per head, ``e (N, dim)``."""
     n, dim = e.shape
@@ -232,14 +209,3 @@ def test_lap_pe_pattern_draws_no_sign_flips_in_training_mode():
     encoder = LapPEEncoder(32, 4, in_features=4, sign_flip="batch")
     encoder.train()
     assert torch.equal(encoder.positional_pattern(10), encoder.eval().positional_pattern(10))
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize(("length", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError),
-                                               (True, TypeError)])
-def test_bad_lengths_raise(name, length, error):
-    encoder = build(name)
-    with pytest.raises(error):
-        encoder.example_positions(length)
-    with pytest.raises(error):
-        encoder.positional_pattern(length)

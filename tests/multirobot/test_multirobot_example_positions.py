@@ -64,18 +64,6 @@ def test_examples_are_the_layout_in_each_format():
     assert (edges == NO_EDGE).any()  # a Delaunay graph of 9 points is not complete
 
 
-@pytest.mark.parametrize("dim", [32, 64])
-@pytest.mark.parametrize("name", NAMES)
-def test_patterns_have_the_right_shape_and_are_deterministic(name, dim):
-    encoder = build(name, dim)
-    for length in LENGTHS:
-        pattern = encoder.positional_pattern(length)
-        assert pattern.shape == (4, length, length) and not pattern.isnan().any() and (pattern < float("inf")).all()
-        assert torch.isfinite(pattern).all() or name == "edge_aware_graph"  # -inf: pairs that are not edges
-        assert torch.equal(pattern, encoder.positional_pattern(length))
-        assert torch.equal(encoder.example_positions(length), encoder.example_positions(length))
-
-
 @pytest.mark.parametrize("mode", ["axial", "mixed"])
 def test_rope2d_pattern_depends_only_on_coordinate_differences(mode):
     encoder = Rotary2DEncoding(32, 4, mode=mode)
@@ -111,28 +99,3 @@ def test_edge_aware_pattern_with_rope2d_adds_the_rotary_change():
     assert not torch.allclose(pattern[:, is_edge], rotary[:, is_edge])  # the edge term is there
     with pytest.raises(ValueError, match="2 \\+ L"):
         encoder.positional_pattern(8, positions=positions[:, :2])
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_examples_do_not_use_the_global_rng_and_modes_are_restored(name):
-    encoder = build(name)
-    encoder.train()
-    state = torch.get_rng_state()
-    encoder.example_positions(16)
-    encoder.positional_pattern(16)
-    assert torch.equal(state, torch.get_rng_state())
-    assert all(m.training for m in encoder.modules())
-    encoder.eval()
-    encoder.positional_pattern(16)
-    assert not any(m.training for m in encoder.modules())
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize(("length", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError),
-                                               (True, TypeError)])
-def test_bad_lengths_raise(name, length, error):
-    encoder = build(name)
-    with pytest.raises(error):
-        encoder.example_positions(length)
-    with pytest.raises(error):
-        encoder.positional_pattern(length)

@@ -81,16 +81,6 @@ def test_encoders_use_the_example_and_it_is_deterministic(name):
 
 
 # ------------------------------------------------------------------------------------------------ patterns
-@pytest.mark.parametrize("dim", [32, 64])
-@pytest.mark.parametrize("name", NAMES)
-def test_patterns_have_the_right_shape_and_are_deterministic(name, dim):
-    encoder = build(name, dim)
-    for length in LENGTHS:
-        pattern = encoder.positional_pattern(length)
-        assert pattern.shape == (4, length, length) and torch.isfinite(pattern).all()
-        assert torch.equal(pattern, encoder.positional_pattern(length))
-
-
 @pytest.mark.parametrize("name", ["s_ape", "s_rpe"])
 def test_steps_with_equal_labels_have_equal_rows(name):
     """The patterns read only the configured columns: steps that agree on all of them look the same."""
@@ -119,25 +109,3 @@ def test_ns_rpe_segment_terms_vanish_across_segments():
     a, b = ns.positional_pattern(64), s.positional_pattern(64)
     torch.testing.assert_close(a[:, :32, 32:], b[:, :32, 32:])  # phrase 0 queries, phrase 1 keys
     assert not torch.allclose(a[:, :32, :32], b[:, :32, :32])  # same phrase: the lag terms add
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_patterns_leave_the_training_mode_alone(name):
-    encoder = build(name)
-    encoder.train()
-    encoder.positional_pattern(8)
-    assert all(m.training for m in encoder.modules())
-    encoder.eval()
-    encoder.positional_pattern(8)
-    assert not any(m.training for m in encoder.modules())
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize(("length", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError),
-                                               (True, TypeError)])
-def test_bad_lengths_raise(name, length, error):
-    encoder = build(name)
-    with pytest.raises(error):
-        encoder.example_positions(length)
-    with pytest.raises(error):
-        encoder.positional_pattern(length)

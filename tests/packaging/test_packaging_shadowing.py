@@ -5,10 +5,11 @@ from __future__ import annotations
 from packaging_helpers import check, run_python
 
 USER_CODE = '''
-import domains
-assert domains.OWNER == "user", domains.__file__
-import domains.graphs
-assert domains.graphs.OWNER == "user"
+import importlib
+
+user = importlib.import_module("domains")  # the user's own package, first on sys.path
+assert user.OWNER == "user", user.__file__
+assert importlib.import_module("domains.graphs").OWNER == "user"
 
 import torch
 import pe_toolkit as pet
@@ -22,7 +23,7 @@ assert torch.allclose(data.rw_pe[0], torch.tensor([0.0, 0.5, 0.0, 0.375]))
 encoder = pet.get_encoder("rwse", 32, 4, in_features=4)
 assert type(encoder).__module__ == "pe_toolkit.domains.graphs.encoders"
 assert encoder.embed(torch.zeros(6, 32), data.rw_pe).shape == (6, 32)
-print(domains.__file__)
+print(user.__file__)
 '''
 
 

@@ -52,17 +52,6 @@ def test_time_interval_pattern_is_the_interval_term_by_hand():
     assert (relation == 8).any() and (relation < 8).any()  # the session break is clipped, bursts are not
 
 
-@pytest.mark.parametrize("dim", [32, 64])
-@pytest.mark.parametrize("name", NAMES)
-def test_patterns_have_the_right_shape_and_are_deterministic(name, dim):
-    encoder = build(name, dim)
-    for length in LENGTHS:  # 32 > max_len = 16 of the example options
-        pattern = encoder.positional_pattern(length)
-        assert pattern.shape == (4, length, length) and torch.isfinite(pattern).all()
-        assert torch.equal(pattern, encoder.positional_pattern(length))
-        assert torch.equal(encoder.example_positions(length), encoder.example_positions(length))
-
-
 def test_cape_uses_the_default_positions_and_starts_as_nope():
     encoder = build("cape")
     assert torch.equal(encoder.example_positions(8), torch.arange(8))
@@ -71,28 +60,3 @@ def test_cape_uses_the_default_positions_and_starts_as_nope():
         encoder.pos_emb.normal_()
     pattern = encoder.positional_pattern(8)
     assert torch.isfinite(pattern).all() and pattern.abs().max() > 0
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_examples_do_not_use_the_global_rng_and_modes_are_restored(name):
-    encoder = build(name)
-    encoder.train()
-    state = torch.get_rng_state()
-    encoder.example_positions(16)
-    encoder.positional_pattern(16)
-    assert torch.equal(state, torch.get_rng_state())
-    assert all(m.training for m in encoder.modules())
-    encoder.eval()
-    encoder.positional_pattern(16)
-    assert not any(m.training for m in encoder.modules())
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize(("length", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError),
-                                               (True, TypeError)])
-def test_bad_lengths_raise(name, length, error):
-    encoder = build(name)
-    with pytest.raises(error):
-        encoder.example_positions(length)
-    with pytest.raises(error):
-        encoder.positional_pattern(length)

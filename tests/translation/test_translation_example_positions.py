@@ -65,26 +65,3 @@ def test_input_strategy_pattern_by_hand():
     identity = torch.stack([torch.arange(length)] * 2, dim=-1)
     unordered = encoder.positional_pattern(length, positions=identity)
     assert not torch.allclose(unordered, encoder.positional_pattern(length))
-
-
-def test_pattern_does_not_use_the_global_rng_and_restores_modes():
-    encoder = build(strategy="head")
-    encoder.train()
-    state = torch.get_rng_state()
-    encoder.example_positions(16)
-    encoder.positional_pattern(16)
-    assert torch.equal(state, torch.get_rng_state())
-    assert all(m.training for m in encoder.modules())
-    encoder.eval()
-    encoder.positional_pattern(16)
-    assert not any(m.training for m in encoder.modules())
-
-
-@pytest.mark.parametrize(("length", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError),
-                                               (True, TypeError)])
-def test_bad_lengths_raise(length, error):
-    encoder = build()
-    with pytest.raises(error):
-        encoder.example_positions(length)
-    with pytest.raises(error):
-        encoder.positional_pattern(length)
