@@ -175,10 +175,7 @@ def load_domain(domain: str) -> None:
         except ImportError as error:
             raise ImportError(f"domain {domain!r} ({ep.value}): {error}", name=error.name) from error
     elif domain not in {info.domain for info in _REGISTRY.values()}:
-        known = list_domains()
-        close = difflib.get_close_matches(domain, known, n=3, cutoff=0.5)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ";"
-        raise ValueError(f"unknown domain {domain!r}{hint} known: {', '.join(known)}")
+        raise _unknown("domain", domain, list_domains(), "known")
 
 
 def list_domains() -> list[str]:
@@ -205,10 +202,13 @@ def _lookup(name: str) -> EncoderInfo:
     ep = _entry_points(ENCODER_GROUP).get(name)
     if ep is not None:
         return _load_encoder_entry_point(name, ep)
-    known = list(available_names())
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    raise _unknown("encoder", name, list(available_names()), "registered")
+
+
+def _unknown(kind: str, value: str, known: list[str], listed_as: str) -> ValueError:
+    close = difflib.get_close_matches(value, known, n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ";"
-    raise ValueError(f"unknown encoder {name!r}{hint} registered: {', '.join(known)}")
+    return ValueError(f"unknown {kind} {value!r}{hint} {listed_as}: {', '.join(known)}")
 
 
 def encoder_info(name: str) -> EncoderInfo:
