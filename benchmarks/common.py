@@ -299,12 +299,7 @@ def nan_if_missing(value: Any) -> float:
     For plots: matplotlib leaves NaN points and bars out, so a missing metric is not drawn as a
     zero bar; :func:`note_if_empty` then tells an axes with nothing left.
     """
-    if value is None:
-        return float("nan")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
+    return float("nan") if value is None else float(value)
 
 
 def _all_finite(points: Any) -> bool:

@@ -37,7 +37,8 @@ def _notes(axes) -> list[str]:
 # ------------------------------------------------------------------------------------------ helper
 def test_nan_if_missing():
     assert math.isnan(common.nan_if_missing(None))
-    assert math.isnan(common.nan_if_missing("n/a"))
+    with pytest.raises(ValueError):  # a value that is not a number is an error, not a silent gap
+        common.nan_if_missing("n/a")
     assert common.nan_if_missing(2) == 2.0 and isinstance(common.nan_if_missing(2), float)
 
 
