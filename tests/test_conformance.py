@@ -111,7 +111,8 @@ def test_finite_at_length_8192(name):
     length = 8192
     enc = make_encoder(name, dim=16, num_heads=2, max_len=length)
     perturb_parameters(enc)
-    attn = pet.MultiHeadAttention(16, 2, causal=True, encoding=enc)
+    # the memory-bounded backend ("auto" would compile a FlexAttention kernel per encoder: minutes in CI)
+    attn = pet.MultiHeadAttention(16, 2, causal=True, encoding=enc, backend="blocked")
     with torch.no_grad():
         out = attn(torch.randn(1, length, 16))
     assert torch.isfinite(out).all()
@@ -228,3 +229,59 @@ def test_unknown_option_is_rejected(name):
 def test_unknown_encoder_suggests_a_close_match():
     with pytest.raises(ValueError, match="did you mean 'rope'"):
         pet.get_encoder("rop", 32, 4)
+
+
+# ------------------------------------------------------------------------------ packed sequences
+PACKINGS = [[4, 6, 3], [7, 1, 5], [13]]  # three rows of one packed batch: document lengths
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_documents_equal_each_document_alone(name, causal):
+    """No attention across documents and positions restart at 0: a packed row equals its documents run alone."""
+    if name == "cope" and not causal:
+        pytest.skip("cope is causal only")
+    model = make_model(name, causal=causal)
+    if not model.encodings[0].supports_documents:  # bidirectional bam_ssmax: n_i counts every key of the call
+        with pytest.raises(ValueError, match="is not exact on packed sequences"):
+            model(torch.zeros(1, 4, dtype=torch.long), document_ids=torch.tensor([[0, 0, 1, 1]]))
+        return
+    rows, ids = [], []
+    for lengths in PACKINGS:
+        rows.append(torch.randint(0, 40, (sum(lengths),)))
+        ids.append(torch.cat([torch.full((n,), d) for d, n in enumerate(lengths)]))
+    tokens, document_ids = torch.stack(rows), torch.stack(ids)
+    packed = model(tokens, document_ids=document_ids)
+    for row, lengths in enumerate(PACKINGS):
+        start = 0
+        for n in lengths:
+            alone = model(tokens[row:row + 1, start:start + n])
+            torch.testing.assert_close(packed[row:row + 1, start:start + n], alone, rtol=1e-5, atol=1e-5)
+            start += n
+
+
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+@pytest.mark.parametrize("backend", ["blocked", "flex"])
+def test_packed_documents_on_every_backend(name, backend, monkeypatch):
+    """The document mask and restarted positions on the memory-bounded and FlexAttention paths."""
+    from pe_toolkit.nn import backends
+
+    if backend == "flex" and name == "cope":
+        pytest.skip("cope has no pointwise bias")
+    monkeypatch.setattr(backends, "FLEX_COMPILE", False)
+    enc = make_encoder(name)
+    perturb_parameters(enc)
+    reference = pet.MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, encoding=enc, backend="sdpa")
+    other = pet.MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, encoding=enc, backend=backend,
+                                   query_block_size=4 if backend == "blocked" else None)
+    other.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 13, 32)
+    document_ids = torch.tensor([[0] * 4 + [1] * 6 + [2] * 3, [5] * 7 + [3] + [5] * 5])
+    import warnings
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        got, want = other(x, document_ids=document_ids), reference(x, document_ids=document_ids)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    alone = reference(x[1:, 8:], q_pos=None)  # the last document of row 1 (ids 5 again, a new run)
+    torch.testing.assert_close(want[1:, 8:], alone, rtol=1e-5, atol=1e-5)

@@ -136,6 +136,36 @@ def relative_bias(fn: Callable[[Tensor], Tensor], q_pos: Tensor, k_pos: Tensor, 
     return heads_first(fn(relative_distance(q_pos.to(dtype), k_pos.to(dtype))))
 
 
+BiasFunction = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``f(batch, head, query index, key index) -> bias``, elementwise; see :meth:`PositionalEncoding.bias_function`."""
+
+
+ScoreFunction = Callable[[Tensor, Tensor, Tensor, torch.dtype, int], Tensor]
+"""``score(head, q_pos, k_pos, dtype, num_keys)``, elementwise; see :meth:`PositionBiasEncoding.score`."""
+
+
+def score_bias(score: ScoreFunction, num_heads: int, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, *,
+               shift_invariant: bool) -> Tensor:
+    """A pointwise ``score`` on every (head, query, key) of ``(L,)`` / ``(B, L)`` positions: ``(B or 1, H, Lq, Lk)``.
+
+    With ``shift_invariant`` and integer positions, ``score`` runs once per distinct distance
+    (:func:`relative_distance_table`) and the values are gathered, which equals the pairwise
+    evaluation exactly; otherwise it runs on the broadcast ``(B or 1, H, Lq, Lk)`` grid.
+    """
+    heads = torch.arange(num_heads, device=q_pos.device)
+    num_keys = k_pos.shape[-1]
+    if shift_invariant:
+        table = relative_distance_table(q_pos, k_pos)
+        if table is not None:
+            distances, index = table
+            values = score(heads[:, None], torch.zeros_like(distances), distances, dtype, num_keys)  # (H, n)
+            return heads_first(values.transpose(0, 1)[index])  # (..., Lq, Lk, H) -> (B or 1, H, Lq, Lk)
+    query = q_pos.unsqueeze(-1).unsqueeze(-3)  # (..., 1, Lq, 1)
+    key = k_pos.unsqueeze(-2).unsqueeze(-3)    # (..., 1, 1, Lk)
+    values = score(heads.view(-1, 1, 1), query, key, dtype, num_keys)
+    return values if values.dim() == 4 else values.unsqueeze(0)
+
+
 def causal_visibility(
     q_len: int, k_len: int, device: torch.device | None = None, offset: int | None = None
 ) -> Tensor:
@@ -199,7 +229,37 @@ class PositionalEncoding(nn.Module):
         return q, k
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """Additive logit bias broadcastable to ``(B, H, Lq, Lk)``, or ``None`` (no bias) here."""
+        """Additive logit bias broadcastable to ``(B, H, Lq, Lk)``, or ``None`` (no bias) here.
+
+        The attention may call it for a subset of the queries (a tile of a memory-bounded backend,
+        a KV-cache step): ``q`` and ``q_pos`` are then those queries only, with all the keys. An
+        encoder whose class sets ``bias_uses_visibility = True`` (content-dependent positions that
+        count keys, e.g. CoPE) is called with one more keyword, ``visible``: bool broadcastable to
+        ``(B, 1, Lq, Lk)``, True where the query may attend the key (causal, padding, document and
+        window masks together), or ``None`` when every key is visible.
+        """
+        return None
+
+    bias_uses_visibility = False
+    """Whether :meth:`bias` takes the ``visible`` keyword (see there)."""
+
+    @property
+    def supports_documents(self) -> bool:
+        """Whether the encoder is exact on packed sequences (``document_ids``), given positions that
+        restart in each document; the attention refuses packing otherwise. True unless overridden."""
+        return True
+
+    def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction | None:
+        """The bias as a function of indices, for attention backends that evaluate it pointwise.
+
+        Returns ``f(b, h, i, j)``: integer index tensors of the batch, the head, the query (into
+        ``q`` / ``q_pos``) and the key (into ``k`` / ``k_pos``), broadcast together, to the bias
+        values of that broadcast shape (float32, float64 for float64 ``q``). ``f`` must be built
+        from elementwise operations and lookups into tensors it holds, so that FlexAttention can
+        use it as a ``score_mod``; the dense bias is ``f`` on the full index grid. ``None`` (the
+        default) when the encoder has no bias or its bias is not pointwise (CoPE's gate sums): such
+        encoders run on the dense and blocked backends only.
+        """
         return None
 
     def example_positions(self, length: int) -> Tensor:
@@ -308,12 +368,48 @@ class PositionBiasEncoding(PositionalEncoding):
         self._scope_token: object | None = None
         self.bias_builds = 0  # how many times position_bias ran: lets tests assert caching
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        """The bias ``(B or 1, H, Lq, Lk)`` in ``dtype`` (float32 or float64) for these positions.
+    shift_invariant = False
+    """True when :meth:`score` depends on the positions only through ``k_pos - q_pos`` (then the dense
+    bias is evaluated once per distinct distance and gathered)."""
 
-        ``q_pos`` / ``k_pos`` arrive as given by the caller (integer or float).
+    def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
+        """The bias of one (head, query position, key position) triple: the encoder's one definition.
+
+        Elementwise over its arguments, which broadcast together: ``head`` a long tensor of head
+        indices, ``q_pos`` / ``k_pos`` position values as the caller gave them (integer or float),
+        ``num_keys`` the number of keys of the attention call. Returns ``dtype`` (float32 or
+        float64) values of the broadcast shape. Built from elementwise operations and lookups only,
+        so that :meth:`position_bias` (dense), :meth:`bias_function` (FlexAttention's ``score_mod``,
+        the tiles of a memory-bounded backend) all derive from it.
         """
         raise NotImplementedError
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """The dense bias ``(B or 1, H, Lq, Lk)`` in ``dtype`` (float32 or float64), from :meth:`score`.
+
+        ``q_pos`` / ``k_pos`` arrive as given by the caller (integer or float), ``(L,)`` or
+        ``(B, L)``. A :attr:`shift_invariant` encoder with integer positions evaluates the score
+        once per distinct distance (``Lq + Lk - 1`` of them for contiguous positions) and gathers,
+        which equals the pairwise evaluation exactly; otherwise every pair is evaluated.
+        Subclasses may override it for speed; ``tests/test_conformance.py`` checks that the result
+        equals :meth:`score` on every pair.
+        """
+        return score_bias(self.score, self.num_heads, q_pos, k_pos, dtype, shift_invariant=self.shift_invariant)
+
+    def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction:
+        """:meth:`score` looked up at ``q_pos[b, i]`` and ``k_pos[b, j]`` (``(L,)`` positions: no batch)."""
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        num_keys = k_pos.shape[-1]
+        qp = q_pos if q_pos.dim() == 2 else q_pos.unsqueeze(0)
+        kp = k_pos if k_pos.dim() == 2 else k_pos.unsqueeze(0)
+        batched_q, batched_k = q_pos.dim() == 2, k_pos.dim() == 2
+
+        def function(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            query = qp[b if batched_q else torch.zeros_like(b), i]
+            key = kp[b if batched_k else torch.zeros_like(b), j]
+            return self.score(h, query, key, dtype, num_keys)
+
+        return function
 
     def forward_scope(self) -> _ForwardScope:
         """Context manager inside which a bias built with autograd may be reused (one forward)."""

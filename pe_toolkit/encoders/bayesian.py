@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionBiasEncoding, relative_bias
+from pe_toolkit.encoders.base import PositionBiasEncoding, score_bias
 from pe_toolkit.encoders.bias import alibi_slopes
 from pe_toolkit.registry import register_encoder
 
@@ -55,14 +55,17 @@ class BAM(PositionBiasEncoding):
         """``mu_h = exp(loc_h) - exp(-loc_h)``, ``(H,)``."""
         return 2 * torch.sinh(self.loc)
 
-    def log_prior(self, delta: Tensor) -> Tensor:
-        """The bias for relative positions ``delta = j - i`` (float, any shape ``S``): ``(*S, H)``."""
-        dtype = delta.dtype
-        mu, shape, scale = self.location().to(dtype), self.shape.to(dtype), self.scale.to(dtype)
-        return -scale.exp() * ((delta.unsqueeze(-1) - mu).abs() + self.eps) ** shape
+    shift_invariant = True
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        return relative_bias(self.log_prior, q_pos, k_pos, dtype)
+    def log_prior(self, head: Tensor, delta: Tensor) -> Tensor:
+        """The prior of head ``head`` at relative positions ``delta = j - i`` (float), elementwise."""
+        dtype = delta.dtype
+        mu, shape, scale = self.location().to(dtype)[head], self.shape.to(dtype)[head], self.scale.to(dtype)[head]
+        return -scale.exp() * ((delta - mu).abs() + self.eps) ** shape
+
+    def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
+        """The log-prior at ``k_pos - q_pos``."""
+        return self.log_prior(head, k_pos.to(dtype) - q_pos.to(dtype))
 
 
 @register_encoder(
@@ -87,16 +90,22 @@ class BAMSSMax(BAM):
         super().__init__(dim, num_heads, **options)
         self.ssmax_scale = nn.Parameter(torch.full((num_heads,), float(init_ssmax_scale)))
 
+    shift_invariant = False  # the factor log(n_i) depends on the query position
+
+    @property
+    def supports_documents(self) -> bool:
+        """Causal only: bidirectional ``n_i`` is the number of keys of the call, not of the query's document."""
+        return self.causal
+
+    def log_keys(self, q_pos: Tensor, num_keys: int, dtype: torch.dtype) -> Tensor:
+        """``log(n_i)`` elementwise: ``log(max(q_pos + 1, 1))`` when causal, ``log(num_keys)`` otherwise."""
+        if self.causal:
+            return (q_pos.to(dtype) + 1).clamp(min=1).log()
+        return torch.full_like(q_pos, float(num_keys), dtype=dtype).log()
+
     def ssmax_factor(self, q_pos: Tensor, num_keys: int, dtype: torch.dtype) -> Tensor:
         """``log(n_i) * s_h`` shaped ``(B or 1, H, Lq, 1)``."""
-        if self.causal:
-            if q_pos.is_floating_point() or q_pos.dim() > 2:
-                visible = q_pos.to(dtype) + 1
-            else:
-                visible = (q_pos + 1).to(dtype)
-            log_n = visible.clamp(min=1).log()
-        else:
-            log_n = torch.full(q_pos.shape, float(num_keys), dtype=dtype, device=q_pos.device).log()
+        log_n = self.log_keys(q_pos, num_keys, dtype)
         log_n = log_n if log_n.dim() == 2 else log_n.unsqueeze(0)  # (B or 1, Lq)
         return log_n[:, None, :, None] * self.ssmax_scale.to(dtype)[None, :, None, None]
 
@@ -104,5 +113,13 @@ class BAMSSMax(BAM):
         compute = torch.float64 if q.dtype == torch.float64 else torch.float32
         return (q.to(compute) * self.ssmax_factor(q_pos, k_pos.shape[-1], compute)).to(q.dtype), k
 
+    def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
+        """BAM's prior times ``log(n_i) s_head``."""
+        factor = self.log_keys(q_pos, num_keys, dtype) * self.ssmax_scale.to(dtype)[head]
+        return super().score(head, q_pos, k_pos, dtype, num_keys) * factor
+
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        return super().position_bias(q_pos, k_pos, dtype) * self.ssmax_factor(q_pos, k_pos.shape[-1], dtype)
+        """BAM's tabulated prior times the per-query factor (equals :meth:`score`)."""
+        prior = score_bias(lambda *args: BAM.score(self, *args), self.num_heads, q_pos, k_pos, dtype,
+                           shift_invariant=True)
+        return prior * self.ssmax_factor(q_pos, k_pos.shape[-1], dtype)

@@ -23,8 +23,6 @@ from pe_toolkit.encoders.base import (
     check_float,
     check_int,
     heads_first,
-    relative_bias,
-    relative_distance,
 )
 from pe_toolkit.registry import register_encoder
 
@@ -106,16 +104,16 @@ class T5RelativeBias(PositionBiasEncoding):
         self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)
         nn.init.normal_(self.relative_attention_bias.weight, std=dim**-0.5)
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+    shift_invariant = True
+
+    def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
+        """``relative_attention_bias[bucket(k_pos - q_pos), head]``."""
         _require_integer("t5", q_pos, k_pos)
-
-        def bucket_bias(distance: Tensor) -> Tensor:
-            buckets = t5_relative_position_bucket(
-                distance, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
-            )
-            return self.relative_attention_bias(buckets).to(dtype)
-
-        return relative_bias(bucket_bias, q_pos, k_pos, torch.long)
+        buckets = t5_relative_position_bucket(
+            k_pos - q_pos, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
+        return self.relative_attention_bias.weight.to(dtype)[buckets, head]
 
 
 # --------------------------------------------------------------------------------------- ALiBi
@@ -154,9 +152,11 @@ class ALiBi(PositionBiasEncoding):
         super().__init__(dim, num_heads, causal=causal)
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        distance = relative_distance(q_pos.to(dtype), k_pos.to(dtype)).abs()
-        return heads_first(-distance.unsqueeze(-1) * self.slopes.to(dtype))
+    shift_invariant = True
+
+    def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
+        """``-m_head |k_pos - q_pos|``."""
+        return -self.slopes.to(dtype)[head] * (k_pos.to(dtype) - q_pos.to(dtype)).abs()
 
 
 # -------------------------------------------------------------------------------------- KERPLE
@@ -189,22 +189,18 @@ class KERPLE(PositionBiasEncoding):
             self.r1 = nn.Parameter(torch.rand(num_heads))
             self.r2 = nn.Parameter(torch.rand(num_heads) * 2)
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        return relative_bias(lambda delta: self.distance_bias(delta.abs()), q_pos, k_pos, dtype)
+    shift_invariant = True
 
-    def distance_bias(self, distance: Tensor) -> Tensor:
-        """The bias for distances ``|i - j|`` (float, any shape ``S``): ``(*S, H)``."""
-        dtype = distance.dtype
-        distance = distance.unsqueeze(-1)
-        r1 = self.r1.to(dtype).clamp(min=self.eps)
+    def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
+        """``-r1 log(1 + r2 |i - j|)`` (log) or ``-r1 |i - j| ** r2`` (power), with head ``head``'s ``r1, r2``."""
+        distance = (k_pos.to(dtype) - q_pos.to(dtype)).abs()
+        r1 = self.r1.to(dtype).clamp(min=self.eps)[head]
         if self.variant == "log":
-            r2 = self.r2.to(dtype).clamp(min=self.eps)
-            return -r1 * torch.log1p(r2 * distance)
-        r2 = self.r2.to(dtype).clamp(min=self.eps, max=2.0)
+            return -r1 * torch.log1p(self.r2.to(dtype).clamp(min=self.eps)[head] * distance)
+        r2 = self.r2.to(dtype).clamp(min=self.eps, max=2.0)[head]
         # |d| ** r2 written as exp(r2 log|d|) with 0 at d = 0, so the gradient in r2 stays finite.
         tiny = torch.finfo(dtype).tiny
-        powered = torch.where(distance > 0, torch.exp(r2 * torch.log(distance.clamp(min=tiny))), 0.0)
-        return -r1 * powered
+        return -r1 * torch.where(distance > 0, torch.exp(r2 * torch.log(distance.clamp(min=tiny))), 0.0)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", variant={self.variant!r}"
@@ -248,15 +244,34 @@ class FIRE(PositionBiasEncoding):
         self.eps = check_float("eps", eps)
 
     def normalized_distance(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        """``psi(i - j) / psi(max(i, L))``, shape ``(..., Lq, Lk)``."""
+        """``psi(i - j) / psi(max(i, L))`` for every pair, shape ``(..., Lq, Lk)``."""
+        return self.normalized(q_pos.unsqueeze(-1), k_pos.unsqueeze(-2), dtype)
+
+    def normalized(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """``psi(i - j) / psi(max(i, L))`` elementwise over broadcast ``q_pos``, ``k_pos``."""
         q_pos, k_pos = q_pos.to(dtype), k_pos.to(dtype)
         c = self.c.to(dtype)
-        distance = -relative_distance(q_pos, k_pos)  # i - j
-        psi = torch.log1p((c * distance).abs())
+        psi = torch.log1p((c * (q_pos - k_pos)).abs())
         normaliser = torch.maximum(q_pos, self.threshold.to(dtype).abs())
-        return psi / (torch.log1p((c * normaliser).abs()) + self.eps).unsqueeze(-1)
+        return psi / (torch.log1p((c * normaliser).abs()) + self.eps)
+
+    def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
+        """``f_theta(x)[head]`` at ``x = psi(i - j) / psi(max(i, L))``; ``f_theta`` unrolled over its width.
+
+        ``sum_w W2[head, w] relu(W1[w] x + b1[w]) + b2[head]``: a sum over the ``mlp_width`` hidden
+        units of elementwise terms, so it stays pointwise (FlexAttention's ``score_mod``).
+        """
+        x = self.normalized(q_pos, k_pos, dtype)
+        first, second = self.mlp[0], self.mlp[2]
+        w1, b1 = first.weight.to(dtype)[:, 0], first.bias.to(dtype)
+        w2, b2 = second.weight.to(dtype), second.bias.to(dtype)
+        total = b2[head]
+        for unit in range(w1.shape[0]):
+            total = total + w2[head, unit] * torch.relu(w1[unit] * x + b1[unit])
+        return total
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """The dense bias with the MLP applied to all heads at once, in row chunks (equals :meth:`score`)."""
         x = self.normalized_distance(q_pos, k_pos, dtype).unsqueeze(-1)
         mlp = self.mlp if dtype == self.mlp[0].weight.dtype else _cast_module(self.mlp, dtype)
         rows = max(1, self._rows_per_chunk_elems // max(1, x.shape[-2] * self.mlp[0].out_features))
@@ -308,8 +323,9 @@ class Sandwich(PositionBiasEncoding):
             total += torch.cos(distance * w)
         return total - self.sandwich_dim / 2
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        def scaled_kernel(delta: Tensor) -> Tensor:  # delta in float64: float32 angles lose ~1e-3 at 16k
-            return self.kernel(delta).to(dtype).unsqueeze(-1) / self.head_scale.to(dtype)
+    shift_invariant = True
 
-        return relative_bias(scaled_kernel, q_pos, k_pos, torch.float64)
+    def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
+        """``kernel(i - j) / (8 (head + 1) / H)``; the angles in float64 (float32 loses ~1e-3 at 16k)."""
+        delta = k_pos.to(torch.float64) - q_pos.to(torch.float64)
+        return self.kernel(delta).to(dtype) / self.head_scale.to(dtype)[head]

@@ -93,7 +93,8 @@ class CoPE(PositionalEncoding):
 
     Gates and positions are computed in float32 (float64 for float64 inputs). Causal only
     (positions count the keys between ``j`` and ``i``): a key counts for a query when its position is
-    not after the query's, so blocks of queries and KV-cache steps give the same positions. For
+    not after the query's and the attention lets the query see it (``visible``: padding, packed
+    documents), so blocks of queries, KV-cache steps and packed documents give the same positions. For
     grouped-query attention the keys are repeated to the query heads.
     """
 
@@ -104,14 +105,19 @@ class CoPE(PositionalEncoding):
         self.npos_max = check_int("npos_max", npos_max, minimum=2)
         self.pos_emb = nn.Parameter(torch.zeros(self.npos_max, self.head_dim))
 
-    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    bias_uses_visibility = True  # gates count only keys the query can attend (packed documents, padding)
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, visible: Tensor | None = None) -> Tensor:
+        """``(B, H, Lq, Lk)``; a key counts when its position is not after the query's and it is ``visible``."""
         if k.shape[1] != q.shape[1]:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         # half-precision cumulative sums drift by whole positions: count in float32
         compute = torch.float64 if q.dtype == torch.float64 else torch.float32
         q, k = q.to(compute), k.to(compute)
-        visible = position_visibility(q_pos, k_pos)
-        positions = cope_positions(q, k, visible).clamp(max=self.npos_max - 1)
+        counted = position_visibility(q_pos, k_pos)
+        if visible is not None:
+            counted = counted & visible
+        positions = cope_positions(q, k, counted).clamp(max=self.npos_max - 1)
         # z / sqrt(d) on the small (B, H, Lq, npos) tensor, not on the (Lq, Lk) bias
         position_logits = q @ (self.pos_emb.to(compute).transpose(0, 1) / math.sqrt(q.shape[-1]))
         return interpolate_position_logits(position_logits, positions)

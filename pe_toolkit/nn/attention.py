@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pe_toolkit.encoders.base import (
@@ -15,7 +14,9 @@ from pe_toolkit.encoders.base import (
     check_positions,
     default_positions,
 )
+from pe_toolkit.nn.backends import BACKENDS, attend
 from pe_toolkit.nn.kv_cache import KVCache
+from pe_toolkit.nn.masks import AttentionMask, document_positions, document_runs
 
 
 def positional_logits(
@@ -51,9 +52,14 @@ class MultiHeadAttention(nn.Module):
         kv_dim: feature size of the cross-attention context (default ``dim``).
         qkv_bias: biases in the q/k/v projections.
         dropout: attention dropout probability (training only).
-        query_block_size: evaluate attention for this many queries at a time, so the bias and the
-            scores exist for one block only: memory grows linearly with the length at a fixed block
-            size (for inference; autograd keeps every block's activations). ``None``: one block.
+        backend: how attention is evaluated (:mod:`pe_toolkit.nn.backends`): ``"sdpa"`` (dense bias
+            and mask, the reference), ``"blocked"`` (query tiles whose bias and scores are rebuilt in
+            the backward pass: memory linear in the length, for training too), ``"flex"``
+            (FlexAttention with the encoder's pointwise bias; forward only on the CPU) or ``"auto"``
+            (default: :func:`~pe_toolkit.nn.backends.choose_backend`). Every backend gives the same
+            outputs and gradients.
+        query_block_size: the tile size (queries per tile) of the ``"blocked"`` backend; with
+            ``backend="auto"`` it selects ``"blocked"``. ``None``: chosen from the key length.
         qk_norm: RMSNorm over ``head_dim`` on every query and key head after the projections and
             before the encoding's ``rotate`` (QK-norm: Dehghani et al. 2023, "Scaling Vision
             Transformers to 22 Billion Parameters", arXiv:2302.05442; Wortsman et al. 2023,
@@ -64,7 +70,9 @@ class MultiHeadAttention(nn.Module):
     Shapes:
         x ``(B, Lq, dim)``; context ``(B, Lk, kv_dim)``; q_pos ``(Lq,)`` / ``(B, Lq)`` (plus trailing
         dims for vector positions); k_pos likewise for keys; key_padding_mask bool ``(B, Lk_total)``
-        with True for real tokens. Output ``(B, Lq, dim)``.
+        with True for real tokens; document_ids integer ``(B, L)`` (packed sequences, self-attention:
+        a document is a run of equal ids; no attention across documents, and default positions
+        restart at 0 in each). Output ``(B, Lq, dim)``.
     """
 
     def __init__(
@@ -80,6 +88,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         query_block_size: int | None = None,
         qk_norm: bool = False,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         check_int("dim", dim)
@@ -99,6 +108,7 @@ class MultiHeadAttention(nn.Module):
         self.causal = causal
         self.dropout = dropout
         self.query_block_size = None if query_block_size is None else check_int("query_block_size", query_block_size)
+        self.backend = check_backend(backend, self.query_block_size)
         self.q_proj = nn.Linear(dim, dim, bias=qkv_bias)
         self.k_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
         self.v_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
@@ -124,6 +134,7 @@ class MultiHeadAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
         encoding: PositionalEncoding | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
@@ -135,8 +146,16 @@ class MultiHeadAttention(nn.Module):
         source = x if is_self else context
         vector_dims = getattr(encoding, "position_vector_dims", 0)
         past = cache.length if cache is not None else 0
+        runs = None
+        if document_ids is not None:
+            runs = check_document_ids(document_ids, b, q_len, is_self=is_self, cached=cache is not None)
+            if not encoding.supports_documents:
+                name = getattr(encoding, "registry_name", type(encoding).__name__)
+                raise ValueError(f"encoding {name!r} ({encoding.extra_repr()}) is not exact on packed sequences "
+                                 "(document_ids); run the documents separately or use a causal layer")
 
-        q_pos = default_positions(q_len, past, x.device) if q_pos is None else q_pos
+        if q_pos is None:
+            q_pos = default_positions(q_len, past, x.device) if runs is None else document_positions(document_ids)
         check_positions("q_pos", q_pos, q_len, b, vector_dims=vector_dims)
         if k_pos is None:
             k_pos = q_pos if is_self else default_positions(source.shape[1], 0, x.device)
@@ -153,19 +172,10 @@ class MultiHeadAttention(nn.Module):
                 raise TypeError(f"key_padding_mask must be bool (True = real token), got {key_padding_mask.dtype}")
             if tuple(key_padding_mask.shape) != (b, k_len):
                 raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected ({b}, {k_len})")
-        causal = self.causal and is_self
-        block = self.query_block_size
-        if block is None or q_len <= block:
-            out = self._attend(q, k, v, q_pos, k_pos, encoding, causal, key_padding_mask, k_len - q_len, True)
-        else:  # blocks of queries: the bias and the scores exist for one block at a time
-            length_dim = q_pos.dim() - vector_dims - 1
-            out = torch.cat([
-                self._attend(
-                    q[:, :, start:start + block], k, v, q_pos.narrow(length_dim, start, min(block, q_len - start)),
-                    k_pos, encoding, causal, key_padding_mask, start + k_len - q_len, False,
-                )
-                for start in range(0, q_len, block)
-            ], dim=2)
+        mask = AttentionMask(q_len, k_len, causal=self.causal and is_self, key_padding_mask=key_padding_mask,
+                             q_documents=runs, k_documents=runs)
+        out = attend(q, k, v, q_pos, k_pos, encoding, mask, backend=self.backend, tile=self.query_block_size,
+                     dropout=self.dropout if self.training else 0.0, vector_dims=vector_dims)
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
 
     def _queries_keys(self, x: Tensor, source: Tensor) -> tuple[Tensor, Tensor]:
@@ -196,51 +206,33 @@ class MultiHeadAttention(nn.Module):
             logits = logits.masked_fill(~causal_visibility(length, length, x.device), float("-inf"))
         return logits
 
-    def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
-        causal: bool, key_padding_mask: Tensor | None, causal_offset: int, whole: bool,
-    ) -> Tensor:
-        """Attention of queries ``q (B, H, Lq, hd)`` over all keys; query ``i`` sees keys ``<= i + causal_offset``."""
-        bias = encoding.bias(q, k, q_pos, k_pos)
-        mask, use_is_causal = self._merge_masks(bias, causal, key_padding_mask, q, k.shape[-2], causal_offset, whole)
-        return F.scaled_dot_product_attention(
-            q, k, v,
-            attn_mask=mask,
-            is_causal=use_is_causal,
-            dropout_p=self.dropout if self.training else 0.0,
-            enable_gqa=self.num_kv_heads != self.num_heads,
-        )
-
-    @staticmethod
-    def _merge_masks(
-        bias: Tensor | None, causal: bool, key_padding_mask: Tensor | None, q: Tensor, k_len: int,
-        causal_offset: int, whole: bool,
-    ) -> tuple[Tensor | None, bool]:
-        """One SDPA mask from bias, causal and padding: float (with a bias) or bool (masks only)."""
-        q_len = q.shape[-2]
-        visible = None
-        if causal and causal_offset < k_len - 1:  # otherwise every key is visible to every query
-            visible = causal_visibility(q_len, k_len, q.device, offset=causal_offset)
-        if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, None, :]
-            visible = pad if visible is None else visible & pad
-            # A query that sees no key at all (e.g. a left-padding query) would give NaN; let it see
-            # every key instead. Its output is padding and is ignored downstream.
-            visible = visible | ~visible.any(-1, keepdim=True)
-        if bias is None:
-            if visible is None:
-                return None, False
-            if key_padding_mask is None and whole and q_len == k_len:
-                return None, True  # plain causal: let SDPA pick its fast causal path
-            return visible, False
-        mask = bias.to(q.dtype)
-        if visible is not None:
-            mask = mask.masked_fill(~visible, float("-inf"))
-        return mask, False
-
     def extra_repr(self) -> str:
         text = f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, causal={self.causal}"
-        return text + (", qk_norm=True" if self.qk_norm else "")
+        return text + (", qk_norm=True" if self.qk_norm else "") + f", backend={self.backend!r}"
+
+
+def check_backend(backend: str, query_block_size: int | None) -> str:
+    """Validate ``backend`` (one of :data:`~pe_toolkit.nn.backends.BACKENDS`) against ``query_block_size``."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if query_block_size is not None and backend in ("sdpa", "flex"):
+        raise ValueError(f"query_block_size is the tile size of backend 'blocked' (or 'auto'); got backend {backend!r}")
+    return backend
+
+
+def check_document_ids(document_ids: Tensor, batch: int, length: int, *, is_self: bool, cached: bool) -> Tensor:
+    """Validate packed-sequence ids ``(B, L)`` and return the ids of their runs (one per document)."""
+    if not isinstance(document_ids, Tensor):
+        raise TypeError(f"document_ids must be a torch.Tensor, got {type(document_ids).__name__}")
+    if document_ids.dtype == torch.bool or document_ids.is_floating_point() or document_ids.is_complex():
+        raise TypeError(f"document_ids must be an integer tensor, got dtype {document_ids.dtype}")
+    if tuple(document_ids.shape) != (batch, length):
+        raise ValueError(f"document_ids has shape {tuple(document_ids.shape)}, expected ({batch}, {length})")
+    if not is_self:
+        raise ValueError("document_ids is for self-attention (packed sequences); cross-attention got a context")
+    if cached:
+        raise ValueError("document_ids cannot be combined with a KV cache (decode each document on its own)")
+    return document_runs(document_ids)
 
 
 _NOPE = PositionalEncoding(1, 1)

@@ -55,7 +55,7 @@ class TransformerBlock(nn.Module):
         mlp_hidden: MLP width (default: see :class:`MLP`).
         encoding: this block's own encoding, or ``None`` when the caller passes a shared one.
         cross_attention: add a cross-attention sub-layer (encoder-decoder models).
-        query_block_size: see :class:`MultiHeadAttention`.
+        query_block_size, backend: see :class:`MultiHeadAttention` (self-attention).
         qk_norm: QK-norm in the self-attention (see :class:`MultiHeadAttention`).
         attention: ``"mha"`` (:class:`MultiHeadAttention`, default) or ``"mla"``
             (:class:`~pe_toolkit.nn.latent_attention.MultiHeadLatentAttention`, self-attention only).
@@ -79,6 +79,7 @@ class TransformerBlock(nn.Module):
         qk_norm: bool = False,
         attention: str = "mha",
         latent_options: dict | None = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         check_choice("attention", attention, ATTENTION_KINDS)
@@ -86,8 +87,8 @@ class TransformerBlock(nn.Module):
         if attention == "mla":
             if qk_norm:
                 raise ValueError("qk_norm=True is not available with attention='mla' (MLA never materialises keys)")
-            if encoding is not None or query_block_size is not None:
-                raise ValueError("attention='mla' takes neither a per-block encoding nor query_block_size")
+            if encoding is not None or query_block_size is not None or backend != "auto":
+                raise ValueError("attention='mla' takes neither a per-block encoding, query_block_size nor backend")
             options = dict(latent_options or {})
             if "latent_dim" not in options:
                 raise ValueError(f"attention='mla' needs latent_options with 'latent_dim', got {options}")
@@ -98,7 +99,7 @@ class TransformerBlock(nn.Module):
                 raise ValueError(f"latent_options apply to attention='mla' only, got {latent_options}")
             self.attn = MultiHeadAttention(
                 dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout,
-                query_block_size=query_block_size, qk_norm=qk_norm,
+                query_block_size=query_block_size, qk_norm=qk_norm, backend=backend,
             )
         self.cross_norm = make_norm(norm, dim) if cross_attention else None
         self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout) if cross_attention else None
@@ -116,9 +117,12 @@ class TransformerBlock(nn.Module):
         encoding: PositionalEncoding | None = None,
         context: Tensor | None = None,
         context_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
+        extra = {} if document_ids is None else {"document_ids": document_ids}  # MLA takes no documents
         h = self.attn(
-            self.attn_norm(x), q_pos=positions, key_padding_mask=padding_mask, cache=cache, encoding=encoding
+            self.attn_norm(x), q_pos=positions, key_padding_mask=padding_mask, cache=cache, encoding=encoding,
+            **extra,
         )
         x = x + self.resid_dropout(h)
         if self.cross_attn is not None:

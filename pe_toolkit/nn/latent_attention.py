@@ -51,8 +51,9 @@ from pe_toolkit.encoders.base import (
     default_positions,
 )
 from pe_toolkit.encoders.rotary import RotaryEncoding, apply_rope, rope_inverse_frequencies
-from pe_toolkit.nn.attention import MultiHeadAttention
+from pe_toolkit.nn.backends import dense_attention_mask
 from pe_toolkit.nn.kv_cache import KVCache
+from pe_toolkit.nn.masks import AttentionMask
 
 
 class LatentKVCache(KVCache):
@@ -318,9 +319,8 @@ class MultiHeadLatentAttention(nn.Module):
         bias = None
         if bias_encoding is not None:
             bias = bias_encoding.bias(q_rope, k_rope, q_pos, k_pos)
-        mask, is_causal = MultiHeadAttention._merge_masks(
-            bias, self.causal, key_padding_mask, q_rope, k_len, k_len - q_len, True
-        )
+        visibility = AttentionMask(q_len, k_len, causal=self.causal, key_padding_mask=key_padding_mask)
+        mask, is_causal = dense_attention_mask(bias, visibility, 0, q_len, q_rope.dtype, x.device)
         c_k, c_v = self._split_latent(latent)
         if absorb:
             out = self._attend_absorbed(q_nope, q_rope, c_k, c_v, k_rope, mask, is_causal)

@@ -10,8 +10,10 @@ import torch
 from torch import Tensor, nn
 
 from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding, check_int, default_positions
+from pe_toolkit.nn.attention import check_document_ids
 from pe_toolkit.nn.block import TransformerBlock, make_norm
 from pe_toolkit.nn.kv_cache import KVCache
+from pe_toolkit.nn.masks import document_positions
 from pe_toolkit.registry import get_encoder
 
 
@@ -32,8 +34,12 @@ class TransformerConfig:
         tie_embeddings: the output head reuses the token embedding matrix.
         cross_attention: every block also attends to a ``context`` (the decoder of an
             encoder-decoder model); the context keys carry no positional encoding.
-        attention_block_size: evaluate self-attention for this many queries at a time (memory
-            linear in the length for long-context evaluation); ``None``: all at once.
+        attention_backend: how self-attention is evaluated: ``"auto"`` (default), ``"sdpa"``,
+            ``"blocked"`` or ``"flex"`` (see :class:`~pe_toolkit.nn.attention.MultiHeadAttention` and
+            :mod:`pe_toolkit.nn.backends`).
+        attention_block_size: the tile size (queries per tile) of the ``"blocked"`` backend, which it
+            selects under ``"auto"`` (memory linear in the length, for training too); ``None``: chosen
+            from the length when ``"blocked"`` runs.
         scale_embeddings: Vaswani et al. 2017 (section 3.4): token embeddings initialised
             N(0, dim^-1) and multiplied by ``sqrt(dim)`` at the input, so each coordinate has unit
             scale like an additive sinusoidal PE. ``False`` (default): GPT-2 style N(0, 0.02) and no
@@ -61,6 +67,7 @@ class TransformerConfig:
     tie_embeddings: bool = True
     cross_attention: bool = False
     attention_block_size: int | None = None
+    attention_backend: str = "auto"
     scale_embeddings: bool = False
     qk_norm: bool = False
     attention: str = "mha"
@@ -101,6 +108,7 @@ class Transformer(nn.Module):
                 norm=config.norm, mlp=config.mlp, mlp_hidden=config.mlp_hidden, dropout=config.dropout,
                 cross_attention=config.cross_attention, query_block_size=config.attention_block_size,
                 qk_norm=config.qk_norm, attention=config.attention, latent_options=config.latent_options,
+                backend=config.attention_backend,
             )
             for _ in range(config.num_layers)
         )
@@ -154,8 +162,14 @@ class Transformer(nn.Module):
         cache: list[KVCache] | None = None,
         context: Tensor | None = None,
         context_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
-        """Run the trunk on features ``x (B, L, dim)``; returns normalised hidden states ``(B, L, dim)``."""
+        """Run the trunk on features ``x (B, L, dim)``; returns normalised hidden states ``(B, L, dim)``.
+
+        ``document_ids (B, L)`` packs several documents per row (a document is a run of equal ids):
+        no attention crosses a document boundary and default positions restart at 0 in each
+        document, for the ``embed`` hook as for attention.
+        """
         if x.dim() != 3 or x.shape[-1] != self.config.dim:
             raise ValueError(f"x must have shape (B, L, {self.config.dim}), got {tuple(x.shape)}")
         if (context is not None) != self.config.cross_attention:
@@ -165,9 +179,14 @@ class Transformer(nn.Module):
             )
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache must hold one KVCache per layer ({len(self.blocks)}), got {len(cache)}")
+        if document_ids is not None:
+            if self.config.attention != "mha":
+                raise ValueError("document_ids needs attention='mha' (MLA has no packed-sequence masks)")
+            check_document_ids(document_ids, x.shape[0], x.shape[1], is_self=True, cached=cache is not None)
         if positions is None:
             past = cache[0].length if cache is not None else 0
-            positions = default_positions(x.shape[1], past, x.device)
+            positions = (default_positions(x.shape[1], past, x.device) if document_ids is None
+                         else document_positions(document_ids))
         with contextlib.ExitStack() as stack:
             for enc in self.encodings:  # a shared bias is built once per forward
                 if isinstance(enc, PositionBiasEncoding):
@@ -177,7 +196,7 @@ class Transformer(nn.Module):
                 x = block(
                     x, positions=positions, padding_mask=padding_mask,
                     cache=cache[i] if cache is not None else None, encoding=self.encoding_for_layer(i),
-                    context=context, context_padding_mask=context_padding_mask,
+                    context=context, context_padding_mask=context_padding_mask, document_ids=document_ids,
                 )
         return self.final_norm(x)
 
@@ -190,6 +209,7 @@ class Transformer(nn.Module):
         cache: list[KVCache] | None = None,
         context: Tensor | None = None,
         context_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """Logits ``(B, L, vocab)`` for integer tokens ``(B, L)``.
 
@@ -204,7 +224,7 @@ class Transformer(nn.Module):
             )
         hidden = self.forward_features(
             self.embed_tokens(tokens), positions=positions, padding_mask=padding_mask, cache=cache,
-            context=context, context_padding_mask=context_padding_mask,
+            context=context, context_padding_mask=context_padding_mask, document_ids=document_ids,
         )
         return self.lm_head(hidden)
 

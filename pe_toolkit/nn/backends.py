@@ -1,0 +1,232 @@
+"""Attention backends: one bias and one mask definition, evaluated densely, in tiles or by FlexAttention.
+
+Every backend computes ``softmax(q k^T / sqrt(d) + bias, masked) v`` for the same encoder and
+:class:`~pe_toolkit.nn.masks.AttentionMask`; they differ only in what they materialise:
+
+* ``"sdpa"``: the dense ``(B, H, Lq, Lk)`` bias and mask, then ``scaled_dot_product_attention``
+  (the reference; fastest for short sequences). Without a bias and with a plain causal mask, SDPA's
+  own causal kernel runs and nothing is materialised.
+* ``"blocked"``: queries in tiles of ``tile`` rows; each tile builds its own bias and mask rows
+  (``encoder.bias`` on the tile's queries, all keys) and runs SDPA on them. Under autograd every
+  tile is wrapped in ``torch.utils.checkpoint`` so its bias and scores are rebuilt in the backward
+  pass instead of stored: peak memory ``O(tile * Lk)`` per layer, for training too. Works for every
+  encoder (CoPE's gate sums run per query row).
+* ``"flex"``: ``torch.nn.attention.flex_attention`` with the encoder's pointwise
+  :meth:`~pe_toolkit.encoders.base.PositionalEncoding.bias_function` as ``score_mod`` and the mask's
+  :meth:`~pe_toolkit.nn.masks.AttentionMask.mask_function` as a block mask: nothing quadratic is
+  materialised. Forward and backward on CUDA; forward only on CPU (PyTorch has no CPU backward).
+  Encoders without a pointwise bias (CoPE) cannot use it.
+* ``"auto"``: :func:`choose_backend`.
+
+Under bfloat16 / float16 a bias is added in float32: the dense and tiled paths run the attention of
+a biased call in float32 and cast the output back; FlexAttention computes scores in float32.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding
+from pe_toolkit.nn.masks import AttentionMask
+
+BACKENDS = ("auto", "sdpa", "blocked", "flex")
+"""The values of ``MultiHeadAttention(backend=...)``."""
+
+DENSE_BUDGET = 1 << 26
+"""``"auto"`` leaves the dense path when a dense bias or mask would hold more elements (256 MiB in float32)."""
+
+TILE_BUDGET = 1 << 22
+"""Elements of one tile's ``(B, H, tile, Lk)`` scores when ``"blocked"`` chooses the tile size itself."""
+
+FLEX_MIN_PAIRS_CPU = 4096 * 4096
+"""``"auto"`` uses FlexAttention on the CPU (inference) from this many query-key pairs per head."""
+
+
+def flex_supported(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
+    """Whether FlexAttention can run this encoder: no bias, or a pointwise one."""
+    return type(encoding).bias is PositionalEncoding.bias or encoding.bias_function(q, k, q_pos, k_pos) is not None
+
+
+def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   mask: AttentionMask, *, tile: int | None, dropout: float) -> str:
+    """The rule of ``backend="auto"``.
+
+    1. ``"blocked"`` when a tile size was given (``query_block_size``).
+    2. ``"flex"`` when FlexAttention can run the encoder (:func:`flex_supported`), there is no
+       dropout, and either the tensors are on CUDA or no gradient is needed and the call has at least
+       :data:`FLEX_MIN_PAIRS_CPU` query-key pairs per head (its compile time pays off from there).
+    3. ``"blocked"`` when the dense bias or mask would exceed :data:`DENSE_BUDGET` elements.
+    4. ``"sdpa"`` otherwise.
+    """
+    if tile is not None:
+        return "blocked"
+    has_bias = type(encoding).bias is not PositionalEncoding.bias
+    pairs = mask.q_len * mask.k_len
+    if dropout == 0.0 and (q.is_cuda or (not _needs_grad(q, k, encoding) and pairs >= FLEX_MIN_PAIRS_CPU)):
+        if flex_supported(encoding, q, k, q_pos, k_pos):
+            return "flex"
+    if has_bias:
+        materialised = q.shape[0] * q.shape[1] * pairs  # the float (B, H, Lq, Lk) bias and mask
+    elif mask.is_empty or mask.is_plain_causal:
+        materialised = 0  # SDPA's own kernels
+    else:
+        materialised = q.shape[0] * pairs  # a bool (B, 1, Lq, Lk) mask
+    return "blocked" if materialised > DENSE_BUDGET else "sdpa"
+
+
+def _needs_grad(q: Tensor, k: Tensor, encoding: PositionalEncoding, v: Tensor | None = None) -> bool:
+    tensors = (q, k) if v is None else (q, k, v)
+    return torch.is_grad_enabled() and (any(t.requires_grad for t in tensors)
+                                        or any(p.requires_grad for p in encoding.parameters()))
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
+           mask: AttentionMask, *, backend: str, tile: int | None = None, dropout: float = 0.0,
+           vector_dims: int = 0) -> Tensor:
+    """``softmax(q k^T / sqrt(d) + bias) v`` under ``mask``, ``(B, H, Lq, hd)``.
+
+    Args:
+        q: ``(B, H, Lq, hd)``, already rotated; k, v: ``(B, H_kv, Lk, hd)`` (grouped-query heads repeat).
+        q_pos, k_pos: the positions the encoder's bias reads.
+        encoding: the layer's encoder.
+        mask: which keys each query sees.
+        backend: one of :data:`BACKENDS`.
+        tile: query rows per tile for ``"blocked"`` (default from :data:`TILE_BUDGET`).
+        dropout: attention dropout probability (``"sdpa"`` and ``"blocked"`` only).
+        vector_dims: trailing feature dims of the positions (the length dim is the one before them).
+    """
+    if backend == "auto":
+        backend = choose_backend(encoding, q, k, q_pos, k_pos, mask, tile=tile, dropout=dropout)
+    if backend == "sdpa":
+        return _dense(q, k, v, q_pos, k_pos, encoding, mask, 0, mask.q_len, dropout, cache=True)
+    if backend == "blocked":
+        return _blocked(q, k, v, q_pos, k_pos, encoding, mask, tile, dropout, vector_dims)
+    if backend == "flex":
+        return _flex(q, k, v, q_pos, k_pos, encoding, mask, dropout)
+    raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
+# ------------------------------------------------------------------------------------ dense, tiles
+def _bias(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+          visible: Tensor | None, cache: bool) -> Tensor | None:
+    if encoding.bias_uses_visibility:
+        return encoding.bias(q, k, q_pos, k_pos, visible=visible)
+    if not cache and isinstance(encoding, PositionBiasEncoding):
+        # a tile's bias is rebuilt under checkpointing: never hand back a tensor from another graph
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        return encoding.position_bias(q_pos, k_pos, dtype)
+    return encoding.bias(q, k, q_pos, k_pos)
+
+
+def dense_attention_mask(bias: Tensor | None, mask: AttentionMask, start: int, stop: int,
+                         dtype: torch.dtype, device: torch.device) -> tuple[Tensor | None, bool]:
+    """SDPA's ``(attn_mask, is_causal)`` for the queries ``start .. stop - 1``: a float mask (bias with
+    ``-inf`` where not visible) when there is a bias, a bool mask or SDPA's own causal path otherwise."""
+    if bias is None and mask.is_plain_causal and start == 0 and stop == mask.q_len:
+        return None, True
+    visible = mask.dense(start, stop, device)
+    if bias is None:
+        return visible, False
+    scores_mask = bias.to(dtype)
+    if visible is not None:
+        scores_mask = scores_mask.masked_fill(~visible, float("-inf"))
+    return scores_mask, False
+
+
+def _dense(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
+           mask: AttentionMask, start: int, stop: int, dropout: float, cache: bool) -> Tensor:
+    """Attention of the queries ``start .. stop - 1`` of ``mask`` (``q``, ``q_pos`` hold only those)."""
+    gqa = q.shape[1] != k.shape[1]
+    has_bias = type(encoding).bias is not PositionalEncoding.bias
+    visible = mask.dense(start, stop, q.device) if encoding.bias_uses_visibility else None
+    bias = _bias(encoding, q, k, q_pos, k_pos, visible, cache) if has_bias else None
+    # a bias under bfloat16 / float16 is added, and the softmax taken, in float32
+    compute = torch.float32 if bias is not None and q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    attn_mask, is_causal = dense_attention_mask(bias, mask, start, stop, compute, q.device)
+    out = F.scaled_dot_product_attention(q.to(compute), k.to(compute), v.to(compute), attn_mask=attn_mask,
+                                         is_causal=is_causal, dropout_p=dropout, enable_gqa=gqa)
+    return out.to(q.dtype)
+
+
+def default_tile(batch: int, heads: int, k_len: int) -> int:
+    """Query rows per tile so that one tile's scores hold about :data:`TILE_BUDGET` elements (at least 16)."""
+    return max(16, TILE_BUDGET // max(1, batch * heads * k_len))
+
+
+def _blocked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
+             mask: AttentionMask, tile: int | None, dropout: float, vector_dims: int) -> Tensor:
+    tile = default_tile(q.shape[0], q.shape[1], k.shape[-2]) if tile is None else tile
+    length_dim = q_pos.dim() - vector_dims - 1
+    track = torch.is_grad_enabled()
+    outputs = []
+    for start in range(0, mask.q_len, tile):
+        stop = min(start + tile, mask.q_len)
+        q_tile, pos_tile = q[:, :, start:stop], q_pos.narrow(length_dim, start, stop - start)
+
+        def run(q_tile: Tensor, k: Tensor, v: Tensor, start: int = start, stop: int = stop,
+                pos_tile: Tensor = pos_tile) -> Tensor:
+            return _dense(q_tile, k, v, pos_tile, k_pos, encoding, mask, start, stop, dropout, cache=False)
+
+        if track and stop - start < mask.q_len:
+            # recompute the tile's bias and scores in the backward pass; dropout replays its RNG state
+            outputs.append(checkpoint(run, q_tile, k, v, use_reentrant=False, preserve_rng_state=dropout > 0))
+        else:
+            outputs.append(run(q_tile, k, v))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+
+
+# ------------------------------------------------------------------------------------------ flex
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+FLEX_RECOMPILE_LIMIT = 128
+"""Compiled FlexAttention graphs per process (one per encoder, mask kind and shape) before eager fallback."""
+
+FLEX_COMPILE = True
+"""Run FlexAttention compiled (fused kernel); tests may set False to check ``score_mod``s eagerly."""
+
+
+def _flex(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
+          mask: AttentionMask, dropout: float) -> Tensor:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    name = getattr(encoding, "registry_name", type(encoding).__name__)
+    if dropout > 0:
+        raise ValueError("backend 'flex' has no attention dropout; use 'sdpa' or 'blocked' (or dropout=0)")
+    if not q.is_cuda and _needs_grad(q, k, encoding, v):
+        raise ValueError("backend 'flex' has no backward pass on the CPU (PyTorch's FlexAttention): use "
+                         "'blocked' to train on the CPU, or run under torch.no_grad()")
+    score_mod = None
+    if type(encoding).bias is not PositionalEncoding.bias:
+        bias_fn = encoding.bias_function(q, k, q_pos, k_pos)
+        if bias_fn is None:
+            raise ValueError(f"backend 'flex' needs a pointwise bias; {name!r} has none (its bias is not "
+                             "elementwise in (batch, head, query, key)): use 'sdpa' or 'blocked'")
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            return score + bias_fn(b, h, i, j).to(score.dtype)
+
+    block_mask = None
+    if not mask.is_empty:
+        rule = mask.mask_function()
+        batch = q.shape[0] if (mask.key_padding_mask is not None or mask.q_documents is not None) else None
+        block_mask = create_block_mask(lambda b, h, i, j: rule(b, h, i, j), batch, None, mask.q_len, mask.k_len,
+                                       device=q.device)
+    gqa = q.shape[1] != k.shape[1]
+    run = _compiled_flex() if FLEX_COMPILE else flex_attention
+    inputs = (q, k, v)
+    if q.dtype in (torch.float16, torch.bfloat16) and not q.is_cuda:  # CPU flex computes in the input dtype
+        inputs = (q.float(), k.float(), v.float())
+    # every encoder (and shape) is its own compiled graph: allow more of them than dynamo's default 8
+    with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
+        out = run(*inputs, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+    return out.to(q.dtype)
