@@ -64,23 +64,35 @@ class AttentionMask:
         return (not causal_matters and self.key_padding_mask is None and self.q_documents is None
                 and self.window is None)
 
-    def dense(self, start: int = 0, stop: int | None = None, device: torch.device | None = None) -> Tensor | None:
-        """Bool ``(B or 1, 1, stop - start, k_len)`` for queries ``start .. stop - 1``, or ``None`` if all visible."""
+    def key_range(self, start: int, stop: int) -> tuple[int, int]:
+        """The keys ``[first, last)`` that any of the queries ``start .. stop - 1`` can see (causal, window)."""
+        first, last = 0, self.k_len
+        if self.causal:
+            last = min(self.k_len, stop + self.offset)
+            if self.window is not None:
+                first = max(0, start + self.offset - self.window + 1)
+        return first, last
+
+    def dense(self, start: int = 0, stop: int | None = None, device: torch.device | None = None,
+              keys: tuple[int, int] | None = None) -> Tensor | None:
+        """Bool ``(B or 1, 1, stop - start, K)`` for queries ``start .. stop - 1`` and the keys ``keys =
+        (first, last)`` (default all, ``K = k_len``), or ``None`` if every one of them is visible."""
         stop = self.q_len if stop is None else stop
+        first, last = (0, self.k_len) if keys is None else keys
         if self.is_empty:
             return None
         rows = torch.arange(start, stop, device=device).unsqueeze(-1) + self.offset  # the query's own key index
-        cols = torch.arange(self.k_len, device=device)
-        visible = torch.ones(stop - start, self.k_len, dtype=torch.bool, device=device)
+        cols = torch.arange(first, last, device=device)
+        visible = torch.ones(stop - start, last - first, dtype=torch.bool, device=device)
         if self.causal:
             visible = visible & (cols <= rows)
         if self.window is not None:
             visible = visible & (cols > rows - self.window)
         visible = visible[None, None]
         if self.key_padding_mask is not None:
-            visible = visible & self.key_padding_mask[:, None, None, :]
+            visible = visible & self.key_padding_mask[:, None, None, first:last]
         if self.q_documents is not None:
-            same = self.q_documents[:, start:stop, None] == self.k_documents[:, None, :]
+            same = self.q_documents[:, start:stop, None] == self.k_documents[:, None, first:last]
             visible = visible & same[:, None]
         return visible | ~visible.any(-1, keepdim=True)
 
