@@ -16,7 +16,12 @@ Two measurements, all in forked children so that this (parent) process runs no t
    * memory: a fresh child per (encoder, L) runs one tiny step (L=8, to load the code paths), then
      builds the layer and input at ``L`` and runs one step; its peak RSS growth is reported.
 
-2. **RoPE application** at ``(B, H, L, head_dim)`` (default 4, 8, 2048, 64), float32, queries and keys:
+2. **Attention backends** (:mod:`_backend_sweep`): per encoder, backend (``sdpa``, ``blocked``,
+   ``flex``) and length up to 32,768, the time and peak memory of one training step, and of
+   inference with FlexAttention against dense SDPA; the overhead of each encoder against NoPE at
+   L = 2,048 comes from measurement 1 (``backend="auto"``).
+
+3. **RoPE application** at ``(B, H, L, head_dim)`` (default 4, 8, 2048, 64), float32, queries and keys:
 
    * ours: ``pe_toolkit.encoders.rotary.apply_rope(x, cos, sin)`` on q and on k, with cos/sin
      ``(L, head_dim/2)`` read from the encoder's cache, half-split layout; also ``interleaved=True``.
@@ -45,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 if __package__:
+    from . import _backend_sweep as sweep
     from .common import (
         Progress,
         command_line,
@@ -59,6 +65,7 @@ if __package__:
         write_results,
     )
 else:  # run as a script: benchmarks/ is on sys.path
+    import _backend_sweep as sweep
     from common import (
         Progress,
         command_line,
@@ -86,6 +93,11 @@ QUICK_TIMING = {"budget_s": 6.0, "min_repeats": 2, "max_repeats": 20}
 FULL_ROPE = {"warmup": 10, "budget_s": 40.0, "min_repeats": 60, "max_repeats": 300}
 QUICK_ROPE = {"warmup": 2, "budget_s": 5.0, "min_repeats": 10, "max_repeats": 60}
 CHILD_TIMEOUT_S = 1800.0
+BIAS_ENCODERS = ("alibi", "t5", "kerple", "fire", "sandwich", "bam", "bam_ssmax", "cope")
+FULL_BACKENDS = {"lengths": [2048, 8192, 16384, 32768], "encoders": ["nope", "rope", *BIAS_ENCODERS],
+                 "infer_length": 8192, "infer_encoders": ["alibi", "t5", "kerple", "fire", "sandwich", "bam"]}
+QUICK_BACKENDS = {"lengths": [1024], "encoders": ["nope", "alibi", "cope"], "infer_length": 2048,
+                  "infer_encoders": ["alibi"]}
 MEMORY_FRACTION = 0.6  # default cap on a child's memory growth, as a fraction of MemAvailable
 
 
@@ -483,6 +495,141 @@ def _plot(layer_rows: list[dict], rope_rows: list[dict], names: list[str], out_d
     return paths
 
 
+# ---------------------------------------------------------------------------------- backends
+def run_backend_sweep(plan: dict, dim: int, heads: int, device: str, memory_limit: int | None,
+                      progress) -> tuple[list[dict], list[dict]]:
+    """Training rows (encoder x backend x length) and inference rows (encoder x backend at one length)."""
+    train_rows: list[dict] = []
+    for length in plan["lengths"]:
+        for name in plan["encoders"]:
+            for backend in plan["backends"]:
+                row: dict[str, Any] = dict(kind="backend_train", encoder=name, backend=backend, length=length,
+                                           batch=1, dim=dim, heads=heads, device=device, dtype="float32")
+                needed = sweep.dense_bytes(length, 1, heads)
+                has_bias = "bias" in pet.encoder_info(name).hooks
+                if backend == "sdpa" and has_bias and memory_limit is not None and needed > memory_limit:
+                    row.update(seconds=None, peak_mib=None,
+                               status=f"skipped: the dense bias, mask and scores need >= {needed / 2**30:.1f} GiB, "
+                                      f"over the {memory_limit / 2**30:.1f} GiB cap")
+                elif backend == "flex" and device == "cpu":
+                    row.update(seconds=None, peak_mib=None, status="skipped: FlexAttention has no backward on the CPU")
+                else:
+                    try:
+                        seconds, peak = peak_memory_in_subprocess(
+                            sweep.train_step, name, length, backend, dim, heads, device,
+                            warmup=sweep.warm_train(name, backend, dim, heads, device),
+                            timeout=CHILD_TIMEOUT_S * 3, memory_limit_bytes=memory_limit)
+                        row.update(seconds=seconds, peak_mib=peak / MIB, status="ok")
+                    except RuntimeError as error:
+                        row.update(seconds=None, peak_mib=None, status=_short(_child_failure(error)))
+                train_rows.append(row)
+                done = (f"{row['seconds']:.2f} s, {row['peak_mib']:.0f} MiB" if row["status"] == "ok"
+                        else row["status"])
+                progress(f"train {name} {backend} L={length}: {done}")
+    infer_rows: list[dict] = []
+    length = plan["infer_length"]
+    for name in plan["infer_encoders"]:
+        samples = {}
+        for backend in ("sdpa", "blocked", "flex"):
+            row = dict(kind="backend_infer", encoder=name, backend=backend, length=length, batch=1, dim=dim,
+                       heads=heads, device=device, dtype="float32")
+            try:
+                result, peak = peak_memory_in_subprocess(
+                    sweep.infer, name, length, backend, dim, heads, device,
+                    warmup=sweep.warm_infer(name, length, backend, dim, heads, device),
+                    timeout=CHILD_TIMEOUT_S, memory_limit_bytes=memory_limit)
+                samples[backend] = result["sample"]
+                row.update(median_ms=result["median_s"] * 1e3, peak_mib=peak / MIB, status="ok")
+            except RuntimeError as error:
+                row.update(median_ms=None, peak_mib=None, status=_short(_child_failure(error)))
+            infer_rows.append(row)
+        for row in infer_rows[-3:]:
+            if "sdpa" in samples and row["backend"] in samples:
+                row["max_abs_diff_vs_sdpa"] = max(abs(a - b) for a, b in zip(samples[row["backend"]], samples["sdpa"]))
+        by_backend = {r["backend"]: r for r in infer_rows[-3:]}
+        flex, dense = by_backend["flex"], by_backend["sdpa"]
+        if flex["status"] == "ok" and dense["status"] == "ok":
+            flex["speedup_vs_sdpa"] = dense["median_ms"] / flex["median_ms"]
+            flex["memory_ratio_vs_sdpa"] = dense["peak_mib"] / max(flex["peak_mib"], 1e-9)
+        progress(f"infer {name} L={length}: " + ", ".join(
+            f"{r['backend']} {r['median_ms']:.0f} ms {r['peak_mib']:.0f} MiB" if r["status"] == "ok"
+            else f"{r['backend']} {r['status']}" for r in infer_rows[-3:]))
+    return train_rows, infer_rows
+
+
+def overhead_rows(layer_rows: list[dict], length: int = 2048) -> list[dict]:
+    """Forward + backward time of each encoder over NoPE's at ``length`` (measurement 1, backend auto)."""
+    by_name = {r["encoder"]: r for r in layer_rows if r["length"] == length and r.get("median_ms")}
+    if "nope" not in by_name:
+        return []
+    base = by_name["nope"]["median_ms"]
+    return [dict(kind="overhead_vs_nope", encoder=name, length=length, median_ms=r["median_ms"],
+                 nope_ms=base, ratio=r["median_ms"] / base) for name, r in by_name.items()]
+
+
+def _backend_tables(train_rows: list[dict], infer_rows: list[dict], overhead: list[dict]) -> str:
+    parts = []
+    if train_rows:
+        lengths = sorted({r["length"] for r in train_rows})
+        table = []
+        for name in dict.fromkeys(r["encoder"] for r in train_rows):
+            for backend in dict.fromkeys(r["backend"] for r in train_rows):
+                entry = {"encoder": name, "backend": backend}
+                for r in train_rows:
+                    if r["encoder"] == name and r["backend"] == backend:
+                        entry[f"L{r['length']}"] = (f"{r['seconds']:.2f} s / {r['peak_mib']:.0f} MiB"
+                                                    if r["status"] == "ok" else r["status"].split(":")[0])
+                table.append(entry)
+        parts.append("### Training step per backend (forward + backward: seconds / peak MiB)\n\n"
+                     + markdown_table(table, ["encoder", "backend"] + [(f"L{L}", f"L={L}") for L in lengths]))
+        skipped = sorted({r["status"] for r in train_rows if r["status"] != "ok"})
+        if skipped:
+            parts.append("\n".join(f"* {s}" for s in skipped) + "\n")
+    if infer_rows:
+        parts.append(f"### Inference, forward only, L={infer_rows[0]['length']}\n\n" + markdown_table(
+            infer_rows, ["encoder", "backend", ("median_ms", "median ms"), ("peak_mib", "peak MiB"),
+                         ("speedup_vs_sdpa", "sdpa / flex time"), ("memory_ratio_vs_sdpa", "sdpa / flex memory"),
+                         ("max_abs_diff_vs_sdpa", "max abs diff vs sdpa"), "status"],
+            {"median_ms": ".1f", "peak_mib": ".0f", "speedup_vs_sdpa": ".2f", "memory_ratio_vs_sdpa": ".1f",
+             "max_abs_diff_vs_sdpa": ".1e"}))
+    if overhead:
+        parts.append(f"### Overhead against NoPE, L={overhead[0]['length']}, forward + backward, backend auto\n\n"
+                     + markdown_table(overhead, ["encoder", ("median_ms", "median ms"), ("ratio", "/ NoPE")],
+                                      {"median_ms": ".1f", "ratio": ".2f"}))
+    return "\n".join(parts)
+
+
+def _backend_plot(train_rows: list[dict], out_dir: Path) -> Path | None:
+    if not train_rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for i, name in enumerate(dict.fromkeys(r["encoder"] for r in train_rows)):
+        for backend, style in (("sdpa", "--"), ("blocked", "-"), ("flex", ":")):
+            points = sorted((r["length"], r["peak_mib"]) for r in train_rows
+                            if r["encoder"] == name and r["backend"] == backend and r["status"] == "ok")
+            if points:
+                ax.plot(*zip(*points), linestyle=style, marker="o", color=f"C{i % 10}", label=f"{name} {backend}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    empty = note_if_empty(ax, "peak memory", reason="no training configuration was measured in this run")
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel("peak RSS growth, MiB (one layer, forward + backward)")
+    ax.set_title("Training memory per backend (dashed: dense sdpa, solid: blocked)")
+    ax.grid(True, which="both", alpha=0.3)
+    if not empty:
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path = out_dir / "backend_memory_vs_length.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 # --------------------------------------------------------------------------------------- main
 def _available_memory_bytes() -> int | None:
     try:
@@ -542,6 +689,15 @@ def build_parser():
         f"failed (default: {MEMORY_FRACTION * 100:.0f}%% of MemAvailable at start)",
     )
     parser.add_argument("--no-rope-apply", action="store_true", help="skip the RoPE application comparison")
+    parser.add_argument("--no-backends", action="store_true", help="skip the attention-backend measurements")
+    parser.add_argument("--backend-lengths", type=int, nargs="+",
+                        help=f"training lengths of the backend sweep (default {FULL_BACKENDS['lengths']}, "
+                             f"quick {QUICK_BACKENDS['lengths']})")
+    parser.add_argument("--backend-encoders", nargs="+", help="encoders of the backend sweep")
+    parser.add_argument("--backends", nargs="+", choices=("sdpa", "blocked", "flex"), default=None,
+                        help="training backends (default sdpa blocked; flex trains on CUDA only)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="device of the backend sweep (auto: cuda when available)")
     return parser
 
 
@@ -579,8 +735,25 @@ def main(argv: list[str] | None = None) -> int:
     shape = dict(batch=args.batch, dim=args.dim, heads=args.heads)
     out_dir = results_dir(NAME, args.out)
 
+    plan, device = None, "cpu"
+    if not args.no_backends:
+        import torch
+
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+        defaults = QUICK_BACKENDS if args.quick else FULL_BACKENDS
+        plan = dict(defaults, backends=args.backends or (["sdpa", "blocked", "flex"] if device == "cuda"
+                                                          else ["sdpa", "blocked"]))
+        if args.backend_lengths:
+            plan["lengths"] = args.backend_lengths
+        if args.backend_encoders:
+            unknown = [n for n in args.backend_encoders if n not in available]
+            if unknown:
+                parser.error(f"unknown --backend-encoders {unknown}; sequence encoders: {', '.join(available)}")
+            plan["encoders"] = args.backend_encoders
+    sweep_steps = 0 if plan is None else (len(plan["lengths"]) * len(plan["encoders"]) * len(plan["backends"])
+                                          + len(plan["infer_encoders"]))
     layer_rows: list[dict] = []
-    progress = Progress(len(lengths) * (1 + len(names)) + (0 if args.no_rope_apply else 1), NAME)
+    progress = Progress(len(lengths) * (1 + len(names)) + sweep_steps + (0 if args.no_rope_apply else 1), NAME)
     for length in lengths:
         child_start = time.perf_counter()
         try:
@@ -668,6 +841,12 @@ def main(argv: list[str] | None = None) -> int:
             mib = f"{row['peak_mib']:.1f} MiB" if row["peak_mib"] is not None else _short(row["memory_status"])
             progress(f"{name} L={length}: {ms}, {mib}")
 
+    train_rows: list[dict] = []
+    infer_rows: list[dict] = []
+    if plan is not None:
+        train_rows, infer_rows = run_backend_sweep(plan, args.dim, args.heads, device, memory_limit, progress)
+    overhead = overhead_rows(layer_rows)
+
     rope_rows: list[dict] = []
     if not args.no_rope_apply:
         b, h, length, hd = args.rope_shape
@@ -723,10 +902,16 @@ def main(argv: list[str] | None = None) -> int:
         load_average_1min_at_start=load_at_start,
         load_average_1min_at_end=_load_average(),
         step="attention(encoding.embed(x, positions)).sum().backward(), x (B, L, dim) float32 requires_grad",
+        backend_sweep=plan,
+        backend_device=device,
+        mmap_threshold_bytes_in_backend_children=sweep.MMAP_THRESHOLD_BYTES,
     )
-    rows = layer_rows + rope_rows
+    rows = layer_rows + train_rows + infer_rows + overhead + rope_rows
     write_results(NAME, config, rows, seconds, root=args.out)
     plots = _plot(layer_rows, rope_rows, names, out_dir)
+    backend_plot = _backend_plot(train_rows, out_dir)
+    if backend_plot is not None:
+        plots.append(backend_plot)
 
     command = command_line(sys.argv[1:] if argv is None else argv, script=__file__)
     body = [
@@ -772,6 +957,14 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if alone:
         body.append("\nTimed in a process of their own:\n\n" + "\n".join(alone) + "\n")
+    if train_rows or infer_rows or overhead:
+        body += [
+            "\n## Attention backends\n",
+            sweep.__doc__.split("\n\n", 1)[1].strip() + "\n",
+            "GPU rows: " + ("measured on CUDA.\n" if any(r.get("device") == "cuda" for r in train_rows + infer_rows)
+                            else "not measured (no GPU in this run).\n"),
+            _backend_tables(train_rows, infer_rows, overhead),
+        ]
     if rope_rows:
         r0 = rope_rows[0]
         body += [

@@ -144,15 +144,16 @@ def dense_attention_mask(bias: Tensor | None, mask: AttentionMask, start: int, s
 
 def _dense(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
            mask: AttentionMask, start: int, stop: int, dropout: float, cache: bool,
-           keys: tuple[int, int] | None = None) -> Tensor:
+           keys: tuple[int, int] | None = None, explicit: bool = False) -> Tensor:
     """Attention of the queries ``start .. stop - 1`` of ``mask`` over its keys ``keys`` (default all):
     ``q``, ``q_pos`` hold only those queries and ``k``, ``v``, ``k_pos`` only those keys.
 
-    ``cache=True`` (the ``"sdpa"`` backend) may reuse a bias built for another layer and runs
-    ``scaled_dot_product_attention``; ``cache=False`` (a tile) rebuilds the bias and writes the
-    softmax out (:func:`_explicit_attention`), whose autograd graph ``torch.utils.checkpoint`` can
-    drop: SDPA's CPU kernels keep about one float ``(B, H, tile, Lk)`` buffer per tile alive inside
-    a checkpointed region (measured: +26 MiB per 128 x 8192 tile, against +0 written out).
+    ``cache=True`` (the ``"sdpa"`` backend) may reuse a bias built for another layer; a tile
+    (``cache=False``) rebuilds it. ``explicit`` writes the softmax out (:func:`_explicit_attention`)
+    instead of calling ``scaled_dot_product_attention``: the blocked backend does so under
+    autograd, where the tile runs inside ``torch.utils.checkpoint`` (with SDPA's CPU kernels there,
+    the peak RSS grew by about one float ``(B, H, tile, Lk)`` buffer per tile: +26 MiB per
+    128 x 8192 tile, against +0 written out).
     """
     gqa = q.shape[1] != k.shape[1]
     has_bias = type(encoding).bias is not PositionalEncoding.bias
@@ -163,7 +164,7 @@ def _dense(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodi
     attn_mask, is_causal = dense_attention_mask(bias, mask, start, stop, compute, q.device, keys)
     dtype = q.dtype
     q, k, v = q.to(compute), k.to(compute), v.to(compute)
-    if cache:
+    if not explicit:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout,
                                              enable_gqa=gqa)
     else:
@@ -211,13 +212,16 @@ def _blocked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, enco
         pos_tile = q_pos.narrow(q_dim, start, stop - start)
         keys_pos = k_pos.narrow(k_dim, first, last - first)
 
+        checkpointed = track and stop - start < mask.q_len
+
         def run(q_tile: Tensor, k_tile: Tensor, v_tile: Tensor, start: int = start, stop: int = stop,
-                pos_tile: Tensor = pos_tile, keys_pos: Tensor = keys_pos, keys: tuple = (first, last)) -> Tensor:
+                pos_tile: Tensor = pos_tile, keys_pos: Tensor = keys_pos, keys: tuple = (first, last),
+                explicit: bool = checkpointed) -> Tensor:
             return _dense(q_tile, k_tile, v_tile, pos_tile, keys_pos, encoding, mask, start, stop, dropout,
-                          cache=False, keys=keys)
+                          cache=False, keys=keys, explicit=explicit)
 
         inputs = (q[:, :, start:stop], k[:, :, first:last], v[:, :, first:last])
-        if track and stop - start < mask.q_len:
+        if checkpointed:
             # recompute the tile's bias and scores in the backward pass; dropout replays its RNG state
             outputs.append(checkpoint(run, *inputs, use_reentrant=False, preserve_rng_state=dropout > 0))
         else:
