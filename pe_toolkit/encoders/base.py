@@ -118,24 +118,6 @@ def relative_distance_table(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tenso
     return torch.arange(lo, hi + 1, device=q_pos.device), index
 
 
-def relative_bias(fn: Callable[[Tensor], Tensor], q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-    """``heads_first(fn(k_pos - q_pos))`` for a bias that is a function of the relative position alone.
-
-    ``fn`` maps relative positions ``j - i`` (a ``dtype`` tensor of any shape ``S``) to ``(*S, H)``.
-    Integer positions go through :func:`relative_distance_table`: ``fn`` runs once per distinct
-    distance and the values are gathered, which equals ``fn`` on every pair exactly. Otherwise the
-    positions are cast to ``dtype`` and subtracted pairwise.
-
-    Returns:
-        ``(B or 1, H, Lq, Lk)``.
-    """
-    table = relative_distance_table(q_pos, k_pos)
-    if table is not None:
-        distances, index = table
-        return heads_first(fn(distances.to(dtype))[index])
-    return heads_first(fn(relative_distance(q_pos.to(dtype), k_pos.to(dtype))))
-
-
 BiasFunction = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 """``f(batch, head, query index, key index) -> bias``, elementwise; see :meth:`PositionalEncoding.bias_function`."""
 
