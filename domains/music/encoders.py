@@ -43,7 +43,14 @@ from pe_toolkit.domains.music.structure import (
     field_index,
 )
 from pe_toolkit.encoders.absolute import sinusoidal_table
-from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int
+from pe_toolkit.encoders.base import (
+    BiasFunction,
+    PositionalEncoding,
+    check_choice,
+    check_float,
+    check_int,
+    position_lookup,
+)
 from pe_toolkit.registry import register_encoder
 
 __all__ = [
@@ -464,6 +471,22 @@ class MusicRelativeAttention(PositionalEncoding):
         else:
             logits = relative_logits_gather(q, self.table, q_pos, k_pos, self.max_distance)
         return logits / math.sqrt(self.head_dim)
+
+    def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction:
+        """Pointwise: ``x[b, h, i, clip(k_pos[j] - q_pos[i], -D, D) + D]`` with the per-query table
+        ``x = q E^T / sqrt(hd)`` ``(B, H, Lq, 2D + 1)`` (no ``Lq x Lk`` tensor; FlexAttention's ``score_mod``)."""
+        for name, pos in (("q_pos", q_pos), ("k_pos", k_pos)):
+            if pos.is_floating_point():
+                raise TypeError(f"music_relative: {name} must be integer positions, got dtype {pos.dtype}")
+        compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+        per_query = q.to(compute) @ self.table.to(compute).transpose(-1, -2) / math.sqrt(self.head_dim)
+        query, key = position_lookup(q_pos), position_lookup(k_pos)
+        distance = self.max_distance
+
+        def function(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            return per_query[b, h, i, (key(b, j) - query(b, i)).clamp(-distance, distance) + distance]
+
+        return function
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_distance={self.max_distance}, share_heads={self.share_heads}"

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionalEncoding, check_int
+from pe_toolkit.encoders.base import BiasFunction, PositionalEncoding, check_int, position_lookup
 from pe_toolkit.registry import register_encoder
 
 __all__ = ["EXAMPLE_GAPS", "TimeIntervalBias", "clipped_intervals"]
@@ -31,8 +31,12 @@ def clipped_intervals(q_time: Tensor, k_time: Tensor, max_interval: int) -> Tens
     Returns:
         ``(Lq, Lk)`` or ``(B, Lq, Lk)`` long.
     """
-    gap = (k_time.unsqueeze(-2).to(torch.float64) - q_time.unsqueeze(-1).to(torch.float64)).abs()
-    return gap.floor().clamp(max=max_interval).long()
+    return interval(q_time.unsqueeze(-1), k_time.unsqueeze(-2), max_interval)
+
+
+def interval(q_time: Tensor, k_time: Tensor, max_interval: int) -> Tensor:
+    """``min(floor(|t_q - t_k|), max_interval)`` elementwise over broadcast times, long (float64 arithmetic)."""
+    return (k_time.to(torch.float64) - q_time.to(torch.float64)).abs().floor().clamp(max=max_interval).long()
 
 
 @register_encoder(
@@ -132,6 +136,21 @@ class TimeIntervalBias(PositionalEncoding):
         relation = relation.unsqueeze(-3) if relation.dim() == 3 else relation[None, None]
         relation = relation.expand(b, h, lq, relation.shape[-1])
         return logits.gather(-1, relation)  # (B, H, Lq, Lk)
+
+    def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction:
+        """Pointwise: ``x[b, h, i, r(t_i, t_j)]`` with the per-query table ``x = q R^T / sqrt(d)``
+        ``(B, H, Lq, max_interval + 1)`` (FlexAttention's ``score_mod``)."""
+        self._split("q_pos", q_pos)
+        self._split("k_pos", k_pos)
+        compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+        per_query = q.to(compute) @ self.interval_emb.to(compute).transpose(0, 1) / math.sqrt(q.shape[-1])
+        query, key = position_lookup(q_pos, vector_dims=1), position_lookup(k_pos, vector_dims=1)
+        clip = self.max_interval
+
+        def function(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            return per_query[b, h, i, interval(query(b, i)[..., 1], key(b, j)[..., 1], clip)]
+
+        return function
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_interval={self.max_interval}, max_len={self.max_len}"

@@ -118,6 +118,21 @@ def relative_distance_table(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tenso
     return torch.arange(lo, hi + 1, device=q_pos.device), index
 
 
+def position_lookup(positions: Tensor, vector_dims: int = 0) -> Callable[[Tensor, Tensor], Tensor]:
+    """``lookup(b, i) = positions[b, i]`` for ``(B, L, ...)`` positions and ``positions[i]`` for ``(L, ...)``.
+
+    Index tensors ``b``, ``i`` broadcast together; ``vector_dims`` trailing feature dims come along.
+    For the pointwise :meth:`PositionalEncoding.bias_function` of an encoder.
+    """
+    batched = positions.dim() == 2 + vector_dims
+    table = positions if batched else positions.unsqueeze(0)
+
+    def lookup(b: Tensor, i: Tensor) -> Tensor:
+        return table[b if batched else torch.zeros_like(b), i]
+
+    return lookup
+
+
 BiasFunction = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 """``f(batch, head, query index, key index) -> bias``, elementwise; see :meth:`PositionalEncoding.bias_function`."""
 
@@ -379,17 +394,13 @@ class PositionBiasEncoding(PositionalEncoding):
         return score_bias(self.score, self.num_heads, q_pos, k_pos, dtype, shift_invariant=self.shift_invariant)
 
     def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction:
-        """:meth:`score` looked up at ``q_pos[b, i]`` and ``k_pos[b, j]`` (``(L,)`` positions: no batch)."""
+        """:meth:`score` at the positions ``q_pos[b, i]`` and ``k_pos[b, j]`` (:func:`position_lookup`)."""
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         num_keys = k_pos.shape[-1]
-        qp = q_pos if q_pos.dim() == 2 else q_pos.unsqueeze(0)
-        kp = k_pos if k_pos.dim() == 2 else k_pos.unsqueeze(0)
-        batched_q, batched_k = q_pos.dim() == 2, k_pos.dim() == 2
+        query, key = position_lookup(q_pos), position_lookup(k_pos)
 
         def function(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
-            query = qp[b if batched_q else torch.zeros_like(b), i]
-            key = kp[b if batched_k else torch.zeros_like(b), j]
-            return self.score(h, query, key, dtype, num_keys)
+            return self.score(h, query(b, i), key(b, j), dtype, num_keys)
 
         return function
 

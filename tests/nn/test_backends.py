@@ -248,3 +248,30 @@ def test_score_mod_scale_matches_head_dim():
         out = backends.attend(q, k, v, torch.arange(5), torch.arange(5), nope, mask, backend="flex")
     weights = (q @ k.transpose(-1, -2) / math.sqrt(16)).softmax(-1)
     torch.testing.assert_close(out, weights @ v, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ domain biases
+DOMAIN_POINTWISE = ["music_relative", "time_interval"]
+
+
+@pytest.mark.parametrize("name", DOMAIN_POINTWISE)
+def test_domain_bias_function_is_the_dense_bias(name):
+    """Per-query tables looked up pointwise equal the encoder's own dense bias, at its example positions."""
+    enc = encoder(name)
+    pos = enc.example_positions(7)
+    q, k = torch.randn(2, 4, 7, 8, dtype=torch.float64), torch.randn(2, 4, 7, 8, dtype=torch.float64)
+    fn = enc.bias_function(q, k, pos, pos)
+    b, h = torch.arange(2).view(2, 1, 1, 1), torch.arange(4).view(1, 4, 1, 1)
+    i, j = torch.arange(7).view(1, 1, 7, 1), torch.arange(7).view(1, 1, 1, 7)
+    torch.testing.assert_close(fn(b, h, i, j), enc.bias(q, k, pos, pos).expand(2, 4, 7, 7), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", DOMAIN_POINTWISE)
+@pytest.mark.parametrize("backend", ["blocked", "flex"])
+def test_domain_bias_on_every_backend(name, backend, eager_flex):
+    dtype = torch.float32 if backend == "flex" else torch.float64
+    reference, other = pair(name, backend, tile=3 if backend == "blocked" else None, dtype=dtype)
+    pos = reference.encoding.example_positions(9)
+    x = torch.randn(2, 9, 32, dtype=dtype)
+    with torch.no_grad():
+        torch.testing.assert_close(other(x, q_pos=pos), reference(x, q_pos=pos), rtol=1e-5, atol=1e-5)
