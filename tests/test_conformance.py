@@ -285,3 +285,44 @@ def test_packed_documents_on_every_backend(name, backend, monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     alone = reference(x[1:, 8:], q_pos=None)  # the last document of row 1 (ids 5 again, a new run)
     torch.testing.assert_close(want[1:, 8:], alone, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ left-padded decoding
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+def test_left_padded_generate_equals_each_prompt_alone(name):
+    """``generate(..., attention_mask=)``: positions start at each prompt's first real token, padding unseen."""
+    model = make_model(name, causal=True)
+    prompts = [torch.randint(1, 40, (n,)) for n in (3, 6, 4)]
+    width = max(len(p) for p in prompts)
+    batch = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for row, p in enumerate(prompts):
+        batch[row, width - len(p):] = p
+        mask[row, width - len(p):] = 1
+    out = model.generate(batch, 5, attention_mask=mask)
+    for row, p in enumerate(prompts):
+        alone = model.generate(p[None], 5)
+        assert torch.equal(out[row, width:], alone[0, len(p):]), (row, out[row], alone[0])
+    # the first step's logits, not only the argmax
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(batch, positions=positions, padding_mask=mask.bool())[:, -1]
+    for row, p in enumerate(prompts):
+        torch.testing.assert_close(logits[row], model(p[None])[0, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_generate_attention_mask_errors():
+    model = make_model("rope", causal=True)
+    prompt = torch.randint(1, 40, (2, 4))
+    cases = [
+        (torch.ones(2, 4), TypeError, "bool or integer"),
+        (torch.ones(2, 3, dtype=torch.long), ValueError, r"shape \(2, 3\), expected the prompt's \(2, 4\)"),
+        (torch.full((2, 4), 2), ValueError, "only 0 \\(padding\\) and 1"),
+        (torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]), ValueError, "padding after a real token"),
+        (torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1]]), ValueError, "at least one real token"),
+        ([[1, 1, 1, 1]] * 2, TypeError, "must be a torch.Tensor, got list"),
+    ]
+    for mask, error, match in cases:
+        with pytest.raises(error, match=match):
+            model.generate(prompt, 2, attention_mask=mask)
+    assert torch.equal(model.generate(prompt, 2, attention_mask=torch.ones(2, 4, dtype=torch.bool)),
+                       model.generate(prompt, 2))

@@ -239,6 +239,7 @@ class Transformer(nn.Module):
         generator: torch.Generator | None = None,
         context: Tensor | None = None,
         context_padding_mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
         """Continue ``prompt (B, L)`` by ``max_new_tokens`` tokens with a KV cache.
 
@@ -246,6 +247,10 @@ class Transformer(nn.Module):
         ``softmax(logits / temperature)``, restricted to the ``top_k`` most likely tokens if given.
         Positions continue past the prompt. ``context`` / ``context_padding_mask`` are passed to
         every step (encoder-decoder models). Returns ``(B, L + max_new_tokens)``.
+
+        ``attention_mask (B, L)`` (1 / True for real tokens, int or bool as in Hugging Face) decodes a
+        batch of left-padded prompts of different lengths: positions start at each prompt's first real
+        token, padding is never attended, and each row continues as its prompt would alone.
         """
         if not self.config.causal:
             raise ValueError("generate needs a causal model (config.causal=True)")
@@ -254,12 +259,16 @@ class Transformer(nn.Module):
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if top_k is not None:
             check_int("top_k", top_k)
+        padding = positions = None
+        if attention_mask is not None:
+            padding = check_attention_mask(attention_mask, tuple(prompt.shape))
+            positions = (padding.long().cumsum(-1) - 1).clamp(min=0)  # (B, L): 0 at each first real token
         was_training = self.training
         self.eval()
         cache = self.new_cache()
         out = prompt
         memory = {"context": context, "context_padding_mask": context_padding_mask}
-        logits = self(prompt, cache=cache, **memory)[:, -1]
+        logits = self(prompt, positions=positions, padding_mask=padding, cache=cache, **memory)[:, -1]
         for step in range(max_new_tokens):
             if temperature == 0:
                 next_token = logits.argmax(-1, keepdim=True)
@@ -271,6 +280,36 @@ class Transformer(nn.Module):
                 next_token = torch.multinomial(scaled.softmax(-1), 1, generator=generator)
             out = torch.cat((out, next_token), dim=1)
             if step + 1 < max_new_tokens:
-                logits = self(next_token, cache=cache, **memory)[:, -1]
+                if padding is None:
+                    logits = self(next_token, cache=cache, **memory)[:, -1]
+                else:
+                    positions = positions[:, -1:] + 1
+                    padding = torch.cat((padding, padding.new_ones(padding.shape[0], 1)), dim=1)
+                    logits = self(next_token, positions=positions, padding_mask=padding, cache=cache, **memory)[:, -1]
         self.train(was_training)
         return out
+
+
+def check_attention_mask(attention_mask: Tensor, shape: tuple[int, int]) -> Tensor:
+    """Validate a Hugging Face style ``attention_mask`` of left-padded prompts; return it as bool.
+
+    Raises:
+        TypeError: not a bool or integer tensor.
+        ValueError: wrong shape, values other than 0 / 1, padding after a real token (only left
+            padding can be decoded), or a prompt with no real token.
+    """
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be bool or integer (1 = real token), got dtype {attention_mask.dtype}")
+    if tuple(attention_mask.shape) != shape:
+        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected the prompt's {shape}")
+    if attention_mask.dtype != torch.bool:
+        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
+        attention_mask = attention_mask == 1
+    if bool((attention_mask[:, :-1] & ~attention_mask[:, 1:]).any()):
+        raise ValueError("attention_mask has padding after a real token: generate decodes left-padded prompts only")
+    if not bool(attention_mask[:, -1].all()):
+        raise ValueError("attention_mask: every prompt needs at least one real token")
+    return attention_mask
