@@ -241,6 +241,12 @@ class PositionalEncoding(nn.Module):
     """Whether :meth:`bias` takes the ``visible`` keyword (see there)."""
 
     @property
+    def supports_window(self) -> bool:
+        """Whether the encoder is exact under sliding-window attention (it depends on no key outside
+        the window, e.g. no count of all keys seen); the attention refuses a window otherwise."""
+        return True
+
+    @property
     def supports_documents(self) -> bool:
         """Whether the encoder is exact on packed sequences (``document_ids``), given positions that
         restart in each document; the attention refuses packing otherwise. True unless overridden."""

@@ -97,6 +97,11 @@ class BAMSSMax(BAM):
         """Causal only: bidirectional ``n_i`` is the number of keys of the call, not of the query's document."""
         return self.causal
 
+    @property
+    def supports_window(self) -> bool:
+        """No: ``n_i = q_pos + 1`` counts every earlier key, also those outside a sliding window."""
+        return False
+
     def log_keys(self, q_pos: Tensor, num_keys: int, dtype: torch.dtype) -> Tensor:
         """``log(n_i)`` elementwise: ``log(max(q_pos + 1, 1))`` when causal, ``log(num_keys)`` otherwise."""
         if self.causal:

@@ -60,6 +60,9 @@ class MultiHeadAttention(nn.Module):
             outputs and gradients.
         query_block_size: the tile size (queries per tile) of the ``"blocked"`` backend; with
             ``backend="auto"`` it selects ``"blocked"``. ``None``: chosen from the key length.
+        window: sliding-window attention (causal only): each query sees its last ``window`` keys,
+            itself included (Mistral-style). A :class:`KVCache` with the same ``window`` then keeps
+            memory bounded while decoding.
         qk_norm: RMSNorm over ``head_dim`` on every query and key head after the projections and
             before the encoding's ``rotate`` (QK-norm: Dehghani et al. 2023, "Scaling Vision
             Transformers to 22 Billion Parameters", arXiv:2302.05442; Wortsman et al. 2023,
@@ -89,6 +92,7 @@ class MultiHeadAttention(nn.Module):
         query_block_size: int | None = None,
         qk_norm: bool = False,
         backend: str = "auto",
+        window: int | None = None,
     ) -> None:
         super().__init__()
         check_int("dim", dim)
@@ -109,6 +113,9 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.query_block_size = None if query_block_size is None else check_int("query_block_size", query_block_size)
         self.backend = check_backend(backend, self.query_block_size)
+        self.window = None if window is None else check_int("window", window)
+        if self.window is not None and not causal:
+            raise ValueError("window needs a causal layer (a sliding window over past keys)")
         self.q_proj = nn.Linear(dim, dim, bias=qkv_bias)
         self.k_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
         self.v_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
@@ -154,6 +161,13 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"encoding {name!r} ({encoding.extra_repr()}) is not exact on packed sequences "
                                  "(document_ids); run the documents separately or use a causal layer")
 
+        if cache is not None and cache.window is not None and (self.window is None or cache.window < self.window):
+            raise ValueError(f"the KVCache keeps only the last {cache.window} keys but this layer attends "
+                             f"{'every key' if self.window is None else f'the last {self.window}'}: give the "
+                             "cache the layer's window (Transformer.new_cache does)")
+        if self.window is not None and not encoding.supports_window:
+            name = getattr(encoding, "registry_name", type(encoding).__name__)
+            raise ValueError(f"encoding {name!r} is not exact under sliding-window attention (window={self.window})")
         if q_pos is None:
             q_pos = default_positions(q_len, past, x.device) if runs is None else document_positions(document_ids)
         check_positions("q_pos", q_pos, q_len, b, vector_dims=vector_dims)
@@ -173,7 +187,7 @@ class MultiHeadAttention(nn.Module):
             if tuple(key_padding_mask.shape) != (b, k_len):
                 raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected ({b}, {k_len})")
         mask = AttentionMask(q_len, k_len, causal=self.causal and is_self, key_padding_mask=key_padding_mask,
-                             q_documents=runs, k_documents=runs)
+                             q_documents=runs, k_documents=runs, window=self.window if is_self else None)
         out = attend(q, k, v, q_pos, k_pos, encoding, mask, backend=self.backend, tile=self.query_block_size,
                      dropout=self.dropout if self.training else 0.0, vector_dims=vector_dims)
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
@@ -208,7 +222,8 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         text = f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, causal={self.causal}"
-        return text + (", qk_norm=True" if self.qk_norm else "") + f", backend={self.backend!r}"
+        text += ", qk_norm=True" if self.qk_norm else ""
+        return text + f", backend={self.backend!r}" + (f", window={self.window}" if self.window else "")
 
 
 def check_backend(backend: str, query_block_size: int | None) -> str:

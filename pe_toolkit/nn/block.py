@@ -55,7 +55,7 @@ class TransformerBlock(nn.Module):
         mlp_hidden: MLP width (default: see :class:`MLP`).
         encoding: this block's own encoding, or ``None`` when the caller passes a shared one.
         cross_attention: add a cross-attention sub-layer (encoder-decoder models).
-        query_block_size, backend: see :class:`MultiHeadAttention` (self-attention).
+        query_block_size, backend, window: see :class:`MultiHeadAttention` (self-attention).
         qk_norm: QK-norm in the self-attention (see :class:`MultiHeadAttention`).
         attention: ``"mha"`` (:class:`MultiHeadAttention`, default) or ``"mla"``
             (:class:`~pe_toolkit.nn.latent_attention.MultiHeadLatentAttention`, self-attention only).
@@ -80,6 +80,7 @@ class TransformerBlock(nn.Module):
         attention: str = "mha",
         latent_options: dict | None = None,
         backend: str = "auto",
+        window: int | None = None,
     ) -> None:
         super().__init__()
         check_choice("attention", attention, ATTENTION_KINDS)
@@ -87,8 +88,8 @@ class TransformerBlock(nn.Module):
         if attention == "mla":
             if qk_norm:
                 raise ValueError("qk_norm=True is not available with attention='mla' (MLA never materialises keys)")
-            if encoding is not None or query_block_size is not None or backend != "auto":
-                raise ValueError("attention='mla' takes neither a per-block encoding, query_block_size nor backend")
+            if encoding is not None or query_block_size is not None or backend != "auto" or window is not None:
+                raise ValueError("attention='mla' takes no per-block encoding, query_block_size, backend or window")
             options = dict(latent_options or {})
             if "latent_dim" not in options:
                 raise ValueError(f"attention='mla' needs latent_options with 'latent_dim', got {options}")
@@ -99,7 +100,7 @@ class TransformerBlock(nn.Module):
                 raise ValueError(f"latent_options apply to attention='mla' only, got {latent_options}")
             self.attn = MultiHeadAttention(
                 dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout,
-                query_block_size=query_block_size, qk_norm=qk_norm, backend=backend,
+                query_block_size=query_block_size, qk_norm=qk_norm, backend=backend, window=window,
             )
         self.cross_norm = make_norm(norm, dim) if cross_attention else None
         self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout) if cross_attention else None

@@ -67,12 +67,12 @@ class LatentKVCache(KVCache):
     @property
     def latent(self) -> Tensor | None:
         """Cached latents ``(B, L, d_c)`` (``None`` while empty)."""
-        return None if self._k is None else self._k[:, 0, : self.length]
+        return None if self._k is None else self._k[:, 0, : self.held]
 
     @property
     def rope_key(self) -> Tensor | None:
         """Cached rotated rope keys ``(B, H_r, L, d_R)`` (``None`` while empty)."""
-        return None if self._v is None else self._v[..., : self.length, :]
+        return None if self._v is None else self._v[..., : self.held, :]
 
 
 def update_latent_cache(
@@ -298,6 +298,8 @@ class MultiHeadLatentAttention(nn.Module):
             raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
         bias_encoding = self._check_encoding(encoding)
         b, q_len, _ = x.shape
+        if cache is not None and cache.window is not None:
+            raise ValueError("MultiHeadLatentAttention has no sliding window: use a KVCache without window")
         past = cache.length if cache is not None else 0
         q_pos = default_positions(q_len, past, x.device) if q_pos is None else q_pos
         check_positions("q_pos", q_pos, q_len, b)

@@ -37,6 +37,8 @@ class TransformerConfig:
         attention_backend: how self-attention is evaluated: ``"auto"`` (default), ``"sdpa"``,
             ``"blocked"`` or ``"flex"`` (see :class:`~pe_toolkit.nn.attention.MultiHeadAttention` and
             :mod:`pe_toolkit.nn.backends`).
+        attention_window: sliding-window self-attention: each token sees its last ``attention_window``
+            tokens (causal models); :meth:`new_cache` then keeps only those keys.
         attention_block_size: the tile size (queries per tile) of the ``"blocked"`` backend, which it
             selects under ``"auto"`` (memory linear in the length, for training too); ``None``: chosen
             from the length when ``"blocked"`` runs.
@@ -68,6 +70,7 @@ class TransformerConfig:
     cross_attention: bool = False
     attention_block_size: int | None = None
     attention_backend: str = "auto"
+    attention_window: int | None = None
     scale_embeddings: bool = False
     qk_norm: bool = False
     attention: str = "mha"
@@ -108,7 +111,7 @@ class Transformer(nn.Module):
                 norm=config.norm, mlp=config.mlp, mlp_hidden=config.mlp_hidden, dropout=config.dropout,
                 cross_attention=config.cross_attention, query_block_size=config.attention_block_size,
                 qk_norm=config.qk_norm, attention=config.attention, latent_options=config.latent_options,
-                backend=config.attention_backend,
+                backend=config.attention_backend, window=config.attention_window,
             )
             for _ in range(config.num_layers)
         )
@@ -140,8 +143,9 @@ class Transformer(nn.Module):
         return self.encodings[0 if len(self.encodings) == 1 else index]
 
     def new_cache(self) -> list[KVCache]:
-        """One empty :class:`KVCache` per layer, for :meth:`forward` / :meth:`generate`."""
-        return [KVCache() for _ in self.blocks]
+        """One empty :class:`KVCache` per layer, for :meth:`forward` / :meth:`generate`; with
+        ``attention_window`` each keeps only the keys in the window (memory bounded while decoding)."""
+        return [KVCache(window=self.config.attention_window) for _ in self.blocks]
 
     def num_parameters(self, exclude_positional: bool = False) -> int:
         """Number of parameters (shared ones once); optionally without the encodings' parameters."""
