@@ -114,7 +114,9 @@ def make_layer_step(name: str, length: int, batch: int, dim: int, heads: int):
     import torch
 
     encoding = pet.get_encoder(name, dim, heads, **_encoder_options(name, length))
-    attention = pet.MultiHeadAttention(dim, heads, causal=True, encoding=encoding)
+    # an encoding with only an embed hook acts on the input, below; the layer itself is then NoPE
+    attention = pet.MultiHeadAttention(dim, heads, causal=True,
+                                       encoding=encoding if encoding.acts_in_attention else None)
     x = torch.randn(batch, length, dim, requires_grad=True)
     positions = torch.arange(length)
 
@@ -694,6 +696,9 @@ def build_parser():
                         help=f"training lengths of the backend sweep (default {FULL_BACKENDS['lengths']}, "
                              f"quick {QUICK_BACKENDS['lengths']})")
     parser.add_argument("--backend-encoders", nargs="+", help="encoders of the backend sweep")
+    parser.add_argument("--infer-length", type=int, help="length of the inference comparison (default 8192, "
+                                                         "quick 2048)")
+    parser.add_argument("--infer-encoders", nargs="+", help="encoders of the inference comparison")
     parser.add_argument("--backends", nargs="+", choices=("sdpa", "blocked", "flex"), default=None,
                         help="training backends (default sdpa blocked; flex trains on CUDA only)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -750,6 +755,15 @@ def main(argv: list[str] | None = None) -> int:
             if unknown:
                 parser.error(f"unknown --backend-encoders {unknown}; sequence encoders: {', '.join(available)}")
             plan["encoders"] = args.backend_encoders
+        if args.infer_length is not None:
+            if args.infer_length < 1:
+                parser.error(f"--infer-length must be >= 1, got {args.infer_length}")
+            plan["infer_length"] = args.infer_length
+        if args.infer_encoders:
+            unknown = [n for n in args.infer_encoders if n not in available]
+            if unknown:
+                parser.error(f"unknown --infer-encoders {unknown}; sequence encoders: {', '.join(available)}")
+            plan["infer_encoders"] = args.infer_encoders
     sweep_steps = 0 if plan is None else (len(plan["lengths"]) * len(plan["encoders"]) * len(plan["backends"])
                                           + len(plan["infer_encoders"]))
     layer_rows: list[dict] = []

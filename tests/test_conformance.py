@@ -20,6 +20,9 @@ LEARNABLE = [
     if any(True for _ in pet.get_encoder(n, 8, 2, **pet.encoder_info(n).example_options).parameters())
 ]
 BIAS_ENCODERS = [n for n in SEQUENCE_ENCODERS if issubclass(pet.encoder_info(n).cls, PositionBiasEncoding)]
+# encoders with only an embed hook act on the input once; an attention layer alone refuses them
+EMBED_ONLY = [n for n in SEQUENCE_ENCODERS
+              if not pet.get_encoder(n, 8, 2, **pet.encoder_info(n).example_options).acts_in_attention and n != "nope"]
 
 
 def make_encoder(name: str, dim: int = 32, num_heads: int = 4, *, causal: bool = True, max_len: int | None = None):
@@ -27,6 +30,30 @@ def make_encoder(name: str, dim: int = 32, num_heads: int = 4, *, causal: bool =
     if max_len is not None and "max_len" in options:
         options["max_len"] = max_len
     return pet.get_encoder(name, dim, num_heads, causal=causal, **options)
+
+
+def layer_for(enc, dim: int = 32, num_heads: int = 4, **options) -> pet.MultiHeadAttention:
+    """One causal attention layer that uses ``enc`` as a Transformer would: its rotate / bias hooks in
+    the layer, an embed-only encoder on the input (see :func:`run_layer`)."""
+    return pet.MultiHeadAttention(dim, num_heads, causal=True, encoding=enc if enc.acts_in_attention else None,
+                                  **options)
+
+
+def run_layer(attn: pet.MultiHeadAttention, enc, x, q_pos=None):
+    """``attn(enc.embed(x, positions), q_pos=positions)``: the embed hook counts as in a Transformer."""
+    positions = torch.arange(x.shape[1]) if q_pos is None else q_pos
+    return attn(enc.embed(x, positions), q_pos=positions)
+
+
+class EmbedThenAttend(torch.nn.Module):
+    """``attn(enc.embed(x, positions), q_pos=positions)`` as a module (for ``functional_call``)."""
+
+    def __init__(self, enc, attn: pet.MultiHeadAttention) -> None:
+        super().__init__()
+        self.enc, self.attn = enc, attn
+
+    def forward(self, x, positions):
+        return self.attn(self.enc.embed(x, positions), q_pos=positions)
 
 
 def perturb_parameters(module: torch.nn.Module, scale: float = 0.1) -> None:
@@ -77,7 +104,10 @@ def test_hook_output_shapes(name):
         assert torch.broadcast_shapes(bias.shape, (b, 4, lq, lk)) == (b, 4, lq, lk)
     else:
         assert bias is None
-    out = pet.MultiHeadAttention(32, 4, causal=True, encoding=enc)(x)
+    if name in EMBED_ONLY:
+        with pytest.raises(ValueError, match=f"encoding '{name}' has only an embed hook"):
+            pet.MultiHeadAttention(32, 4, causal=True, encoding=enc)
+    out = run_layer(layer_for(enc), enc, x)
     assert out.shape == (b, lq, 32)
 
 
@@ -85,10 +115,10 @@ def test_hook_output_shapes(name):
 def test_batched_positions_equal_shared_positions(name):
     enc = make_encoder(name)
     perturb_parameters(enc)
-    attn = pet.MultiHeadAttention(32, 4, causal=True, encoding=enc)
+    attn = layer_for(enc)
     x = torch.randn(2, 6, 32)
-    shared = attn(x, q_pos=torch.arange(3, 9))
-    batched = attn(x, q_pos=torch.arange(3, 9).expand(2, 6))
+    shared = run_layer(attn, enc, x, q_pos=torch.arange(3, 9))
+    batched = run_layer(attn, enc, x, q_pos=torch.arange(3, 9).expand(2, 6))
     torch.testing.assert_close(shared, batched)
 
 
@@ -97,10 +127,10 @@ def test_batched_positions_equal_shared_positions(name):
 def test_dtypes_match_float64(name, dtype):
     enc = make_encoder(name)
     perturb_parameters(enc)
-    attn = pet.MultiHeadAttention(32, 4, causal=True, encoding=enc)
+    attn = layer_for(enc)
     x = torch.randn(2, 12, 32, dtype=torch.float64)
-    reference = attn.double()(x)
-    out = attn.to(dtype)(x.to(dtype))
+    reference = run_layer(attn.double(), enc.double(), x)
+    out = run_layer(attn.to(dtype), enc.to(dtype), x.to(dtype))
     assert out.dtype == dtype and torch.isfinite(out).all()
     tol = {torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
     torch.testing.assert_close(out.double(), reference, atol=tol, rtol=tol)
@@ -112,9 +142,9 @@ def test_finite_at_length_8192(name):
     enc = make_encoder(name, dim=16, num_heads=2, max_len=length)
     perturb_parameters(enc)
     # the memory-bounded backend ("auto" would compile a FlexAttention kernel per encoder: minutes in CI)
-    attn = pet.MultiHeadAttention(16, 2, causal=True, encoding=enc, backend="blocked")
+    attn = layer_for(enc, 16, 2, backend="blocked")
     with torch.no_grad():
-        out = attn(torch.randn(1, length, 16))
+        out = run_layer(attn, enc, torch.randn(1, length, 16))
     assert torch.isfinite(out).all()
 
 
@@ -166,13 +196,13 @@ def test_kv_cache_decoding_matches_full_forward(name):
 def test_gradcheck_float64(name):
     enc = make_encoder(name, dim=8, num_heads=2).double()
     perturb_parameters(enc, scale=0.3)
-    attn = pet.MultiHeadAttention(8, 2, causal=True, encoding=enc).double()
+    model = EmbedThenAttend(enc, layer_for(enc, 8, 2)).double()
     x = torch.randn(1, 5, 8, dtype=torch.float64)
-    names = [f"encoding.{n}" for n, p in enc.named_parameters() if p.requires_grad]
-    start = tuple(attn.get_parameter(n).detach().clone().requires_grad_() for n in names)
+    names = [f"enc.{n}" for n, p in enc.named_parameters() if p.requires_grad]
+    start = tuple(model.get_parameter(n).detach().clone().requires_grad_() for n in names)
 
-    def output(*values):
-        return functional_call(attn, dict(zip(names, values)), (x,))
+    def output(*values):  # through embed for an absolute encoding, through rotate / bias otherwise
+        return functional_call(model, dict(zip(names, values)), (x, torch.arange(5)))
 
     assert torch.autograd.gradcheck(output, start, eps=1e-6, atol=1e-5)
 
@@ -260,7 +290,7 @@ def test_packed_documents_equal_each_document_alone(name, causal):
             start += n
 
 
-@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
+@pytest.mark.parametrize("name", [n for n in SEQUENCE_ENCODERS if n not in EMBED_ONLY])
 @pytest.mark.parametrize("backend", ["blocked", "flex"])
 def test_packed_documents_on_every_backend(name, backend, monkeypatch):
     """The document mask and restarted positions on the memory-bounded and FlexAttention paths."""
@@ -271,9 +301,8 @@ def test_packed_documents_on_every_backend(name, backend, monkeypatch):
     monkeypatch.setattr(backends, "FLEX_COMPILE", False)
     enc = make_encoder(name)
     perturb_parameters(enc)
-    reference = pet.MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, encoding=enc, backend="sdpa")
-    other = pet.MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, encoding=enc, backend=backend,
-                                   query_block_size=4 if backend == "blocked" else None)
+    reference = layer_for(enc, num_kv_heads=2, backend="sdpa")
+    other = layer_for(enc, num_kv_heads=2, backend=backend, query_block_size=4 if backend == "blocked" else None)
     other.load_state_dict(reference.state_dict())
     x = torch.randn(2, 13, 32)
     document_ids = torch.tensor([[0] * 4 + [1] * 6 + [2] * 3, [5] * 7 + [3] + [5] * 5])

@@ -241,6 +241,18 @@ class PositionalEncoding(nn.Module):
     """Whether :meth:`bias` takes the ``visible`` keyword (see there)."""
 
     @property
+    def acts_in_attention(self) -> bool:
+        """Whether :meth:`rotate` or :meth:`bias` do anything: an encoding with only an ``embed`` hook
+        acts on the input once, and an attention layer alone would never call it."""
+        return type(self).rotate is not PositionalEncoding.rotate or type(self).bias is not PositionalEncoding.bias
+
+    @property
+    def causal_only(self) -> bool:
+        """Whether the hooks assume keys never follow the query (one-way T5 buckets, CoPE's counts,
+        xPos' decay): a bidirectional attention layer refuses such an encoding. False unless overridden."""
+        return False
+
+    @property
     def supports_window(self) -> bool:
         """Whether the encoder is exact under sliding-window attention (it depends on no key outside
         the window, e.g. no count of all keys seen); the attention refuses a window otherwise."""

@@ -102,6 +102,11 @@ class BAMSSMax(BAM):
         """No: ``n_i = q_pos + 1`` counts every earlier key, also those outside a sliding window."""
         return False
 
+    @property
+    def causal_only(self) -> bool:
+        """Built causal, ``n_i = q_pos + 1`` assumes the query sees only the keys before it."""
+        return self.causal
+
     def log_keys(self, q_pos: Tensor, num_keys: int, dtype: torch.dtype) -> Tensor:
         """``log(n_i)`` elementwise: ``log(max(q_pos + 1, 1))`` when causal, ``log(num_keys)`` otherwise."""
         if self.causal:

@@ -106,6 +106,11 @@ class T5RelativeBias(PositionBiasEncoding):
 
     shift_invariant = True
 
+    @property
+    def causal_only(self) -> bool:
+        """One-way buckets (``bidirectional=False``) map every future key to bucket 0."""
+        return not self.bidirectional
+
     def score(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, num_keys: int) -> Tensor:
         """``relative_attention_bias[bucket(k_pos - q_pos), head]``."""
         _require_integer("t5", q_pos, k_pos)

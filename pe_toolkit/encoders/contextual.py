@@ -106,6 +106,7 @@ class CoPE(PositionalEncoding):
         self.pos_emb = nn.Parameter(torch.zeros(self.npos_max, self.head_dim))
 
     bias_uses_visibility = True  # gates count only keys the query can attend (packed documents, padding)
+    causal_only = True  # positions count the keys from j up to the query i
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, visible: Tensor | None = None) -> Tensor:
         """``(B, H, Lq, Lk)``; a key counts when its position is not after the query's and it is ``visible``."""

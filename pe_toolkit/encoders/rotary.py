@@ -680,6 +680,11 @@ class RotaryEncoding(PositionalEncoding):
         out = apply_rope(x_rot.to(compute), cos, sin, interleaved=self.interleaved).to(x.dtype)
         return out if rd == x.shape[-1] else torch.cat((out, x[..., rd:]), dim=-1)
 
+    @property
+    def causal_only(self) -> bool:
+        """With xPos: its decay assumes keys precede queries."""
+        return self.xpos
+
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         if not self.length_dependent:
             return self.rotate_one(q, q_pos), self.rotate_one(k, k_pos, inverse_xpos=True)

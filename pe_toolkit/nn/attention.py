@@ -125,6 +125,12 @@ class MultiHeadAttention(nn.Module):
         self.k_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
         if encoding is not None and not isinstance(encoding, PositionalEncoding):
             raise TypeError(f"encoding must be a PositionalEncoding, got {type(encoding).__name__}")
+        if encoding is not None and type(encoding) is not PositionalEncoding and not encoding.acts_in_attention:
+            name = getattr(encoding, "registry_name", type(encoding).__name__)
+            raise ValueError(
+                f"encoding {name!r} has only an embed hook, which an attention layer never calls: add it to the "
+                f"input (x = encoding.embed(x, positions)) or build a Transformer with encoding={name!r}; "
+                "encoding=None is NoPE")
         self.encoding = encoding
 
     def _split_heads(self, x: Tensor, heads: int) -> Tensor:
@@ -165,6 +171,10 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"the KVCache keeps only the last {cache.window} keys but this layer attends "
                              f"{'every key' if self.window is None else f'the last {self.window}'}: give the "
                              "cache the layer's window (Transformer.new_cache does)")
+        if is_self and not self.causal and encoding.causal_only:
+            name = getattr(encoding, "registry_name", type(encoding).__name__)
+            raise ValueError(f"encoding {name!r} ({encoding.extra_repr()}) assumes causal attention, but this layer "
+                             f"is bidirectional: build the encoder with causal=False (or the layer causal=True)")
         if self.window is not None and not encoding.supports_window:
             name = getattr(encoding, "registry_name", type(encoding).__name__)
             raise ValueError(f"encoding {name!r} is not exact under sliding-window attention (window={self.window})")

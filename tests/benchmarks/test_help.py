@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "common")
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "common" and not p.stem.startswith("_"))
 
 
 def test_every_benchmark_script_is_listed():

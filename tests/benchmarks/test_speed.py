@@ -39,6 +39,10 @@ def smoke_run(tmp_path_factory):
         "3",
         "--rope-repeats",
         "5",
+        "--backend-lengths", "64",
+        "--backend-encoders", "alibi", "cope",
+        "--infer-length", "64",
+        "--infer-encoders", "alibi",
     ]
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import speed; sys.exit(speed.main(sys.argv[2:]))"
@@ -64,7 +68,8 @@ def test_smoke_writes_results_report_and_plots(smoke_run):
 def test_smoke_uses_the_requested_rounds(smoke_run):
     directory, _ = smoke_run
     rows = json.loads((directory / "results.json").read_text())["rows"]
-    assert {r["repeats"] for r in rows if r.get("status", "ok") == "ok"} == {3, 5}
+    timed = [r for r in rows if r["kind"] in ("attention_layer", "rope_application") and r.get("status", "ok") == "ok"]
+    assert {r["repeats"] for r in timed} == {3, 5}
 
 
 def test_smoke_rows_cover_every_encoder_and_length(smoke_run):
@@ -122,3 +127,22 @@ def test_unknown_encoder_is_a_usage_error(capsys):
 def test_learned_table_covers_the_length():
     assert speed._encoder_options("learned", 4096)["max_len"] == 4096
     assert speed._encoder_options("rope", 4096) == {}
+
+
+def test_smoke_backend_rows(smoke_run):
+    directory, _ = smoke_run
+    rows = json.loads((directory / "results.json").read_text())["rows"]
+    train = {(r["encoder"], r["backend"]): r for r in rows if r["kind"] == "backend_train"}
+    assert set(train) == {(e, b) for e in ("alibi", "cope") for b in ("sdpa", "blocked")}
+    assert all(r["status"] == "ok" and r["seconds"] > 0 and r["peak_mib"] >= 0 and r["length"] == 64
+               for r in train.values())
+    infer = {r["backend"]: r for r in rows if r["kind"] == "backend_infer"}
+    assert set(infer) == {"sdpa", "blocked", "flex"}
+    for r in infer.values():
+        assert r["status"] == "ok" and r["max_abs_diff_vs_sdpa"] < 1e-5
+    assert infer["flex"]["speedup_vs_sdpa"] > 0
+    overhead = {r["encoder"]: r for r in rows if r["kind"] == "overhead_vs_nope"}
+    assert overhead == {}  # no NoPE row at L=2048 in this smoke run: nothing to divide by
+    report = (directory / "report.md").read_text()
+    assert "## Attention backends" in report and "GPU rows: not measured" in report
+    assert (directory / "backend_memory_vs_length.png").is_file()

@@ -200,7 +200,7 @@ def test_gradcheck_float64(name):
     assert torch.autograd.gradcheck(output, start, eps=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", MUSIC_ENCODERS)
+@pytest.mark.parametrize("name", [n for n in MUSIC_ENCODERS if n != "s_ape"])  # s_ape: embed only
 def test_kv_cache_decoding_in_attention_matches_full(name):
     enc = pet.get_encoder(name, 16, 2, **pet.encoder_info(name).example_options).double()
     attn = pet.MultiHeadAttention(16, 2, causal=True, encoding=enc).double()
