@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionalEncoding, check_float, check_int
+from pe_toolkit.encoders.base import PositionalEncoding, check_float, check_int, require
 from pe_toolkit.registry import register_encoder
 
 
@@ -118,11 +118,10 @@ class LearnedEncoding(PositionalEncoding):
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         if positions.is_floating_point():
             raise TypeError(f"learned: positions must be integers, got dtype {positions.dtype}")
-        if positions.numel() and (positions.min() < 0 or positions.max() >= self.max_len):
-            raise ValueError(
-                f"learned: positions must lie in [0, max_len={self.max_len}), got range "
-                f"[{int(positions.min())}, {int(positions.max())}]"
-            )
+        if positions.numel():
+            require(((positions >= 0) & (positions < self.max_len)).all(),
+                    f"learned: positions must lie in [0, max_len={self.max_len})",
+                    lambda: f", got range [{int(positions.min())}, {int(positions.max())}]")
         return x + _broadcast_to_features(self.table(positions), x).to(x.dtype)
 
     def extra_repr(self) -> str:

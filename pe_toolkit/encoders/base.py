@@ -84,9 +84,28 @@ def check_positions(name: str, positions: Tensor, length: int, batch: int, *, ve
     if not ok:
         want = f"({length},) or ({batch}, {length})" + (" + vector dims" if vector_dims else "")
         raise ValueError(f"{name} has shape {shape}, expected {want}")
-    if positions.is_floating_point() and not torch.isfinite(positions).all():
-        raise ValueError(f"{name} contains NaN or inf")
+    if positions.is_floating_point():
+        require(torch.isfinite(positions).all(), f"{name} contains NaN or inf")
     return positions
+
+
+def tracing() -> bool:
+    """Whether ``torch.compile`` is tracing this call (values of tensors are then unknown)."""
+    return torch.compiler.is_compiling()
+
+
+def require(condition: Tensor, message: str, detail: Callable[[], str] | None = None) -> None:
+    """Raise ``ValueError(message + detail())`` unless the boolean scalar ``condition`` holds.
+
+    A check on tensor values is a data-dependent branch, which ``torch.compile(fullgraph=True)``
+    cannot trace; while it traces (:func:`tracing`), the check becomes an assertion inside the graph
+    (``torch._assert_async``), which raises a ``RuntimeError`` with ``message`` when the compiled code
+    runs. ``detail`` (eager only) adds the offending values.
+    """
+    if tracing():
+        torch._assert_async(condition, message)
+    elif not bool(condition):
+        raise ValueError(message + (detail() if detail is not None else ""))
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -106,10 +125,13 @@ def relative_distance_table(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tenso
     distances and gathering costs ``n`` formula evaluations instead of ``Lq * Lk``: for contiguous
     positions ``n = Lq + Lk - 1``, which is what makes long-context evaluation with query blocks cheap.
 
-    Returns ``None`` for float positions (which may be fractional) and when the distances span more
-    than ``4 (Lq + Lk)`` values (scattered positions, where a table would not save work).
+    Returns ``None`` for float positions (which may be fractional), when the distances span more
+    than ``4 (Lq + Lk)`` values (scattered positions, where a table would not save work) and while
+    ``torch.compile`` traces (:func:`tracing`).
     """
     if q_pos.is_floating_point() or k_pos.is_floating_point() or q_pos.numel() == 0 or k_pos.numel() == 0:
+        return None
+    if tracing():  # the table's size depends on the position values; the compiled pairwise grid fuses anyway
         return None
     lo, hi = int(k_pos.min()) - int(q_pos.max()), int(k_pos.max()) - int(q_pos.min())
     if hi - lo + 1 > 4 * (q_pos.shape[-1] + k_pos.shape[-1]):
@@ -431,6 +453,8 @@ class PositionBiasEncoding(PositionalEncoding):
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        if tracing():  # no cache inside a compiled graph (it holds tensors across calls)
+            return self.position_bias(q_pos, k_pos, dtype)
         tracks_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
         if tracks_grad and self._scope_token is None:
             return self._build(q_pos, k_pos, dtype)

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pe_toolkit.encoders.base import PositionalEncoding, check_float, check_int
+from pe_toolkit.encoders.base import PositionalEncoding, check_float, check_int, require, tracing
 from pe_toolkit.registry import register_encoder
 
 XPOS_GAMMA = 0.4
@@ -215,15 +215,21 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = False
     Returns:
         ``(..., L, d_rot)``: ``(x1 cos - x2 sin, x2 cos + x1 sin)`` per pair ``(x1, x2)``.
     """
-    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):  # learned angles: plain autograd
-        x1, x2 = (x[..., 0::2], x[..., 1::2]) if interleaved else x.chunk(2, dim=-1)
-        first, second = torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)
-        if interleaved:
-            return torch.stack((first, second), dim=-1).flatten(-2)
-        return torch.cat((first, second), dim=-1)
+    if tracing() or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
+        # learned angles: plain autograd; torch.compile: out= writes into strided views do not trace
+        # (and inductor fuses the plain form anyway)
+        return _rotate_functional(x, cos, sin, interleaved)
     if torch.is_grad_enabled() and x.requires_grad:
         return _Rotation.apply(x, cos, sin, interleaved)
     return _rotate_into_new(x, cos, sin, interleaved)
+
+
+def _rotate_functional(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    x1, x2 = (x[..., 0::2], x[..., 1::2]) if interleaved else x.chunk(2, dim=-1)
+    first, second = torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)
+    if interleaved:
+        return torch.stack((first, second), dim=-1).flatten(-2)
+    return torch.cat((first, second), dim=-1)
 
 
 def _rotate_into_new(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
@@ -553,10 +559,37 @@ class RotaryEncoding(PositionalEncoding):
         return rope_inverse_frequencies(d, base)
 
     @staticmethod
-    def current_length(*positions: Tensor) -> int | float:
-        """``max(position) + 1`` over all given position tensors (0 if all are empty)."""
+    def current_length(*positions: Tensor) -> int | float | Tensor:
+        """``max(position) + 1`` over all given position tensors (0 if all are empty).
+
+        While ``torch.compile`` traces, a 0-dim tensor (its value is unknown until the graph runs).
+        """
+        if tracing():
+            highest = [p.max().to(torch.float64) for p in positions if p.numel()]
+            return torch.stack(highest).max() + 1 if highest else 0
         highest = [p.max().item() for p in positions if p.numel()]
         return max(highest) + 1 if highest else 0
+
+    def traced_inverse_frequencies(self, length: int | float | Tensor) -> Tensor:
+        """Float64 inverse frequencies at the current ``length`` without a Python branch on its value.
+
+        What :meth:`frequency_key` and :meth:`inverse_frequencies_for` select, written as tensor
+        operations (``torch.where`` on ``length > original_max_position``) so that
+        ``torch.compile(fullgraph=True)`` can trace the length-dependent scalings.
+        """
+        plain = self.inv_freq.to(torch.float64)
+        if not self.length_dependent or self.original_max_position is None:
+            return plain
+        length = torch.as_tensor(length, dtype=torch.float64, device=plain.device)
+        original = self.original_max_position
+        if self.scaling == "dynamic":
+            d = self.rotary_dim
+            longest = torch.clamp(length, min=original)
+            base = self.base * (self.factor * longest / original - (self.factor - 1)) ** (d / (d - 2))
+            scaled = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=plain.device) / d)
+        else:
+            scaled = self.inverse_frequencies_for("long").to(torch.float64)
+        return torch.where(length > original, scaled, plain)
 
     def frequency_key(self, length: int | float) -> float | str | None:
         """Which frequencies serve current length ``length``: None = ``inv_freq``; else the dynamic
@@ -622,6 +655,9 @@ class RotaryEncoding(PositionalEncoding):
         memory for those positions only, not a table from 0.
         ``length`` is the current length for ``dynamic`` / ``longrope`` (default ``positions.max() + 1``).
         """
+        if tracing():  # no cache and no branch on position values inside a compiled graph
+            length = self.current_length(positions) if length is None else length
+            return self._cos_sin_of(self.angles(positions, self.traced_inverse_frequencies(length)), dtype)
         key = None
         if self.length_dependent:
             key = self.frequency_key(self.current_length(positions) if length is None else length)
@@ -652,11 +688,10 @@ class RotaryEncoding(PositionalEncoding):
 
     # ---------------------------------------------------------------------------------- hook
     def _xpos_scale(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
-        if positions.numel() and positions.abs().max() > self.xpos_max_position:
-            raise ValueError(
-                f"rope: xpos supports |position| <= xpos_max_position={self.xpos_max_position} "
-                f"(xpos_scale_base={self.xpos_scale_base}), got {positions.abs().max().item()}"
-            )
+        if positions.numel():
+            require(positions.abs().max() <= self.xpos_max_position,
+                    f"rope: xpos supports |position| <= xpos_max_position={self.xpos_max_position} "
+                    f"(xpos_scale_base={self.xpos_scale_base})", lambda: f", got {positions.abs().max().item()}")
         power = positions.to(torch.float64).unsqueeze(-1) / self.xpos_scale_base
         return (self.xpos_zeta.to(torch.float64) ** power).to(dtype)
 

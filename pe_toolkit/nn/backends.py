@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding
+from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding, tracing
 from pe_toolkit.nn.masks import AttentionMask
 
 BACKENDS = ("auto", "sdpa", "blocked", "flex")
@@ -47,6 +47,9 @@ TILE_BUDGET = 1 << 22
 FLEX_MIN_PAIRS_CPU = 4096 * 4096
 """``"auto"`` uses FlexAttention on the CPU (inference) from this many query-key pairs per head."""
 
+FLEX_CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+"""Input dtypes of PyTorch's CPU FlexAttention kernel (no float64)."""
+
 
 def flex_supported(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
     """Whether FlexAttention can run this encoder: no bias, or a pointwise one."""
@@ -60,7 +63,8 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
     1. ``"blocked"`` when a tile size was given (``query_block_size``).
     2. ``"flex"`` when FlexAttention can run the encoder (:func:`flex_supported`), there is no
        dropout, and either the tensors are on CUDA or no gradient is needed and the call has at least
-       :data:`FLEX_MIN_PAIRS_CPU` query-key pairs per head (its compile time pays off from there).
+       :data:`FLEX_MIN_PAIRS_CPU` query-key pairs per head (its compile time pays off from there) in
+       one of :data:`FLEX_CPU_DTYPES`.
     3. ``"blocked"`` when the dense bias or mask would exceed :data:`DENSE_BUDGET` elements.
     4. ``"sdpa"`` otherwise.
     """
@@ -68,7 +72,8 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
         return "blocked"
     has_bias = type(encoding).bias is not PositionalEncoding.bias
     pairs = mask.q_len * mask.k_len
-    if dropout == 0.0 and (q.is_cuda or (not _needs_grad(q, k, encoding) and pairs >= FLEX_MIN_PAIRS_CPU)):
+    cpu_ok = q.dtype in FLEX_CPU_DTYPES and not _needs_grad(q, k, encoding) and pairs >= FLEX_MIN_PAIRS_CPU
+    if dropout == 0.0 and (q.is_cuda or cpu_ok):
         if flex_supported(encoding, q, k, q_pos, k_pos):
             return "flex"
     if has_bias:
@@ -251,6 +256,9 @@ def _flex(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodin
     name = getattr(encoding, "registry_name", type(encoding).__name__)
     if dropout > 0:
         raise ValueError("backend 'flex' has no attention dropout; use 'sdpa' or 'blocked' (or dropout=0)")
+    if not q.is_cuda and q.dtype not in FLEX_CPU_DTYPES:
+        raise ValueError(f"backend 'flex' on the CPU takes {', '.join(str(d) for d in FLEX_CPU_DTYPES)} inputs "
+                         f"(PyTorch's CPU kernel), got {q.dtype}: use 'sdpa' or 'blocked'")
     if not q.is_cuda and _needs_grad(q, k, encoding, v):
         raise ValueError("backend 'flex' has no backward pass on the CPU (PyTorch's FlexAttention): use "
                          "'blocked' to train on the CPU, or run under torch.no_grad()")
@@ -271,11 +279,13 @@ def _flex(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodin
         block_mask = create_block_mask(lambda b, h, i, j: rule(b, h, i, j), batch, None, mask.q_len, mask.k_len,
                                        device=q.device)
     gqa = q.shape[1] != k.shape[1]
-    run = _compiled_flex() if FLEX_COMPILE else flex_attention
+    run = _compiled_flex() if FLEX_COMPILE and not tracing() else flex_attention  # traced: part of the caller graph
     inputs = (q, k, v)
     if q.dtype in (torch.float16, torch.bfloat16) and not q.is_cuda:  # CPU flex computes in the input dtype
         inputs = (q.float(), k.float(), v.float())
     # every encoder (and shape) is its own compiled graph: allow more of them than dynamo's default 8
+    if tracing():
+        return run(*inputs, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa).to(q.dtype)
     with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
         out = run(*inputs, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
     return out.to(q.dtype)

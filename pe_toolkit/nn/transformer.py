@@ -9,7 +9,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding, check_int, default_positions
+from pe_toolkit.encoders.base import (
+    PositionalEncoding,
+    PositionBiasEncoding,
+    check_int,
+    default_positions,
+    tracing,
+)
 from pe_toolkit.nn.attention import check_document_ids
 from pe_toolkit.nn.block import TransformerBlock, make_norm
 from pe_toolkit.nn.kv_cache import KVCache
@@ -192,8 +198,9 @@ class Transformer(nn.Module):
             positions = (default_positions(x.shape[1], past, x.device) if document_ids is None
                          else document_positions(document_ids))
         with contextlib.ExitStack() as stack:
-            for enc in self.encodings:  # a shared bias is built once per forward
-                if isinstance(enc, PositionBiasEncoding):
+            # a shared bias is built once per forward (eager; compiled, each layer computes it in the graph)
+            for enc in self.encodings:
+                if isinstance(enc, PositionBiasEncoding) and not tracing():
                     stack.enter_context(enc.forward_scope())
             x = self.dropout(self.encodings[0].embed(x, positions))
             for i, block in enumerate(self.blocks):
