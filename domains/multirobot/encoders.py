@@ -21,7 +21,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int
+from pe_toolkit.encoders.base import (
+    BiasFunction,
+    PositionalEncoding,
+    bias_on_grid,
+    check_choice,
+    check_float,
+    check_int,
+    require,
+)
 from pe_toolkit.encoders.rotary import apply_rope
 from pe_toolkit.registry import register_encoder
 
@@ -268,20 +276,36 @@ class EdgeAwareGraphEncoding(PositionalEncoding):
             return q, k
         return self.rotary.rotate(q, k, split_graph_positions(q_pos)[0], split_graph_positions(k_pos)[0])
 
+    bias_reads_key_indices = True  # column j of a query's edge row is key j of the whole graph
+
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """The edge term on every (query, key) pair, ``(B, H, L, L)``: :meth:`bias_function` on the full grid."""
+        return bias_on_grid(self.bias_function(q, k, q_pos, k_pos), q.shape[0], q.shape[1], (0, q.shape[-2]),
+                            (0, k.shape[-2]), q.device)
+
+    def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction:
+        """Pointwise: ``A_ij (q_i . w_h) / sqrt(d)`` for an edge (``A_ij >= 0``), ``-inf`` otherwise.
+
+        ``q`` ``(B, H, L, hd)`` (rotated), positions ``(L, 2 + L)`` / ``(B, L, 2 + L)``; the per-query term
+        ``(B, H, L)`` is computed once here, and ``A_ij = q_pos[b, i, 2 + j]`` is looked up per pair.
+        """
         _, edges = split_graph_positions(q_pos)
         if k_pos.shape != q_pos.shape or q.shape[-2] != k.shape[-2]:
             raise ValueError(f"edge_aware_graph: self-attention only (same nodes for queries and keys), got q_pos "
                              f"{tuple(q_pos.shape)} and k_pos {tuple(k_pos.shape)}")
-        if (edges.diagonal(dim1=-2, dim2=-1) < 0).any():
-            raise ValueError("edge_aware_graph: the diagonal of the edge-length matrix must be >= 0 (self loops)")
-        edges = edges.to(q.dtype)
-        if edges.dim() == 2:
-            edges = edges.unsqueeze(0)
-        edges = edges.unsqueeze(1)  # (B, 1, L, L)
-        query_term = torch.einsum("bhid,hd->bhi", q, self.edge_weight.to(q.dtype)) / math.sqrt(self.head_dim)
-        bias = edges.clamp_min(0) * query_term.unsqueeze(-1)  # (B, H, L, L)
-        return bias.masked_fill(edges < 0, float("-inf"))
+        require((edges.diagonal(dim1=-2, dim2=-1) >= 0).all(),
+                "edge_aware_graph: the diagonal of the edge-length matrix must be >= 0 (self loops)")
+        compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+        edges = (edges if edges.dim() == 3 else edges.unsqueeze(0)).to(compute)  # (B or 1, L, L)
+        batched = edges.shape[0] > 1 or q_pos.dim() == 3
+        query_term = (torch.einsum("bhid,hd->bhi", q.to(compute), self.edge_weight.to(compute))
+                      / math.sqrt(self.head_dim))  # (B, H, L)
+
+        def function(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            length = edges[b if batched else torch.zeros_like(b), i, j]
+            return torch.where(length >= 0, length.clamp_min(0) * query_term[b, h, i], float("-inf"))
+
+        return function
 
     def example_positions(self, length: int) -> Tensor:
         """One robot's observation graph of ``length`` objects, ``(length, 2 + length)`` float32.

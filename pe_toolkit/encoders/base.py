@@ -185,6 +185,20 @@ def score_bias(score: ScoreFunction, num_heads: int, q_pos: Tensor, k_pos: Tenso
     return values if values.dim() == 4 else values.unsqueeze(0)
 
 
+def bias_on_grid(function: BiasFunction, batch: int, num_heads: int, queries: tuple[int, int],
+                 keys: tuple[int, int], device: torch.device | None = None) -> Tensor:
+    """A :meth:`PositionalEncoding.bias_function` on the index grid ``(batch, num_heads, queries, keys)``.
+
+    ``queries`` / ``keys``: ``(start, stop)`` index ranges (the whole call, or one tile of it).
+    Returns ``(B, H, stop_q - start_q, stop_k - start_k)``.
+    """
+    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
+    h = torch.arange(num_heads, device=device).view(1, -1, 1, 1)
+    i = torch.arange(*queries, device=device).view(1, 1, -1, 1)
+    j = torch.arange(*keys, device=device).view(1, 1, 1, -1)
+    return function(b, h, i, j).expand(batch, num_heads, queries[1] - queries[0], keys[1] - keys[0])
+
+
 def causal_visibility(
     q_len: int, k_len: int, device: torch.device | None = None, offset: int | None = None
 ) -> Tensor:
@@ -261,6 +275,12 @@ class PositionalEncoding(nn.Module):
 
     bias_uses_visibility = False
     """Whether :meth:`bias` takes the ``visible`` keyword (see there)."""
+
+    bias_reads_key_indices = False
+    """Whether the bias of a tile of queries needs the keys' indices in the whole sequence, not only
+    their positions (e.g. a per-query row of edge lengths indexed by key): :meth:`bias` then takes
+    all queries and keys, and the blocked backend evaluates :meth:`bias_function`, built once on the
+    whole call, at each tile's global indices (:func:`bias_on_grid`)."""
 
     @property
     def acts_in_attention(self) -> bool:

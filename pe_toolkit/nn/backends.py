@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding, tracing
+from pe_toolkit.encoders.base import BiasFunction, PositionalEncoding, PositionBiasEncoding, bias_on_grid, tracing
 from pe_toolkit.nn.masks import AttentionMask
 
 BACKENDS = ("auto", "sdpa", "blocked", "flex")
@@ -149,7 +149,8 @@ def dense_attention_mask(bias: Tensor | None, mask: AttentionMask, start: int, s
 
 def _dense(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
            mask: AttentionMask, start: int, stop: int, dropout: float, cache: bool,
-           keys: tuple[int, int] | None = None, explicit: bool = False) -> Tensor:
+           keys: tuple[int, int] | None = None, explicit: bool = False,
+           index_bias: BiasFunction | None = None) -> Tensor:
     """Attention of the queries ``start .. stop - 1`` of ``mask`` over its keys ``keys`` (default all):
     ``q``, ``q_pos`` hold only those queries and ``k``, ``v``, ``k_pos`` only those keys.
 
@@ -158,12 +159,17 @@ def _dense(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodi
     instead of calling ``scaled_dot_product_attention``: the blocked backend does so under
     autograd, where the tile runs inside ``torch.utils.checkpoint`` (with SDPA's CPU kernels there,
     the peak RSS grew by about one float ``(B, H, tile, Lk)`` buffer per tile: +26 MiB per
-    128 x 8192 tile, against +0 written out).
+    128 x 8192 tile, against +0 written out). ``index_bias``: the encoder's ``bias_function`` on the
+    whole call, evaluated at this tile's global indices (encoders with ``bias_reads_key_indices``).
     """
     gqa = q.shape[1] != k.shape[1]
     has_bias = type(encoding).bias is not PositionalEncoding.bias
     visible = mask.dense(start, stop, q.device, keys) if encoding.bias_uses_visibility else None
-    bias = _bias(encoding, q, k, q_pos, k_pos, visible, cache) if has_bias else None
+    if index_bias is not None:
+        key_range = keys if keys is not None else (0, mask.k_len)
+        bias = bias_on_grid(index_bias, q.shape[0], q.shape[1], (start, stop), key_range, q.device)
+    else:
+        bias = _bias(encoding, q, k, q_pos, k_pos, visible, cache) if has_bias else None
     # a bias under bfloat16 / float16 is added, and the softmax taken, in float32
     compute = torch.float32 if bias is not None and q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     attn_mask, is_causal = dense_attention_mask(bias, mask, start, stop, compute, q.device, keys)
@@ -210,6 +216,7 @@ def _blocked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, enco
     tile = default_tile(q.shape[0], q.shape[1], k.shape[-2]) if tile is None else tile
     q_dim, k_dim = q_pos.dim() - vector_dims - 1, k_pos.dim() - vector_dims - 1
     track = torch.is_grad_enabled()
+    index_bias = encoding.bias_function(q, k, q_pos, k_pos) if encoding.bias_reads_key_indices else None
     outputs = []
     for start in range(0, mask.q_len, tile):
         stop = min(start + tile, mask.q_len)
@@ -223,7 +230,7 @@ def _blocked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, enco
                 pos_tile: Tensor = pos_tile, keys_pos: Tensor = keys_pos, keys: tuple = (first, last),
                 explicit: bool = checkpointed) -> Tensor:
             return _dense(q_tile, k_tile, v_tile, pos_tile, keys_pos, encoding, mask, start, stop, dropout,
-                          cache=False, keys=keys, explicit=explicit)
+                          cache=False, keys=keys, explicit=explicit, index_bias=index_bias)
 
         inputs = (q[:, :, start:stop], k[:, :, first:last], v[:, :, first:last])
         if checkpointed:
