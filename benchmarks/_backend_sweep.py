@@ -108,3 +108,45 @@ def warm_infer(name: str, length: int, backend: str, dim: int, heads: int, devic
             layer(torch.randn(1, length, dim, device=device))
 
     return warm
+
+
+def compiled_vs_eager(name: str, length: int, dim: int, heads: int, device: str, rounds: int) -> dict[str, Any]:
+    """Child: forward + backward of one layer, eager and ``torch.compile(fullgraph=True)`` (inductor).
+
+    The first compiled call (which compiles) is timed on its own; then ``rounds`` rounds alternate one
+    eager and one compiled step, and each side's median is reported, with the largest difference of the
+    outputs and of the input gradients between the two.
+    """
+    import torch
+
+    fix_mmap_threshold()
+    torch.manual_seed(0)
+    layer = _layer(name, length, "sdpa", dim, heads, device)
+    compiled = torch.compile(layer, fullgraph=True)
+    x = torch.randn(1, length, dim, device=device, requires_grad=True)
+
+    def step(module) -> tuple[float, Any, Any]:
+        start = time.perf_counter()
+        out = module(x)
+        (grad,) = torch.autograd.grad(out.square().sum(), [x])
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter() - start, out.detach(), grad
+
+    start = time.perf_counter()
+    _, out_compiled, grad_compiled = step(compiled)
+    compile_s = time.perf_counter() - start
+    _, out_eager, grad_eager = step(layer)  # eager warm-up
+    eager_times, compiled_times = [], []
+    for _ in range(rounds):
+        eager_times.append(step(layer)[0])
+        compiled_times.append(step(compiled)[0])
+    eager_times.sort()
+    compiled_times.sort()
+    return {
+        "eager_s": eager_times[len(eager_times) // 2],
+        "compiled_s": compiled_times[len(compiled_times) // 2],
+        "first_call_s": compile_s,
+        "max_abs_diff_out": float((out_compiled - out_eager).abs().max()),
+        "max_abs_diff_grad": float((grad_compiled - grad_eager).abs().max()),
+    }

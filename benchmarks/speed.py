@@ -18,8 +18,9 @@ Two measurements, all in forked children so that this (parent) process runs no t
 
 2. **Attention backends** (:mod:`_backend_sweep`): per encoder, backend (``sdpa``, ``blocked``,
    ``flex``) and length up to 32,768, the time and peak memory of one training step, and of
-   inference with FlexAttention against dense SDPA; the overhead of each encoder against NoPE at
-   L = 2,048 comes from measurement 1 (``backend="auto"``).
+   inference with FlexAttention against dense SDPA; ``torch.compile(fullgraph=True)`` (inductor)
+   against eager per encoder at L = 2,048; the overhead of each encoder against NoPE at L = 2,048
+   comes from measurement 1 (``backend="auto"``).
 
 3. **RoPE application** at ``(B, H, L, head_dim)`` (default 4, 8, 2048, 64), float32, queries and keys:
 
@@ -95,9 +96,11 @@ QUICK_ROPE = {"warmup": 2, "budget_s": 5.0, "min_repeats": 10, "max_repeats": 60
 CHILD_TIMEOUT_S = 1800.0
 BIAS_ENCODERS = ("alibi", "t5", "kerple", "fire", "sandwich", "bam", "bam_ssmax", "cope")
 FULL_BACKENDS = {"lengths": [2048, 8192, 16384, 32768], "encoders": ["nope", "rope", *BIAS_ENCODERS],
-                 "infer_length": 8192, "infer_encoders": ["alibi", "t5", "kerple", "fire", "sandwich", "bam"]}
+                 "infer_length": 8192, "infer_encoders": ["alibi", "t5", "kerple", "fire", "sandwich", "bam"],
+                 "compile_length": 2048, "compile_encoders": ["nope", "rope", *BIAS_ENCODERS], "compile_rounds": 5}
 QUICK_BACKENDS = {"lengths": [1024], "encoders": ["nope", "alibi", "cope"], "infer_length": 2048,
-                  "infer_encoders": ["alibi"]}
+                  "infer_encoders": ["alibi"], "compile_length": 256, "compile_encoders": ["alibi"],
+                  "compile_rounds": 3}
 MEMORY_FRACTION = 0.6  # default cap on a child's memory growth, as a fraction of MemAvailable
 
 
@@ -499,8 +502,9 @@ def _plot(layer_rows: list[dict], rope_rows: list[dict], names: list[str], out_d
 
 # ---------------------------------------------------------------------------------- backends
 def run_backend_sweep(plan: dict, dim: int, heads: int, device: str, memory_limit: int | None,
-                      progress) -> tuple[list[dict], list[dict]]:
-    """Training rows (encoder x backend x length) and inference rows (encoder x backend at one length)."""
+                      progress) -> tuple[list[dict], list[dict], list[dict]]:
+    """Training rows (encoder x backend x length), inference rows (encoder x backend at one length) and
+    compiled-vs-eager rows (encoder at one length)."""
     train_rows: list[dict] = []
     for length in plan["lengths"]:
         for name in plan["encoders"]:
@@ -556,7 +560,26 @@ def run_backend_sweep(plan: dict, dim: int, heads: int, device: str, memory_limi
         progress(f"infer {name} L={length}: " + ", ".join(
             f"{r['backend']} {r['median_ms']:.0f} ms {r['peak_mib']:.0f} MiB" if r["status"] == "ok"
             else f"{r['backend']} {r['status']}" for r in infer_rows[-3:]))
-    return train_rows, infer_rows
+    compile_rows: list[dict] = []
+    length = plan["compile_length"]
+    for name in plan["compile_encoders"]:
+        row = dict(kind="compiled_vs_eager", encoder=name, backend="sdpa", length=length, batch=1, dim=dim,
+                   heads=heads, device=device, dtype="float32", compiler="inductor", rounds=plan["compile_rounds"])
+        try:
+            result, _ = peak_memory_in_subprocess(
+                sweep.compiled_vs_eager, name, length, dim, heads, device, plan["compile_rounds"],
+                timeout=CHILD_TIMEOUT_S, memory_limit_bytes=memory_limit)
+            row.update(eager_ms=result["eager_s"] * 1e3, compiled_ms=result["compiled_s"] * 1e3,
+                       speedup=result["eager_s"] / result["compiled_s"], first_call_s=result["first_call_s"],
+                       max_abs_diff_out=result["max_abs_diff_out"], max_abs_diff_grad=result["max_abs_diff_grad"],
+                       status="ok")
+            progress(f"compile {name} L={length}: eager {row['eager_ms']:.0f} ms, compiled {row['compiled_ms']:.0f} ms "
+                     f"(first call {row['first_call_s']:.0f} s)")
+        except RuntimeError as error:
+            row.update(status=_short(_child_failure(error)))
+            progress(f"compile {name} L={length}: {row['status']}")
+        compile_rows.append(row)
+    return train_rows, infer_rows, compile_rows
 
 
 def overhead_rows(layer_rows: list[dict], length: int = 2048) -> list[dict]:
@@ -569,7 +592,8 @@ def overhead_rows(layer_rows: list[dict], length: int = 2048) -> list[dict]:
                  nope_ms=base, ratio=r["median_ms"] / base) for name, r in by_name.items()]
 
 
-def _backend_tables(train_rows: list[dict], infer_rows: list[dict], overhead: list[dict]) -> str:
+def _backend_tables(train_rows: list[dict], infer_rows: list[dict], overhead: list[dict],
+                    compile_rows: list[dict]) -> str:
     parts = []
     if train_rows:
         lengths = sorted({r["length"] for r in train_rows})
@@ -598,6 +622,16 @@ def _backend_tables(train_rows: list[dict], infer_rows: list[dict], overhead: li
         parts.append(f"### Overhead against NoPE, L={overhead[0]['length']}, forward + backward, backend auto\n\n"
                      + markdown_table(overhead, ["encoder", ("median_ms", "median ms"), ("ratio", "/ NoPE")],
                                       {"median_ms": ".1f", "ratio": ".2f"}))
+    if compile_rows:
+        parts.append(f"### Compiled against eager, L={compile_rows[0]['length']}, forward + backward, backend sdpa\n\n"
+                     "`torch.compile(layer, fullgraph=True)` (inductor); medians over interleaved rounds after the "
+                     "first compiled call, which compiles and is timed on its own.\n\n" + markdown_table(
+                         compile_rows, ["encoder", ("eager_ms", "eager ms"), ("compiled_ms", "compiled ms"),
+                                        ("speedup", "eager / compiled"), ("first_call_s", "first call s"),
+                                        ("max_abs_diff_out", "max abs diff out"),
+                                        ("max_abs_diff_grad", "max abs diff grad"), "status"],
+                         {"eager_ms": ".1f", "compiled_ms": ".1f", "speedup": ".2f", "first_call_s": ".1f",
+                          "max_abs_diff_out": ".1e", "max_abs_diff_grad": ".1e"}))
     return "\n".join(parts)
 
 
@@ -699,6 +733,10 @@ def build_parser():
     parser.add_argument("--infer-length", type=int, help="length of the inference comparison (default 8192, "
                                                          "quick 2048)")
     parser.add_argument("--infer-encoders", nargs="+", help="encoders of the inference comparison")
+    parser.add_argument("--compile-length", type=int, help="length of the compiled-vs-eager comparison "
+                                                           "(default 2048, quick 256)")
+    parser.add_argument("--compile-encoders", nargs="*", help="encoders of the compiled-vs-eager comparison "
+                                                              "(none: skip it)")
     parser.add_argument("--backends", nargs="+", choices=("sdpa", "blocked", "flex"), default=None,
                         help="training backends (default sdpa blocked; flex trains on CUDA only)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -764,8 +802,17 @@ def main(argv: list[str] | None = None) -> int:
             if unknown:
                 parser.error(f"unknown --infer-encoders {unknown}; sequence encoders: {', '.join(available)}")
             plan["infer_encoders"] = args.infer_encoders
+        if args.compile_length is not None:
+            if args.compile_length < 1:
+                parser.error(f"--compile-length must be >= 1, got {args.compile_length}")
+            plan["compile_length"] = args.compile_length
+        if args.compile_encoders is not None:
+            unknown = [n for n in args.compile_encoders if n not in available]
+            if unknown:
+                parser.error(f"unknown --compile-encoders {unknown}; sequence encoders: {', '.join(available)}")
+            plan["compile_encoders"] = args.compile_encoders
     sweep_steps = 0 if plan is None else (len(plan["lengths"]) * len(plan["encoders"]) * len(plan["backends"])
-                                          + len(plan["infer_encoders"]))
+                                          + len(plan["infer_encoders"]) + len(plan["compile_encoders"]))
     layer_rows: list[dict] = []
     progress = Progress(len(lengths) * (1 + len(names)) + sweep_steps + (0 if args.no_rope_apply else 1), NAME)
     for length in lengths:
@@ -857,8 +904,10 @@ def main(argv: list[str] | None = None) -> int:
 
     train_rows: list[dict] = []
     infer_rows: list[dict] = []
+    compile_rows: list[dict] = []
     if plan is not None:
-        train_rows, infer_rows = run_backend_sweep(plan, args.dim, args.heads, device, memory_limit, progress)
+        train_rows, infer_rows, compile_rows = run_backend_sweep(plan, args.dim, args.heads, device, memory_limit,
+                                                                 progress)
     overhead = overhead_rows(layer_rows)
 
     rope_rows: list[dict] = []
@@ -920,7 +969,7 @@ def main(argv: list[str] | None = None) -> int:
         backend_device=device,
         mmap_threshold_bytes_in_backend_children=sweep.MMAP_THRESHOLD_BYTES,
     )
-    rows = layer_rows + train_rows + infer_rows + overhead + rope_rows
+    rows = layer_rows + train_rows + infer_rows + compile_rows + overhead + rope_rows
     write_results(NAME, config, rows, seconds, root=args.out)
     plots = _plot(layer_rows, rope_rows, names, out_dir)
     backend_plot = _backend_plot(train_rows, out_dir)
@@ -971,13 +1020,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if alone:
         body.append("\nTimed in a process of their own:\n\n" + "\n".join(alone) + "\n")
-    if train_rows or infer_rows or overhead:
+    if train_rows or infer_rows or overhead or compile_rows:
         body += [
             "\n## Attention backends\n",
             sweep.__doc__.split("\n\n", 1)[1].strip() + "\n",
             "GPU rows: " + ("measured on CUDA.\n" if any(r.get("device") == "cuda" for r in train_rows + infer_rows)
                             else "not measured (no GPU in this run).\n"),
-            _backend_tables(train_rows, infer_rows, overhead),
+            _backend_tables(train_rows, infer_rows, overhead, compile_rows),
         ]
     if rope_rows:
         r0 = rope_rows[0]

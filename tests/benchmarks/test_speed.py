@@ -43,6 +43,8 @@ def smoke_run(tmp_path_factory):
         "--backend-encoders", "alibi", "cope",
         "--infer-length", "64",
         "--infer-encoders", "alibi",
+        "--compile-length", "32",
+        "--compile-encoders", "alibi",
     ]
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import speed; sys.exit(speed.main(sys.argv[2:]))"
@@ -143,6 +145,11 @@ def test_smoke_backend_rows(smoke_run):
     assert infer["flex"]["speedup_vs_sdpa"] > 0
     overhead = {r["encoder"]: r for r in rows if r["kind"] == "overhead_vs_nope"}
     assert overhead == {}  # no NoPE row at L=2048 in this smoke run: nothing to divide by
+    (compiled,) = [r for r in rows if r["kind"] == "compiled_vs_eager"]
+    assert compiled["encoder"] == "alibi" and compiled["length"] == 32 and compiled["status"] == "ok"
+    assert compiled["eager_ms"] > 0 and compiled["compiled_ms"] > 0 and compiled["first_call_s"] > 0
+    assert compiled["max_abs_diff_out"] < 1e-5 and compiled["max_abs_diff_grad"] < 1e-5
     report = (directory / "report.md").read_text()
     assert "## Attention backends" in report and "GPU rows: not measured" in report
+    assert "### Compiled against eager, L=32" in report
     assert (directory / "backend_memory_vs_length.png").is_file()
