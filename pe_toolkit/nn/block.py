@@ -13,10 +13,19 @@ from pe_toolkit.nn.latent_attention import MultiHeadLatentAttention
 ATTENTION_KINDS = ("mha", "mla")
 
 
-def make_norm(kind: str, dim: int) -> nn.Module:
-    """``"rmsnorm"`` (Zhang & Sennrich 2019) or ``"layernorm"`` (Ba et al. 2016)."""
+def make_norm(kind: str, dim: int, eps: float | None = None) -> nn.Module:
+    """``"rmsnorm"`` (Zhang & Sennrich 2019) or ``"layernorm"`` (Ba et al. 2016).
+
+    ``eps``: added to the mean square (variance) before the square root; ``None`` keeps PyTorch's
+    defaults (RMSNorm: ``torch.finfo(dtype).eps``; LayerNorm: 1e-5). Llama-family checkpoints set
+    their own (``rms_norm_eps``, e.g. 1e-5 or 1e-6).
+    """
     check_choice("norm", kind, ("rmsnorm", "layernorm"))
-    return nn.RMSNorm(dim) if kind == "rmsnorm" else nn.LayerNorm(dim)
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1):
+        raise ValueError(f"norm_eps must be a number in (0, 1) or None, got {eps!r}")
+    if kind == "rmsnorm":
+        return nn.RMSNorm(dim, eps=eps)
+    return nn.LayerNorm(dim) if eps is None else nn.LayerNorm(dim, eps=eps)
 
 
 class MLP(nn.Module):
@@ -50,7 +59,8 @@ class TransformerBlock(nn.Module):
         num_kv_heads: key/value heads (GQA), default ``num_heads``.
         causal: causal self-attention.
         dropout: attention, residual and MLP dropout.
-        norm: ``"rmsnorm"`` or ``"layernorm"``.
+        norm: ``"rmsnorm"`` or ``"layernorm"``; norm_eps: its epsilon (``None``: PyTorch's default).
+        qkv_bias: biases in the self-attention's query, key and value projections (Qwen2).
         mlp: ``"swiglu"`` or ``"gelu"``.
         mlp_hidden: MLP width (default: see :class:`MLP`).
         encoding: this block's own encoding, or ``None`` when the caller passes a shared one.
@@ -81,15 +91,19 @@ class TransformerBlock(nn.Module):
         latent_options: dict | None = None,
         backend: str = "auto",
         window: int | None = None,
+        norm_eps: float | None = None,
+        qkv_bias: bool = False,
     ) -> None:
         super().__init__()
         check_choice("attention", attention, ATTENTION_KINDS)
-        self.attn_norm = make_norm(norm, dim)
+        self.attn_norm = make_norm(norm, dim, norm_eps)
         if attention == "mla":
             if qk_norm:
                 raise ValueError("qk_norm=True is not available with attention='mla' (MLA never materialises keys)")
-            if encoding is not None or query_block_size is not None or backend != "auto" or window is not None:
-                raise ValueError("attention='mla' takes no per-block encoding, query_block_size, backend or window")
+            if (encoding is not None or query_block_size is not None or backend != "auto" or window is not None
+                    or qkv_bias):
+                raise ValueError("attention='mla' takes no per-block encoding, query_block_size, backend, window "
+                                 "or qkv_bias")
             options = dict(latent_options or {})
             if "latent_dim" not in options:
                 raise ValueError(f"attention='mla' needs latent_options with 'latent_dim', got {options}")
@@ -101,10 +115,11 @@ class TransformerBlock(nn.Module):
             self.attn = MultiHeadAttention(
                 dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout,
                 query_block_size=query_block_size, qk_norm=qk_norm, backend=backend, window=window,
+                qkv_bias=qkv_bias,
             )
-        self.cross_norm = make_norm(norm, dim) if cross_attention else None
+        self.cross_norm = make_norm(norm, dim, norm_eps) if cross_attention else None
         self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout) if cross_attention else None
-        self.mlp_norm = make_norm(norm, dim)
+        self.mlp_norm = make_norm(norm, dim, norm_eps)
         self.mlp = MLP(dim, mlp, mlp_hidden, dropout)
         self.resid_dropout = nn.Dropout(dropout)
 

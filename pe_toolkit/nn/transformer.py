@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,6 +40,9 @@ class TransformerConfig:
         share_encoding: one encoding shared by all layers (True) or one per layer. The ``embed`` hook
             runs once on the input, with the first layer's encoding.
         norm, mlp, mlp_hidden, dropout: block options (see :class:`TransformerBlock`).
+        norm_eps: epsilon of every norm (``None``: PyTorch's default; Llama checkpoints set
+            ``rms_norm_eps``).
+        qkv_bias: biases in the query, key and value projections of self-attention (Qwen2).
         tie_embeddings: the output head reuses the token embedding matrix.
         cross_attention: every block also attends to a ``context`` (the decoder of an
             encoder-decoder model); the context keys carry no positional encoding.
@@ -69,6 +75,8 @@ class TransformerConfig:
     encoding_options: dict[str, Any] = field(default_factory=dict)
     share_encoding: bool = True
     norm: str = "rmsnorm"
+    norm_eps: float | None = None
+    qkv_bias: bool = False
     mlp: str = "swiglu"
     mlp_hidden: int | None = None
     dropout: float = 0.0
@@ -117,11 +125,12 @@ class Transformer(nn.Module):
                 norm=config.norm, mlp=config.mlp, mlp_hidden=config.mlp_hidden, dropout=config.dropout,
                 cross_attention=config.cross_attention, query_block_size=config.attention_block_size,
                 qk_norm=config.qk_norm, attention=config.attention, latent_options=config.latent_options,
-                backend=config.attention_backend, window=config.attention_window,
+                backend=config.attention_backend, window=config.attention_window, norm_eps=config.norm_eps,
+                qkv_bias=config.qkv_bias,
             )
             for _ in range(config.num_layers)
         )
-        self.final_norm = make_norm(config.norm, config.dim)
+        self.final_norm = make_norm(config.norm, config.dim, config.norm_eps)
         self.lm_head = None
         if config.vocab_size is not None:
             self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
@@ -238,6 +247,42 @@ class Transformer(nn.Module):
             context=context, context_padding_mask=context_padding_mask, document_ids=document_ids,
         )
         return self.lm_head(hidden)
+
+    CONFIG_FILE = "config.json"
+    WEIGHTS_FILE = "model.pt"
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``config.json`` (the :class:`TransformerConfig`, JSON) and ``model.pt`` (the state dict,
+        encoder parameters included) into ``directory`` (created if needed); returns the directory."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            text = json.dumps(dataclasses.asdict(self.config), indent=2, sort_keys=True)
+        except TypeError as error:
+            raise ValueError(f"the config holds a value JSON cannot store ({error}); "
+                             "save the state dict instead") from error
+        (directory / self.CONFIG_FILE).write_text(text + "\n")
+        torch.save(self.state_dict(), directory / self.WEIGHTS_FILE)
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device | None = None) -> Transformer:
+        """The model :meth:`save_pretrained` wrote (weights loaded with ``weights_only=True``), in eval mode."""
+        directory = Path(directory)
+        for name in (cls.CONFIG_FILE, cls.WEIGHTS_FILE):
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"{directory / name} does not exist (written by Transformer.save_pretrained)")
+        fields = json.loads((directory / cls.CONFIG_FILE).read_text())
+        known = {f.name for f in dataclasses.fields(TransformerConfig)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ValueError(f"{directory / cls.CONFIG_FILE} has fields TransformerConfig does not know: {unknown}")
+        state = torch.load(directory / cls.WEIGHTS_FILE, map_location=map_location, weights_only=True)
+        model = cls(TransformerConfig(**fields))
+        reference = next(iter(state.values()))
+        model = model.to(device=reference.device, dtype=reference.dtype)
+        model.load_state_dict(state)
+        return model.eval()
 
     @torch.no_grad()
     def generate(

@@ -154,3 +154,49 @@ def test_scaled_embeddings_follow_vaswani():
     with torch.no_grad():
         expected = scaled.lm_head(scaled.forward_features(scaled.token_embedding(tokens[:, :8]) * dim**0.5))
         torch.testing.assert_close(scaled(tokens[:, :8]), expected)
+
+
+def test_norm_eps_and_qkv_bias():
+    Transformer, TransformerConfig = pet.Transformer, pet.TransformerConfig
+    """norm_eps reaches every norm (the default stays PyTorch's); qkv_bias adds q/k/v (not output) biases."""
+    default = Transformer(TransformerConfig(vocab_size=10, dim=16, num_heads=2, num_layers=1))
+    assert default.final_norm.eps is None and default.blocks[0].attn.q_proj.bias is None
+    model = Transformer(TransformerConfig(vocab_size=10, dim=16, num_heads=2, num_layers=2, norm_eps=1e-3,
+                                          qkv_bias=True))
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.RMSNorm)]
+    assert len(norms) == 5 and all(n.eps == 1e-3 for n in norms)
+    attn = model.blocks[1].attn
+    assert attn.q_proj.bias.shape == (16,) and attn.k_proj.bias is not None and attn.v_proj.bias is not None
+    assert attn.o_proj.bias is None
+    x = torch.randn(1, 3, 16)
+    expected = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-3) * model.final_norm.weight
+    torch.testing.assert_close(model.final_norm(x), expected)
+    layer = Transformer(TransformerConfig(vocab_size=10, dim=16, num_heads=2, num_layers=1, norm="layernorm",
+                                          norm_eps=1e-2))
+    assert layer.final_norm.eps == 1e-2
+    for bad in (0.0, 1.5, "1e-5", True):
+        with pytest.raises(ValueError, match="norm_eps must be a number in"):
+            Transformer(TransformerConfig(vocab_size=10, dim=16, num_heads=2, num_layers=1, norm_eps=bad))
+    with pytest.raises(ValueError, match="qkv_bias"):
+        Transformer(TransformerConfig(vocab_size=10, dim=16, num_heads=2, num_layers=1, qkv_bias=True,
+                                      attention="mla", latent_options={"latent_dim": 8}))
+
+
+def test_save_pretrained_round_trip(tmp_path):
+    """config.json + model.pt: the reloaded model (learnable encoder and MLA included) gives the same logits."""
+    for options in (dict(encoding="t5"), dict(encoding="rope", attention="mla", latent_options={"latent_dim": 8})):
+        model = pet.Transformer(pet.TransformerConfig(vocab_size=20, dim=16, num_heads=2, num_layers=2, norm_eps=1e-5,
+                                                      **options)).eval()
+        with torch.no_grad():
+            for p in model.encodings.parameters():
+                p.add_(torch.randn_like(p))
+        directory = model.save_pretrained(tmp_path / options["encoding"])
+        back = pet.Transformer.from_pretrained(directory)
+        assert back.config == model.config and not back.training
+        x = torch.randint(0, 20, (2, 7))
+        torch.testing.assert_close(back(x), model(x), rtol=0, atol=0)
+    with pytest.raises(FileNotFoundError, match="config.json does not exist"):
+        pet.Transformer.from_pretrained(tmp_path / "nothing")
+    (tmp_path / "t5" / "config.json").write_text('{"vocab_size": 20, "colour": "red"}')
+    with pytest.raises(ValueError, match=r"fields TransformerConfig does not know: \['colour'\]"):
+        pet.Transformer.from_pretrained(tmp_path / "t5")
