@@ -1,0 +1,35 @@
+"""Hugging Face transformers integration (the ``hf`` extra: ``pip install 'torch-pe-toolkit[hf]'``).
+
+* :mod:`.weights`: :func:`from_hf` / :func:`to_hf`, weights both ways between HF Llama, Qwen2 and
+  Mistral causal LMs and :class:`pe_toolkit.Transformer`.
+* :mod:`.rope_config`: :func:`rope_options_from_hf` / :func:`rope_config_to_hf`, HF rope configs
+  (``rope_scaling`` and ``rope_parameters``) to and from the ``rope`` encoder's options.
+* :mod:`.swap`: :func:`swap_positional_encoding`, any registered sequence encoder inside an HF
+  model, in place.
+* :mod:`.logits`: :class:`CausalLMLogits`, an HF causal LM as ``model(input_ids) -> logits`` for the
+  training modules and benchmarks.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pe_toolkit.extras import require_extra
+
+require_extra("hf", __name__)
+
+_EXPORTS = {
+    "from_hf": "weights", "to_hf": "weights", "transformer_config_from_hf": "weights",
+    "hf_config_from_transformer": "weights",
+    "rope_options_from_hf": "rope_config", "rope_config_to_hf": "rope_config",
+    "swap_positional_encoding": "swap",
+    "CausalLMLogits": "logits",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
