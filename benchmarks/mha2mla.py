@@ -21,6 +21,12 @@ the metric is byte-level validation loss, so only the direction of those claims 
     python benchmarks/mha2mla.py --quick      # tiny model, 6 conversions (< 2 min idle)
     python benchmarks/mha2mla.py              # see FULL
     python benchmarks/mha2mla.py --resume     # reuse the trained model and finished conversions
+    python benchmarks/mha2mla.py --quick --hf # the same on a tiny Hugging Face LlamaForCausalLM
+
+With ``--hf`` the MHA model is a ``transformers.LlamaForCausalLM`` of the same sizes (built from a
+``LlamaConfig``, random init, nothing downloads), trained through
+:class:`pe_toolkit.integrations.hf.CausalLMLogits`; ``convert_to_mla`` takes the HF model itself
+(through :func:`pe_toolkit.integrations.hf.from_hf`), and the MHA baseline is fine-tuned as the HF model.
 
 Outputs: ``results.json``, ``report.md``, ``mha2mla.png``.
 """
@@ -70,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = standard_argparser(__doc__.splitlines()[0])
     parser.add_argument("--resume", action="store_true",
                         help="reuse the trained MHA model and the finished conversions of the same configuration")
+    parser.add_argument("--hf", action="store_true",
+                        help="start from a tiny Hugging Face LlamaForCausalLM (needs the 'hf' extra)")
     args = parser.parse_args(argv)
     import torch
 
@@ -90,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(0)
     config = pet.TransformerConfig(vocab_size=256, causal=True, encoding="rope", **preset["model"])
-    base = pet.Transformer(config)
-    store = RunStore(Path(args.out) / NAME / "runs" / ("quick" if args.quick else "full"), resume=args.resume)
+    base = hf_llama(config) if args.hf else pet.Transformer(config)
+    runs = ("quick" if args.quick else "full") + ("-hf" if args.hf else "")
+    store = RunStore(Path(args.out) / NAME / "runs" / runs, resume=args.resume)
     run_config = {k: v for k, v in preset.items() if k != "conversions"}
     base_weights = store.path("mha").with_suffix(".pt")
     stored = store.load("mha", run_config)
@@ -139,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
             if scores is None:
                 from pe_toolkit.conversion import calibration_pair_scores
 
-                scores = calibration_pair_scores(base, calibration)
+                scores = calibration_pair_scores(ported(base), calibration)
             extra["scores"] = scores
-        mla, report = convert_to_mla(base, rope_dim=rope_dim, latent_dim=latent_dim, strategy=strategy, svd=svd,
-                                     **extra)
+        # an HF model goes to convert_to_mla as it is (the conversion ports it with from_hf)
+        mla, report = convert_to_mla(base.hf_model if args.hf else base, rope_dim=rope_dim, latent_dim=latent_dim,
+                                     strategy=strategy, svd=svd, **extra)
         zero_shot = validation_loss(_module_for(mla), val_windows)
         tuned = finetune(mla)
         rows.append({
@@ -157,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"{strategy}/{svd} r={rope_dim} d_kv={latent_dim}: cache -{100 * report.cache_reduction:.1f} %, "
                  f"zero-shot {zero_shot:.4f}, fine-tuned {tuned:.4f}")
     seconds = time.perf_counter() - start
-    write_results(NAME, {"quick": args.quick, **preset, "bytes_per_element": 4}, rows, seconds, root=args.out)
+    write_results(NAME, {"quick": args.quick, "hf": args.hf, **preset, "bytes_per_element": 4}, rows, seconds,
+                  root=args.out)
     out_dir = Path(args.out) / NAME
     png = _plot(rows, out_dir)
     table = markdown_table(
@@ -178,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         f"for MHA with the same steps ({best['loss_change_pct']:+.2f} %)."
         if best else "No conversion in this run reached a 90 % cache reduction."
     )
+    origin = ("a Hugging Face `LlamaForCausalLM` (random init from a `LlamaConfig`, trained through "
+              "`CausalLMLogits`; converted with `convert_to_mla(hf_model)`)" if args.hf else "a pe_toolkit Transformer")
     body = (
-        f"Byte-level RoPE LM {preset['model']} (head dim {head_dim}, {kv_heads} KV heads), trained "
+        f"Byte-level RoPE LM {preset['model']}, {origin} (head dim {head_dim}, {kv_heads} KV heads), trained "
         f"{preset['train_steps']} steps (context {preset['context']}, batch {preset['batch_size']}, "
         f"lr {preset['lr']}); "
         f"each converted model fine-tuned {preset['finetune_steps']} steps at lr {preset['finetune_lr']} "
@@ -189,6 +202,31 @@ def main(argv: list[str] | None = None) -> int:
     write_report(NAME, "MHA2MLA: KV-cache reduction vs. loss", body, root=args.out)
     print(f"wrote {out_dir} in {seconds:.0f} s")
     return 0
+
+
+def hf_llama(config):
+    """A ``CausalLMLogits``-wrapped HF ``LlamaForCausalLM`` with ``config``'s sizes (tied head, RMSNorm eps 1e-5)."""
+    import transformers
+
+    from pe_toolkit.integrations.hf import CausalLMLogits
+    from pe_toolkit.nn.block import MLP
+
+    hf_config = transformers.LlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.dim, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads, num_key_value_heads=config.num_kv_heads or config.num_heads,
+        intermediate_size=MLP(config.dim).up.out_features, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        max_position_embeddings=4096, bos_token_id=None, eos_token_id=None,
+    )
+    return CausalLMLogits(transformers.LlamaForCausalLM(hf_config))
+
+
+def ported(model):
+    """Our Transformer for a ``CausalLMLogits`` model (``from_hf``), the model itself otherwise."""
+    if hasattr(model, "hf_model"):
+        from pe_toolkit.integrations.hf import from_hf
+
+        return from_hf(model.hf_model)
+    return model
 
 
 def _module_for(model):

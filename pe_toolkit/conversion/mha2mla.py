@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -77,6 +78,15 @@ def _rotary_of(model: Transformer, layer: int) -> RotaryEncoding:
     return encoding
 
 
+def _ported(model: Any) -> Any:
+    """A Hugging Face causal LM through :func:`~pe_toolkit.integrations.hf.from_hf`; anything else as is."""
+    if type(model).__module__.startswith("transformers."):
+        from pe_toolkit.integrations.hf.weights import from_hf
+
+        return from_hf(model)
+    return model
+
+
 def _check_model(model: Transformer) -> None:
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a pe_toolkit Transformer, got {type(model).__name__}")
@@ -89,7 +99,8 @@ def _check_model(model: Transformer) -> None:
     for i, block in enumerate(model.blocks):
         attn = block.attn
         if not isinstance(attn, MultiHeadAttention) or attn.q_proj.bias is not None or attn.k_proj.bias is not None:
-            raise ValueError(f"layer {i}: expected a MultiHeadAttention without q/k/v biases")
+            raise ValueError(f"layer {i}: expected a MultiHeadAttention without q/k/v biases (MLA's projections have "
+                             "none; Qwen2's q/k/v biases are not converted)")
         _rotary_of(model, i)
 
 
@@ -186,7 +197,10 @@ def convert_to_mla(
 
     Args:
         model: the trained model (``attention="mha"``, encoding ``"rope"`` with static frequencies,
-            no QK-norm, no cross-attention); it is not modified.
+            no QK-norm, no cross-attention); it is not modified. A Hugging Face Llama or Mistral causal
+            LM is accepted too: it is ported first (:func:`pe_toolkit.integrations.hf.from_hf`, the ``hf``
+            extra), and the result is a pe_toolkit MLA ``Transformer`` (``save_pretrained`` /
+            ``Transformer.from_pretrained``).
         rope_dim: rotated dims kept per head (the paper's ``r``, even, ``2 <= rope_dim <= rotary_dim``).
         latent_dim: the latent size ``d_kv`` (per latent for ``"split"``).
         strategy: partial-RoPE selection, one of :data:`PARTIAL_ROPE_STRATEGIES`.
@@ -200,6 +214,7 @@ def convert_to_mla(
     Raises:
         ValueError / TypeError: for an unsupported model or out-of-range options.
     """
+    model = _ported(model)
     _check_model(model)
     if strategy not in PARTIAL_ROPE_STRATEGIES:
         raise ValueError(f"strategy must be one of {PARTIAL_ROPE_STRATEGIES}, got {strategy!r}")

@@ -37,3 +37,26 @@ def test_tiny_run_then_resume(tmp_path, monkeypatch):
     monkeypatch.setitem(TINY, "conversions", [*TINY["conversions"], ("low", "joint", 2, 4)])
     with pytest.raises(AssertionError, match="trained again"):
         bench.main([*argv, "--resume"])
+
+
+def test_tiny_hf_run(tmp_path, monkeypatch):
+    """--hf: the MHA model is an HF LlamaForCausalLM, trained as one, and convert_to_mla receives it as is."""
+    pytest.importorskip("transformers")
+    import pe_toolkit.conversion as conversion
+
+    monkeypatch.setattr(bench, "QUICK", TINY)
+    received = []
+    original = conversion.convert_to_mla
+
+    def recording(model, **options):
+        received.append(type(model).__name__)
+        return original(model, **options)
+
+    monkeypatch.setattr(conversion, "convert_to_mla", recording)
+    assert bench.main(["--quick", "--hf", "--out", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "mha2mla" / "results.json").read_text())
+    assert document["config"]["hf"] is True
+    assert received == ["LlamaForCausalLM", "LlamaForCausalLM"]
+    assert all(r["val_loss_finetuned"] < 10 for r in document["rows"])
+    assert (tmp_path / "mha2mla" / "runs" / "quick-hf" / "mha.pt").is_file()
+    assert "Hugging Face `LlamaForCausalLM`" in (tmp_path / "mha2mla" / "report.md").read_text()
