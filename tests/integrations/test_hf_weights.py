@@ -101,9 +101,10 @@ def test_to_hf_from_a_model_of_our_own():
             torch.testing.assert_close(hf(x).logits, reference, rtol=1e-5, atol=1e-5)
 
 
-def test_bf16_is_within_bf16_rounding():
+@pytest.mark.parametrize("case", ["llama_gqa", "llama_mha_tied", "qwen2_gqa", "mistral_window"])
+def test_bf16_is_within_bf16_rounding(case):
     """In bfloat16 our logits are as far from the float32 ones as HF's own bfloat16 logits are."""
-    hf = hf_model("llama_gqa")
+    hf = hf_model(case)
     x = tokens()
     with torch.no_grad():
         reference = hf(x).logits

@@ -23,7 +23,7 @@ _EXPORTS = {
     "from_hf": "weights", "to_hf": "weights", "transformer_config_from_hf": "weights",
     "hf_config_from_transformer": "weights",
     "rope_options_from_hf": "rope_config", "rope_config_to_hf": "rope_config",
-    "swap_positional_encoding": "swap",
+    "swap_positional_encoding": "swap", "load_swapped": "swap", "swapped_encoding": "swap",
     "CausalLMLogits": "logits",
 }
 __all__ = sorted(_EXPORTS)

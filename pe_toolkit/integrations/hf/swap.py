@@ -17,7 +17,9 @@ Design:
 * **One encoder** for all layers (as :class:`pe_toolkit.Transformer` shares one), registered on the
   base model as ``model.model.pe_toolkit.encoding`` (a :class:`PositionalSwap`): its parameters are in
   ``model.parameters()`` (trainable) and in the state dict under ``model.pe_toolkit.encoding.``.
-  The layers refer to it without registering it again (no duplicate state-dict entries).
+  The layers refer to it without registering it again (no duplicate state-dict entries). A bias
+  encoder builds its bias once per forward for all layers (its ``forward_scope``), except under HF
+  gradient checkpointing, where each recomputed layer builds its own.
 * **Positions** are HF's ``position_ids``, which the decoder layers pass to ``self_attn``: ``arange``
   continued past the cache, or, in ``generate`` with an ``attention_mask``, ``cumsum(mask) - 1`` (0 on
   padding), so each left-padded prompt counts from 0 at its first real token.
@@ -106,8 +108,7 @@ class _Inputs:
     """What the base-model pre-hook hands every layer for one forward."""
 
     padding: Tensor | None      # bool (B, past + L), True = real token; None when every token is real
-    mask_given: bool            # an attention_mask was passed (HF then never infers packed sequences)
-    documents: Tensor | None    # (B, L) run ids of packed sequences from position_ids, or None
+    documents: Tensor | None    # (B, L) run ids of packed sequences (position_ids without a mask), or None
 
 
 class PositionalSwap(nn.Module):
@@ -175,7 +176,7 @@ class PositionalSwap(nn.Module):
             diff = torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1)
             runs = (diff != 1).long().cumsum(-1)
             documents = runs if bool((runs[:, -1] != 0).any()) else None
-        kwargs[INPUTS_KWARG] = _Inputs(padding=padding, mask_given=mask is not None, documents=documents)
+        kwargs[INPUTS_KWARG] = _Inputs(padding=padding, documents=documents)
         if self.embeds:
             embeds = kwargs.get("inputs_embeds")
             if embeds is None and kwargs.get("input_ids") is not None:
@@ -189,7 +190,11 @@ class PositionalSwap(nn.Module):
                     positions = _query_positions(position_ids, embeds.shape[0], length, 0, embeds.device)
                 kwargs["inputs_embeds"] = self.encoding.embed(embeds, positions)
                 kwargs["input_ids"] = None
-        if isinstance(self.encoding, PositionBiasEncoding):
+        # HF gradient checkpointing recomputes each layer in the backward pass, where a bias shared by the
+        # layers would be rebuilt per layer (a different recomputed graph): then every layer builds its own
+        checkpointed = torch.is_grad_enabled() and any(
+            getattr(layer, "gradient_checkpointing", False) and layer.training for layer in base.layers)
+        if isinstance(self.encoding, PositionBiasEncoding) and not checkpointed:
             scope = self.encoding.forward_scope()
             scope.__enter__()
             self._scopes.append(scope)
@@ -273,7 +278,7 @@ class SwappedAttention(nn.Module):
             if attention_mask is not None:
                 raise ValueError(f"{type(self).__name__} (layer {self.layer_idx}) was called outside its base "
                                  "model's forward, so the 2D attention_mask is unknown: call the model itself")
-            inputs = _Inputs(padding=None, mask_given=False, documents=None)
+            inputs = _Inputs(padding=None, documents=None)
         encoding = self.swap.encoding
         batch, length, _ = hidden_states.shape
         shape = (batch, length, -1, self.head_dim)
@@ -289,10 +294,10 @@ class SwappedAttention(nn.Module):
             seen = _join(earlier, q_pos, batch)
             keys = k.shape[-2]
             if keys > seen.shape[-1]:
-                raise ValueError(f"the cache ({type(cache).__name__}, layer {type(cache.layers[self.layer_idx]).__name__})"
-                                 f" returned {keys} keys for {seen.shape[-1]} tokens seen: only caches that return "
-                                 "the keys seen so far (DynamicCache, with or without a sliding window) are "
-                                 "covered, not pre-allocated ones (cache_implementation='static')")
+                kind = f"{type(cache).__name__}, layer {type(cache.layers[self.layer_idx]).__name__}"
+                raise ValueError(f"the cache ({kind}) returned {keys} keys for {seen.shape[-1]} tokens seen: only "
+                                 "caches that return the keys seen so far (DynamicCache, with or without a sliding "
+                                 "window) are covered, not pre-allocated ones (cache_implementation='static')")
             setattr(cache.layers[self.layer_idx], POSITIONS_ATTR, seen)
             k_pos = seen[..., seen.shape[-1] - keys:]
         else:
@@ -300,8 +305,8 @@ class SwappedAttention(nn.Module):
         padding = inputs.padding
         if padding is not None:
             if tuple(padding.shape) != (batch, past + length):
-                raise ValueError(f"attention_mask has shape {tuple(padding.shape)}, expected ({batch}, {past + length}): "
-                                 f"one entry per cached ({past}) and new ({length}) token")
+                raise ValueError(f"attention_mask has shape {tuple(padding.shape)}, expected ({batch}, "
+                                 f"{past + length}): one entry per cached ({past}) and new ({length}) token")
             padding = padding[:, padding.shape[1] - keys:]
         documents = inputs.documents if cache is None else None
         if documents is not None and not encoding.supports_documents:
