@@ -54,3 +54,17 @@ def test_qwen2_biases_are_refused_by_name():
                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=97)
     with pytest.raises(ValueError, match="Qwen2's q/k/v biases are not converted"):
         convert_to_mla(transformers.Qwen2ForCausalLM(config), rope_dim=4, latent_dim=16, strategy="uniform")
+
+
+def test_bf16_conversion_is_within_bf16_rounding():
+    """A bfloat16 HF model converts to a bfloat16 MLA model as far from the float32 logits as HF's own bf16."""
+    hf = tiny(transformers.LlamaConfig, 2)
+    x = torch.randint(0, 97, (2, 12))
+    with torch.no_grad():
+        reference = hf(x).logits
+        hf16 = hf.to(torch.bfloat16)
+        mla, _ = convert_to_mla(hf16, rope_dim=16, latent_dim=32, strategy="high")
+        assert next(mla.parameters()).dtype == torch.bfloat16
+        ours = (mla(x).float() - reference).abs().max()
+        theirs = (hf16(x).logits.float() - reference).abs().max()
+    assert ours <= 2 * theirs + 1e-3, (ours, theirs)
