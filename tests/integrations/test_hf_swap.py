@@ -13,6 +13,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from hf_helpers import random_causal_lm  # noqa: E402
+
 import pe_toolkit as pet  # noqa: E402
 from pe_toolkit import registry  # noqa: E402
 from pe_toolkit.encoders.base import PositionalEncoding  # noqa: E402
@@ -46,15 +48,7 @@ LEARNABLE = [n for n in SEQUENCE_ENCODERS
 
 def hf_model(case: str = "llama_gqa_sdpa", dtype=torch.float32):
     config_class, options, implementation, _ = CASES[case]
-    config = config_class(**SIZES, **options)
-    config._attn_implementation = implementation
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():  # biases and norms off their initial zeros / ones
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
-    return model.to(dtype)
+    return random_causal_lm(config_class(**SIZES, **options), implementation, dtype)
 
 
 def swapped(case: str, name: str, **options):

@@ -7,6 +7,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from hf_helpers import random_causal_lm  # noqa: E402
+
 import pe_toolkit as pet  # noqa: E402
 from pe_toolkit.integrations.hf import from_hf, to_hf  # noqa: E402
 
@@ -25,15 +27,7 @@ CASES = {
 
 def hf_model(case: str, dtype=torch.float32):
     config_class, options = CASES[case]
-    config = config_class(**SIZES, **options)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():  # biases and norms off their initial zeros / ones
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
-    return model.to(dtype)
+    return random_causal_lm(config_class(**SIZES, **options), "sdpa", dtype)
 
 
 def tokens(batch: int = 2, length: int = 12) -> torch.Tensor:
