@@ -34,7 +34,7 @@ def gradient_x_input(
     target_t = _check_index("target", target, model.config.vocab_size, b, tokens.device, negative=False)
     index_t = _check_index("index", index, seq, b, tokens.device, negative=True)
     with torch.enable_grad():
-        embedded = model.token_embedding(tokens).detach().requires_grad_(True)
+        embedded = model.embed_tokens(tokens).detach().requires_grad_(True)  # with the model's input transform
         hidden = model.forward_features(embedded, positions=positions)
         rows = torch.arange(b, device=tokens.device)
         logit = model.lm_head(hidden[rows, index_t])[rows, target_t]

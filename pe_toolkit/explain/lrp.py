@@ -123,6 +123,17 @@ def _unsupported(path: str, module: object, allowed: str) -> TypeError:
     return TypeError(f"explain: unsupported layer {path} ({type(module).__name__}); supported: {allowed}")
 
 
+def _embedded_tokens(model, tokens: Tensor, dtype: torch.dtype) -> Tensor:
+    """``model.embed_tokens(tokens)`` computed in ``dtype`` (the embedding table cast first, not the output)."""
+    table = model.token_embedding
+    original = table.weight.dtype
+    try:
+        table.to(dtype)
+        return model.embed_tokens(tokens).to(dtype)
+    finally:
+        table.to(original)
+
+
 def _overrides(encoding: PositionalEncoding, hook: str) -> bool:
     return getattr(type(encoding), hook) is not getattr(PositionalEncoding, hook)
 
@@ -303,7 +314,10 @@ class _Pass:
     def run(self, tokens: Tensor, positions: Tensor, target: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
         model = self.model
         b, seq = tokens.shape
-        embedded = model.token_embedding.weight.detach().to(self.dtype)[tokens]
+        # the model's own input transform (e.g. scale_embeddings' sqrt(dim)): relevance starts at what the
+        # blocks receive, so the explained function is the model's
+        with torch.no_grad():
+            embedded = _embedded_tokens(model, tokens, self.dtype)
         tokens_leaf = embedded.clone().requires_grad_(True)
         x = tokens_leaf
         first = model.encodings[0]

@@ -15,12 +15,17 @@ def small_model(encoding="rope", **options):
                                                  encoding=encoding, encoding_options=options)).eval()
 
 
-def test_gradient_x_input_is_the_embedding_gradient_times_the_embedding():
-    model = small_model("learned", max_len=8)
+@pytest.mark.parametrize("scale_embeddings", [False, True])
+def test_gradient_x_input_is_the_embedding_gradient_times_the_embedding(scale_embeddings):
+    """The input is what the blocks receive: with scale_embeddings, the embedding times sqrt(dim)."""
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=9, dim=16, num_heads=2, num_layers=2, encoding="learned",
+                                                  encoding_options={"max_len": 8},
+                                                  scale_embeddings=scale_embeddings)).eval()
     tokens = torch.tensor([[1, 4, 5, 6], [2, 2, 7, 8]])
     scores = gradient_x_input(model, tokens, torch.tensor([3, 4]), index=torch.tensor([3, 1]))
     for b, (target, index) in enumerate(((3, 3), (4, 1))):
-        embedded = model.token_embedding(tokens[b:b + 1]).detach().requires_grad_(True)
+        embedded = model.token_embedding(tokens[b:b + 1]) * (16 ** 0.5 if scale_embeddings else 1.0)
+        embedded = embedded.detach().requires_grad_(True)
         logit = model.lm_head(model.forward_features(embedded))[0, index, target]
         (grad,) = torch.autograd.grad(logit, embedded)
         assert_close(scores[b], (grad * embedded)[0].sum(-1))

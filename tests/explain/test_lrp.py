@@ -347,3 +347,16 @@ def test_latent_attention_is_rejected_by_name():
                                                   attention="mla", latent_options={"latent_dim": 8}))
     with pytest.raises(TypeError, match=r"blocks\.0\.attn \(MultiHeadLatentAttention\); supported: MultiHeadAttention"):
         explain(model, torch.randint(0, 11, (1, 4)), 3)
+
+
+@pytest.mark.parametrize("kind", ["rope", "sinusoidal"])
+def test_scaled_embeddings_are_explained_exactly(kind):
+    """scale_embeddings=True multiplies token embeddings by sqrt(dim): the explained logit is the model's
+    (it used to skip the factor and explain another function) and relevance is still conserved."""
+    model = make_model(kind, scale_embeddings=True)
+    tokens = torch.randint(0, 11, (2, 6))
+    target, index = torch.tensor([2, 7]), torch.tensor([-1, 2])
+    attr = explain(model, tokens, target, index=index, dtype=D, epsilon=0.0)
+    assert_close(attr.logit, reference_logits(model, tokens, index % 6, target), rtol=0, atol=1e-8)
+    assert_close(attr.total() + attr.total_absorbed(), attr.logit, rtol=0, atol=1e-12)
+    assert model.token_embedding.weight.dtype == torch.float32  # the model is left as it was
