@@ -62,6 +62,7 @@ QUICK: dict[str, Any] = {
     "finetune_steps": 20, "finetune_lr": 1e-3, "max_bytes": 400_000, "val_windows": 16, "calibration_windows": 8,
     # (strategy, svd, rope_dim r, latent d_kv per latent)
     "conversions": [(s, "joint", 4, 8) for s in STRATEGIES] + [("2-norm", "joint", 2, 4), ("2-norm", "split", 4, 4)],
+    "decode_lengths": [512, 1024], "decode_rounds": 10,
 }
 FULL: dict[str, Any] = {  # sized for ~30 min on one shared (busy) core
     "model": {"dim": 128, "num_heads": 4, "num_layers": 2},
@@ -69,6 +70,7 @@ FULL: dict[str, Any] = {  # sized for ~30 min on one shared (busy) core
     "finetune_steps": 80, "finetune_lr": 1e-3, "max_bytes": 3_000_000, "val_windows": 64, "calibration_windows": 32,
     "conversions": [(s, "joint", 4, d) for s in STRATEGIES for d in (8, 16)]
     + [("2-norm", "joint", 2, 16), ("2-norm", "split", 4, 4), ("high", "split", 4, 4)],
+    "decode_lengths": [512, 1024, 2048, 4096], "decode_rounds": 30,
 }
 
 
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     base = hf_llama(config) if args.hf else pet.Transformer(config)
     runs = ("quick" if args.quick else "full") + ("-hf" if args.hf else "")
     store = RunStore(Path(args.out) / NAME / "runs" / runs, resume=args.resume)
-    run_config = {k: v for k, v in preset.items() if k != "conversions"}
+    run_config = {k: v for k, v in preset.items() if k not in ("conversions", "decode_lengths", "decode_rounds")}
     base_weights = store.path("mha").with_suffix(".pt")
     stored = store.load("mha", run_config)
     if stored is not None and base_weights.exists():  # the trained MHA model of an interrupted run
@@ -167,8 +169,6 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"{strategy}/{svd} r={rope_dim} d_kv={latent_dim}: cache -{100 * report.cache_reduction:.1f} %, "
                  f"zero-shot {zero_shot:.4f}, fine-tuned {tuned:.4f}")
     seconds = time.perf_counter() - start
-    write_results(NAME, {"quick": args.quick, "hf": args.hf, **preset, "bytes_per_element": 4}, rows, seconds,
-                  root=args.out)
     out_dir = Path(args.out) / NAME
     png = _plot(rows, out_dir)
     table = markdown_table(
@@ -199,9 +199,53 @@ def main(argv: list[str] | None = None) -> int:
         "(AdamW, no weight decay), and so is the MHA baseline. Cache bytes at float32 over all layers.\n\n"
         f"{claim}\n\n" + table + f"\n![{png}]({png})\n"
     )
+    decode = decode_rows(preset, torch)
+    body += ("\n## One decoding step: absorbed against plain MLA\n\n"
+             f"An MLA layer of the model's size (latent {DECODE_LATENT}, rope dim 4), batch 1, float32, one "
+             "thread: one new token attending a cache of L tokens, median of "
+             f"{preset['decode_rounds']} interleaved rounds. `plain` rebuilds every cached key and value from "
+             "the latents each step; `absorbed` (what `generate` uses for decoding steps) attends in latent "
+             "space.\n\n" + markdown_table(decode, ["cache_length", ("plain_ms", "plain ms"),
+                                                      ("absorbed_ms", "absorbed ms"), ("speedup", "plain / absorbed"),
+                                                      ("max_abs_diff", "max abs diff")],
+                                               {"plain_ms": ".3f", "absorbed_ms": ".3f", "speedup": ".2f",
+                                                "max_abs_diff": ".1e"}))
+    write_results(NAME, {"quick": args.quick, "hf": args.hf, **preset, "bytes_per_element": 4}, rows + decode,
+                  time.perf_counter() - start, root=args.out)
     write_report(NAME, "MHA2MLA: KV-cache reduction vs. loss", body, root=args.out)
     print(f"wrote {out_dir} in {seconds:.0f} s")
     return 0
+
+
+DECODE_LATENT = 16
+
+
+def decode_rows(preset: dict[str, Any], torch) -> list[dict[str, Any]]:
+    """Time one decoding step (absorbed vs plain) of an MLA layer at each cache length of the preset."""
+    from pe_toolkit.nn.latent_attention import LatentKVCache, MultiHeadLatentAttention
+
+    dim, heads = preset["model"]["dim"], preset["model"]["num_heads"]
+    torch.manual_seed(0)
+    layer = MultiHeadLatentAttention(dim, heads, causal=True, latent_dim=DECODE_LATENT, rope_head_dim=4).eval()
+    rows = []
+    with torch.no_grad():
+        for length in preset["decode_lengths"]:
+            cache = LatentKVCache(max_length=length + 1)  # room for the step: no buffer growth inside the timing
+            layer(torch.randn(1, length, dim), cache=cache, absorb=False)
+            step = torch.randn(1, 1, dim)
+            times: dict[bool, list[float]] = {False: [], True: []}
+            outputs = {}
+            for _ in range(preset["decode_rounds"]):
+                for absorb in (False, True):
+                    trial = copy.deepcopy(cache)  # the same cache of `length` tokens for every step
+                    begin = time.perf_counter()
+                    outputs[absorb] = layer(step, cache=trial, absorb=absorb)
+                    times[absorb].append(time.perf_counter() - begin)
+            plain, absorbed = (sorted(times[a])[len(times[a]) // 2] * 1e3 for a in (False, True))
+            rows.append({"kind": "decode_step", "cache_length": length, "plain_ms": plain, "absorbed_ms": absorbed,
+                         "speedup": plain / absorbed,
+                         "max_abs_diff": float((outputs[True] - outputs[False]).abs().max())})
+    return rows
 
 
 def hf_llama(config):

@@ -82,6 +82,16 @@ class KVCache:
         return out
 
     @property
+    def allocated(self) -> int:
+        """Keys the buffers have room for (grown by doubling without ``max_length``: up to twice ``held``)."""
+        return 0 if self._k is None else self._k.shape[-2]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated by the key, value and position buffers (what the cache really occupies)."""
+        return sum(t.numel() * t.element_size() for t in (self._k, self._v, self._pos) if t is not None)
+
+    @property
     def held(self) -> int:
         """Keys stored now (``length`` without a window, at most ``2 * window`` with one)."""
         return self._held

@@ -88,6 +88,10 @@ def latent_cache_elements_per_token(latent_dim: int, rope_heads: int, rope_head_
     return latent_dim + rope_heads * rope_head_dim
 
 
+ABSORB_MAX_QUERIES = 8
+"""``absorb=None`` takes the absorbed path on cached calls with at most this many queries (decoding)."""
+
+
 class MultiHeadLatentAttention(nn.Module):
     """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434) with a decoupled RoPE key.
 
@@ -286,10 +290,14 @@ class MultiHeadLatentAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
         encoding: PositionalEncoding | None = None,
-        absorb: bool = False,
+        absorb: bool | None = None,
     ) -> Tensor:
-        """Self-attention output ``(B, L, dim)``; ``absorb=True`` takes the absorbed (latent-space) path.
+        """Self-attention output ``(B, L, dim)``.
 
+        ``absorb``: ``True`` takes the absorbed (latent-space) path, ``False`` the plain one (per-head keys
+        and values rebuilt from the latents); ``None`` (default) absorbs on cached calls of at most
+        :data:`ABSORB_MAX_QUERIES` queries (decoding steps, where rebuilding every cached key per step
+        dominates) and takes the plain path otherwise (training, prefill). Both give the same output.
         ``cache`` (a :class:`LatentKVCache` or :class:`KVCache`) receives only the latents and rope keys.
         """
         if context is not None:
@@ -324,6 +332,8 @@ class MultiHeadLatentAttention(nn.Module):
         visibility = AttentionMask(q_len, k_len, causal=self.causal, key_padding_mask=key_padding_mask)
         mask, is_causal = dense_attention_mask(bias, visibility, 0, q_len, q_rope.dtype, x.device)
         c_k, c_v = self._split_latent(latent)
+        if absorb is None:
+            absorb = cache is not None and q_len <= ABSORB_MAX_QUERIES
         if absorb:
             out = self._attend_absorbed(q_nope, q_rope, c_k, c_v, k_rope, mask, is_causal)
         else:

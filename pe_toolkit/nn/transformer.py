@@ -157,10 +157,13 @@ class Transformer(nn.Module):
     def encoding_for_layer(self, index: int) -> PositionalEncoding:
         return self.encodings[0 if len(self.encodings) == 1 else index]
 
-    def new_cache(self) -> list[KVCache]:
+    def new_cache(self, max_length: int | None = None) -> list[KVCache]:
         """One empty :class:`KVCache` per layer, for :meth:`forward` / :meth:`generate`; with
-        ``attention_window`` each keeps only the keys in the window (memory bounded while decoding)."""
-        return [KVCache(window=self.config.attention_window) for _ in self.blocks]
+        ``attention_window`` each keeps only the keys in the window (memory bounded while decoding).
+        ``max_length`` (ignored with a window): preallocate exactly that many keys instead of growing
+        by doubling (:meth:`generate` knows its final length)."""
+        window = self.config.attention_window
+        return [KVCache(window=window, max_length=None if window is not None else max_length) for _ in self.blocks]
 
     def num_parameters(self, exclude_positional: bool = False) -> int:
         """Number of parameters (shared ones once); optionally without the encodings' parameters."""
@@ -321,7 +324,7 @@ class Transformer(nn.Module):
             positions = (padding.long().cumsum(-1) - 1).clamp(min=0)  # (B, L): 0 at each first real token
         was_training = self.training
         self.eval()
-        cache = self.new_cache()
+        cache = self.new_cache(max_length=prompt.shape[1] + max_new_tokens)  # allocated once, exactly
         out = prompt
         memory = {"context": context, "context_padding_mask": context_padding_mask}
         logits = self(prompt, positions=positions, padding_mask=padding, cache=cache, **memory)[:, -1]

@@ -239,3 +239,58 @@ def test_bad_inputs():
         pet.Transformer(pet.TransformerConfig(**base, latent_options={"latent_dim": 4}))
     with pytest.raises(ValueError, match="attention must be one of"):
         pet.Transformer(pet.TransformerConfig(**base, attention="linear"))
+
+
+def test_generate_decodes_mla_on_the_absorbed_path(monkeypatch):
+    """Transformer.generate with MLA layers: the prompt (prefill) takes the plain path, every decoding step
+    the absorbed one (absorb=None), and the tokens equal a plain-path decode."""
+    from pe_toolkit.nn import latent_attention
+
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=30, dim=32, num_heads=4, num_layers=2, attention="mla",
+                                                  latent_options={"latent_dim": 8})).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    calls = {"plain": 0, "absorbed": 0}
+    plain, absorbed = (latent_attention.MultiHeadLatentAttention._attend_plain,
+                       latent_attention.MultiHeadLatentAttention._attend_absorbed)
+
+    def counting(kind, function):
+        def wrapper(self, *args):
+            calls[kind] += 1
+            return function(self, *args)
+        return wrapper
+
+    monkeypatch.setattr(latent_attention.MultiHeadLatentAttention, "_attend_plain", counting("plain", plain))
+    monkeypatch.setattr(latent_attention.MultiHeadLatentAttention, "_attend_absorbed", counting("absorbed", absorbed))
+    prompt = torch.randint(0, 30, (2, 12))  # longer than ABSORB_MAX_QUERIES: a plain prefill
+    out = model.generate(prompt, 5)
+    assert calls == {"plain": 2, "absorbed": 2 * 4}  # 2 layers: one prefill each, then 4 fed-back tokens
+    monkeypatch.setattr(latent_attention, "ABSORB_MAX_QUERIES", 0)  # everything plain
+    assert torch.equal(model.generate(prompt, 5), out)
+
+
+def test_generate_preallocates_its_caches_exactly(monkeypatch):
+    """generate knows its final length: each layer's cache holds exactly prompt + new tokens (not up to 2x)."""
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=30, dim=32, num_heads=4, num_layers=2, attention="mla",
+                                                  latent_options={"latent_dim": 8})).eval()
+    made = []
+    original = model.new_cache
+
+    def recording(max_length=None):
+        made.append(original(max_length=max_length))
+        return made[-1]
+
+    monkeypatch.setattr(model, "new_cache", recording)
+    model.generate(torch.randint(0, 30, (2, 20)), 13)
+    (caches,) = made
+    for cache in caches:
+        assert cache.allocated == 33 and cache.held == 32  # the last sampled token is never fed back
+        # latents (8) + rope key (1 head x rope_head_dim) + positions, 33 slots, batch 2
+        latent = model.blocks[0].attn
+        per_slot = 2 * (latent.latent_dim + latent.rope_heads * latent.rope_head_dim) * 4 + 8
+        assert cache.nbytes == 33 * per_slot
+    grown = pet.KVCache()
+    grown.update(torch.zeros(1, 1, 17, 4), torch.zeros(1, 1, 17, 4), torch.arange(17))
+    grown.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4), torch.arange(17, 18))
+    assert grown.held == 18 and grown.allocated == 34 and grown.nbytes == 34 * (4 * 4 * 2 + 8)
