@@ -125,15 +125,17 @@ def test_flex_outputs_equal_dense(name, causal, eager_flex):
 
 @pytest.mark.parametrize("name", ["alibi", "t5"])
 def test_compiled_flex_equals_dense(name):
-    """The fused kernel (torch.compile), causal, with a KV-cache continuation.
+    """The fused kernel (torch.compile), causal; t5 also with a KV-cache continuation.
 
-    Two encoders only: a cold compile costs 10-30 s each on this CPU; the eager test above checks
-    every encoder's ``score_mod``, and the compiled kernel runs the same function.
+    Two encoders only: a cold compile (kernel and block mask, per shape) costs 10-30 s on this CPU; the
+    eager test above checks every encoder's ``score_mod``, and the compiled kernel runs the same function.
     """
     reference, flex = pair(name, "flex", dtype=torch.float32)
     x = torch.randn(1, 40, 32)
     with torch.no_grad():
         torch.testing.assert_close(flex(x), reference(x), rtol=1e-5, atol=1e-5)
+        if name != "t5":  # every new shape compiles the kernel and its block mask again: one encoder decodes
+            return
         cache = pet.KVCache()
         steps = torch.cat([flex(x[:, :33], cache=cache), flex(x[:, 33:], cache=cache)], dim=1)
         torch.testing.assert_close(steps, reference(x), rtol=1e-5, atol=1e-5)

@@ -132,7 +132,6 @@ MISSING_EXTRA_CASES = [
      "pe_toolkit.domains.crossmodal.lightning_module", "train"),
     ("lightning", "import pe_toolkit.domains.multirobot.data", "pe_toolkit.domains.multirobot.data", "train"),
     ("transformers", "import pe_toolkit.integrations.hf", "pe_toolkit.integrations.hf", "hf"),
-    ("transformers", "from pe_toolkit.integrations.hf.weights import from_hf", "pe_toolkit.integrations.hf", "hf"),
 ]
 
 
