@@ -45,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import common  # noqa: E402
 from common import (  # noqa: E402
     Progress,
     RunStore,
@@ -117,7 +118,7 @@ def train_language_model(
     module.model = model
     losses = LossHistory(every_n_steps=1)
     trainer = L.Trainer(
-        max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        max_steps=steps, accelerator=common.ACCELERATOR, devices=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, gradient_clip_val=1.0,
         callbacks=[losses, *(callbacks or [])], num_sanity_val_steps=0,
     )

@@ -761,7 +761,21 @@ def standard_argparser(description: str) -> argparse.ArgumentParser:
         default=DEFAULT_RESULTS_ROOT,
         help=f"results root; the benchmark writes OUT/<name>/ (default: {DEFAULT_RESULTS_ROOT})",
     )
+    parser.add_argument("--accelerator", choices=ACCELERATORS, default="auto", action=_SetAccelerator,
+                        help="Lightning accelerator of the training runs (default auto: a GPU when there is one)")
     return parser
+
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
+ACCELERATOR = "auto"
+"""The Lightning accelerator of this process's training runs; ``--accelerator`` sets it (forked workers inherit it)."""
+
+
+class _SetAccelerator(argparse.Action):
+    def __call__(self, parser, namespace, value, option_string=None) -> None:
+        global ACCELERATOR
+        ACCELERATOR = value
+        setattr(namespace, self.dest, value)
 
 
 class Progress:

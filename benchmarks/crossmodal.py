@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import common  # noqa: E402
 from common import (  # noqa: E402
     Progress,
     RunStore,
@@ -72,7 +73,7 @@ def run_one(variant: str, seed: int, train, val, config: dict[str, Any]) -> tupl
         tuple(train.video.shape[1:]), tuple(train.audio.shape[1:]), dim=config["dim"], num_heads=config["num_heads"],
         num_layers=config["num_layers"], num_steps=config["num_steps"], lr=config["lr"], max_steps=config["steps"],
         warmup_steps=max(1, config["steps"] // 20), **VARIANTS[variant])
-    trainer = L.Trainer(max_steps=config["steps"], accelerator="cpu", devices=1, logger=False,
+    trainer = L.Trainer(max_steps=config["steps"], accelerator=common.ACCELERATOR, devices=1, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         num_sanity_val_steps=0, check_val_every_n_epoch=10**6)
     data = AVDataModule(train, val, batch_size=config["batch_size"], seed=seed)

@@ -37,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import common  # noqa: E402
 from common import (  # noqa: E402
     Progress,
     RunStore,
@@ -126,7 +127,7 @@ def train_one(variant: str, seed: int, preset: dict[str, Any], train_set, test_s
     module = DetectionModule(config, lr=preset["lr"], warmup_steps=max(1, preset["steps"] // 10),
                              max_steps=preset["steps"])
     data = DetectionDataModule(train_set, test=test_set, batch_size=preset["batch_size"], seed=seed)
-    trainer = L.Trainer(max_steps=preset["steps"], accelerator="cpu", devices=1, logger=False,
+    trainer = L.Trainer(max_steps=preset["steps"], accelerator=common.ACCELERATOR, devices=1, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, gradient_clip_val=1.0)
     trainer.fit(module, data)

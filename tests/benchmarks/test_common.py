@@ -285,3 +285,15 @@ def test_run_store_resumes_only_matching_complete_runs(tmp_path):
     for bad in ("", "../x", ".hidden"):
         with pytest.raises(ValueError, match="run key must be a non-empty file name"):
             store.path(bad)
+
+
+def test_accelerator_option_defaults_to_auto_and_sets_the_process_accelerator(monkeypatch):
+    """--accelerator (every benchmark's parser): auto by default, so a lent GPU is used; cpu forces the CPU."""
+    import common
+
+    monkeypatch.setattr(common, "ACCELERATOR", "auto")
+    parser = common.standard_argparser("demo")
+    assert parser.parse_args([]).accelerator == "auto" and common.ACCELERATOR == "auto"
+    assert parser.parse_args(["--accelerator", "cpu"]).accelerator == "cpu" and common.ACCELERATOR == "cpu"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--accelerator", "tpu"])
