@@ -129,9 +129,7 @@ def relative_distance_table(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tenso
     than ``4 (Lq + Lk)`` values (scattered positions, where a table would not save work) and while
     ``torch.compile`` traces (:func:`tracing`).
     """
-    if q_pos.is_floating_point() or k_pos.is_floating_point() or q_pos.numel() == 0 or k_pos.numel() == 0:
-        return None
-    span = distance_range(q_pos, k_pos)
+    span = distance_range(q_pos, k_pos)  # None for float, empty or scattered positions and while tracing
     if span is None:
         return None
     lo, hi = span
