@@ -45,7 +45,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
 from common import (  # noqa: E402
     Progress,
     RunStore,
@@ -56,6 +55,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
+from presets import device_options, trainer_options  # noqa: E402
 
 NAME = "attention_stability"
 CONFIGS = ("mha", "mha+qknorm", "mha+qk_lr", "mla", "mla+qk_lr")
@@ -98,7 +98,7 @@ def unigram_entropy(data) -> float:
 
 def train_language_model(
     model, data, *, lr: float, steps: int, callbacks: list | None = None, warmup_fraction: float = 0.1,
-    weight_decay: float = 0.1, seed: int = 0,
+    weight_decay: float = 0.1, seed: int = 0, device: dict | None = None,
 ):
     """Train ``model`` (a byte-level ``Transformer``) with ``LanguageModelModule`` for ``steps`` steps.
 
@@ -118,7 +118,7 @@ def train_language_model(
     module.model = model
     losses = LossHistory(every_n_steps=1)
     trainer = L.Trainer(
-        max_steps=steps, accelerator=common.ACCELERATOR, devices=1, logger=False, enable_checkpointing=False,
+        max_steps=steps, **trainer_options(device), logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, gradient_clip_val=1.0,
         callbacks=[losses, *(callbacks or [])], num_sanity_val_steps=0,
     )
@@ -146,7 +146,8 @@ def run_one(name: str, lr: float, preset: dict[str, Any], data, val_windows) -> 
     if name.endswith("qk_lr"):
         callbacks.append(QKLearningRateCallback(norm="spectral", granularity="matrix"))
     start = time.perf_counter()
-    module, losses = train_language_model(model, data, lr=lr, steps=preset["steps"], callbacks=callbacks)
+    module, losses = train_language_model(model, data, lr=lr, steps=preset["steps"], callbacks=callbacks,
+                                           device=preset.get("device"))
     seconds = time.perf_counter() - start
     val = validation_loss(module, val_windows)
     finite = [x for x in losses if math.isfinite(x)]
@@ -251,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         preset["lrs"] = sorted(args.lrs)
     if args.steps:
         preset["steps"] = args.steps
+    preset["device"] = device_options(args)  # part of each run's identity
     start = time.perf_counter()
     data = ByteLMDataModule(context=preset["context"], batch_size=preset["batch_size"],
                             steps_per_epoch=preset["steps"], max_bytes=preset["max_bytes"], seed=0)

@@ -56,6 +56,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# imported as benchmarks.common (the tests), presets must still import by name as the scripts do
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from presets import add_device_arguments, add_preset_arguments  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The repository root (the folder holding ``benchmarks/``)."""
 
@@ -742,11 +748,15 @@ def quiet() -> None:
     quiet_third_party()
 
 
-def standard_argparser(description: str) -> argparse.ArgumentParser:
+def standard_argparser(description: str, *, presets: str | None = None) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` with the options every benchmark takes.
 
     ``--quick``: a short run (what ``make bench`` uses); ``--out DIR``: results root (default
-    ``results/`` at the repo root; the benchmark writes ``DIR/<name>/``).
+    ``results/`` at the repo root; the benchmark writes ``DIR/<name>/``); ``--accelerator``,
+    ``--devices``, ``--precision``: where its training runs go (see :mod:`presets`,
+    :func:`presets.device_options`). With ``presets=NAME`` (a benchmark whose presets are the YAML
+    files ``benchmarks/presets/NAME/*.yaml``) also ``--preset``, ``--config`` and ``--set``
+    (:func:`presets.preset_from_args` reads them).
 
     Every benchmark builds its parser first thing in ``main``, so this is also where its run is
     made quiet: it calls :func:`quiet` (known third-party warnings and Lightning's info banners
@@ -761,21 +771,10 @@ def standard_argparser(description: str) -> argparse.ArgumentParser:
         default=DEFAULT_RESULTS_ROOT,
         help=f"results root; the benchmark writes OUT/<name>/ (default: {DEFAULT_RESULTS_ROOT})",
     )
-    parser.add_argument("--accelerator", choices=ACCELERATORS, default="auto", action=_SetAccelerator,
-                        help="Lightning accelerator of the training runs (default auto: a GPU when there is one)")
+    add_device_arguments(parser)
+    if presets is not None:
+        add_preset_arguments(parser, presets)
     return parser
-
-
-ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
-ACCELERATOR = "auto"
-"""The Lightning accelerator of this process's training runs; ``--accelerator`` sets it (forked workers inherit it)."""
-
-
-class _SetAccelerator(argparse.Action):
-    def __call__(self, parser, namespace, value, option_string=None) -> None:
-        global ACCELERATOR
-        ACCELERATOR = value
-        setattr(namespace, self.dest, value)
 
 
 class Progress:

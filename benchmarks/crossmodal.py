@@ -36,7 +36,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import common  # noqa: E402
 from common import (  # noqa: E402
     Progress,
     RunStore,
@@ -47,6 +46,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
+from presets import device_options, trainer_options  # noqa: E402
 
 NAME = "crossmodal"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -73,7 +73,7 @@ def run_one(variant: str, seed: int, train, val, config: dict[str, Any]) -> tupl
         tuple(train.video.shape[1:]), tuple(train.audio.shape[1:]), dim=config["dim"], num_heads=config["num_heads"],
         num_layers=config["num_layers"], num_steps=config["num_steps"], lr=config["lr"], max_steps=config["steps"],
         warmup_steps=max(1, config["steps"] // 20), **VARIANTS[variant])
-    trainer = L.Trainer(max_steps=config["steps"], accelerator=common.ACCELERATOR, devices=1, logger=False,
+    trainer = L.Trainer(max_steps=config["steps"], **trainer_options(config.get("device")), logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         num_sanity_val_steps=0, check_val_every_n_epoch=10**6)
     data = AVDataModule(train, val, batch_size=config["batch_size"], seed=seed)
@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
     config["variants"] = args.variants
+    config["device"] = device_options(args)  # part of each run's identity
     start = time.perf_counter()
     train = generate_clips(config["train_clips"], seed=0)
     val = generate_clips(max(config["eval_clips"], 64), seed=1)

@@ -37,7 +37,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import common  # noqa: E402
 from common import (  # noqa: E402
     Progress,
     RunStore,
@@ -49,6 +48,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
+from presets import device_options, trainer_options  # noqa: E402
 
 NAME = "detection"
 
@@ -127,7 +127,7 @@ def train_one(variant: str, seed: int, preset: dict[str, Any], train_set, test_s
     module = DetectionModule(config, lr=preset["lr"], warmup_steps=max(1, preset["steps"] // 10),
                              max_steps=preset["steps"])
     data = DetectionDataModule(train_set, test=test_set, batch_size=preset["batch_size"], seed=seed)
-    trainer = L.Trainer(max_steps=preset["steps"], accelerator=common.ACCELERATOR, devices=1, logger=False,
+    trainer = L.Trainer(max_steps=preset["steps"], **trainer_options(preset.get("device")), logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, gradient_clip_val=1.0)
     trainer.fit(module, data)
@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         preset["seeds"] = args.seeds
     if args.steps is not None:
         preset["steps"] = args.steps
+    preset["device"] = device_options(args)  # part of each run's identity
     variants = args.variants or DEFAULT_VARIANTS
     start = time.perf_counter()
     train_set = ShapesDetectionDataset(preset["train_images"], seed=1000)

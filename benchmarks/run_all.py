@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/run_all.py [--quick] [--only NAME] [--out DIR]
 
-Every ``benchmarks/<name>.py`` except ``common.py``, ``run_all.py``, ``__init__.py`` and files whose
+Every ``benchmarks/<name>.py`` except ``common.py``, ``presets.py``, ``run_all.py``, ``__init__.py`` and files whose
 name starts with ``_`` is a benchmark. Each runs as its own subprocess (``--quick`` passed on when
 given, ``--out`` always), its output is shown live and saved to ``<out>/<name>/run.log``. Then
 ``<out>/summary.md`` lists every benchmark with its status, wall time and a link to its report;
@@ -32,7 +32,7 @@ else:  # run as a script: benchmarks/ is on sys.path
     from common import DEFAULT_RESULTS_ROOT, command_line, markdown_table, results_dir
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent
-NOT_BENCHMARKS = {"common.py", "run_all.py", "__init__.py", "conftest.py"}
+NOT_BENCHMARKS = {"common.py", "presets.py", "run_all.py", "__init__.py", "conftest.py"}
 
 
 def discover(directory: Path = BENCHMARKS_DIR) -> dict[str, Path]:

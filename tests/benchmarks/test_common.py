@@ -287,13 +287,15 @@ def test_run_store_resumes_only_matching_complete_runs(tmp_path):
             store.path(bad)
 
 
-def test_accelerator_option_defaults_to_auto_and_sets_the_process_accelerator(monkeypatch):
-    """--accelerator (every benchmark's parser): auto by default, so a lent GPU is used; cpu forces the CPU."""
-    import common
+def test_device_options_default_to_auto_and_reach_the_trainer():
+    """--accelerator/--devices/--precision (every benchmark's parser): auto by default, so a lent GPU is used."""
+    from presets import device_options, trainer_options
 
-    monkeypatch.setattr(common, "ACCELERATOR", "auto")
     parser = common.standard_argparser("demo")
-    assert parser.parse_args([]).accelerator == "auto" and common.ACCELERATOR == "auto"
-    assert parser.parse_args(["--accelerator", "cpu"]).accelerator == "cpu" and common.ACCELERATOR == "cpu"
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--accelerator", "tpu"])
+    args = parser.parse_args([])
+    assert device_options(args) == {"accelerator": "auto", "devices": 1, "precision": "32-true"}
+    args = parser.parse_args(["--accelerator", "cpu", "--devices", "2", "--precision", "bf16-mixed"])
+    assert trainer_options(device_options(args)) == {"accelerator": "cpu", "devices": 2, "precision": "bf16-mixed"}
+    for bad in (["--accelerator", "tpu"], ["--devices", "0"], ["--devices", "x"], ["--precision", "8"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "common" and not p.stem.startswith("_"))
+HELPERS = ("common", "presets")
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem not in HELPERS and not p.stem.startswith("_"))
 
 
 def test_every_benchmark_script_is_listed():
