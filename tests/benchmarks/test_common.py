@@ -11,6 +11,7 @@ import math
 import os
 import time
 
+import numpy as np
 import pytest
 
 from benchmarks import common, run_all
@@ -299,3 +300,31 @@ def test_device_options_default_to_auto_and_reach_the_trainer():
     for bad in (["--accelerator", "tpu"], ["--devices", "0"], ["--devices", "x"], ["--precision", "8"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+
+
+# ---------------------------------------------------------------------------------------- intervals
+def test_mean_interval_is_the_student_t_interval():
+    from scipy import stats
+
+    values = [0.2, 0.5, 0.3, 0.9]
+    r = common.mean_interval(values)
+    low, high = stats.t.interval(0.95, 3, loc=np.mean(values), scale=stats.sem(values))
+    assert r["n"] == 4 and r["mean"] == pytest.approx(np.mean(values))
+    assert r["low"] == pytest.approx(low) and r["high"] == pytest.approx(high)
+    one = common.mean_interval([0.4, float("nan")])
+    assert one["n"] == 1 and one["mean"] == 0.4 and math.isnan(one["low"]) and math.isnan(one["high"])
+    assert common.mean_interval([])["n"] == 0
+    with pytest.raises(ValueError, match="confidence must be in"):
+        common.mean_interval(values, confidence=1.0)
+
+
+def test_interval_verdict_needs_separated_intervals():
+    hi, lo = {"low": 0.8, "high": 0.9}, {"low": 0.5, "high": 0.7}
+    assert common.interval_verdict(hi, lo, higher_is_better=True) == "better"
+    assert common.interval_verdict(hi, lo, higher_is_better=False) == "worse"
+    assert common.interval_verdict(lo, hi, higher_is_better=False) == "better"
+    assert common.interval_verdict(hi, {"low": 0.6, "high": 0.85}, higher_is_better=True) == "tie"
+    assert common.interval_verdict(hi, {"low": math.nan, "high": math.nan}, higher_is_better=True) == "tie"
+    assert common.format_interval(common.mean_interval([1.0, 2.0, 3.0]), ".2f") == "2.00 [-0.48, 4.48] (n=3)"
+    assert common.format_interval(common.mean_interval([1.0]), ".1f") == "1.0 (n=1)"
+    assert common.format_interval(common.mean_interval([])) == "-"
