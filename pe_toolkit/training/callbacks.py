@@ -2,6 +2,8 @@
 
 * :class:`QKLearningRateCallback` attaches :class:`~pe_toolkit.training.qk_learning_rate.QKLearningRateRule`
   (Anson & Aitchison 2025, arXiv:2511.21377) to the trainer's optimizers.
+* :class:`QKClipCallback` applies QK-clip (Kimi K2's MuonClip, arXiv:2507.20534) after every
+  optimizer step: per head, query/key weights rescaled so the largest logit is at most ``tau``.
 * :class:`AttentionLogitMonitor` logs the largest attention logit of every self-attention layer,
   the quantity whose growth signals instability (Dehghani et al. 2023, arXiv:2302.05442; Wortsman
   et al. 2023, "Small-scale proxies for large-scale Transformer training instabilities",
@@ -25,6 +27,14 @@ from torch import Tensor
 from pe_toolkit.encoders.base import check_int
 from pe_toolkit.nn.attention import MultiHeadAttention
 from pe_toolkit.nn.latent_attention import MultiHeadLatentAttention
+from pe_toolkit.training.qk_clip import (
+    QK_CLIP_MEASURES,
+    attention_layers,
+    check_clippable,
+    check_tau,
+    head_max_logits,
+    qk_clip_,
+)
 from pe_toolkit.training.qk_learning_rate import QKLearningRateRule
 
 
@@ -32,7 +42,8 @@ class QKLearningRateCallback(L.Callback):
     """Apply the Q/K learning-rate rule to every optimizer of the fit.
 
     Args:
-        **options: :class:`QKLearningRateRule` options (``norm``, ``granularity``, ``reference``, ``every``).
+        **options: :class:`QKLearningRateRule` options (``norm``, ``granularity``, ``reference``, ``every``,
+            ``factors``).
 
     After fitting, :attr:`rule` holds the rule (``rule.multipliers``: the last multipliers). The
     multipliers are logged as ``qk_lr/<pair>.<query|key>`` (the mean over heads) every
@@ -41,10 +52,10 @@ class QKLearningRateCallback(L.Callback):
 
     def __init__(self, **options: Any) -> None:
         super().__init__()
-        unknown = sorted(set(options) - {"norm", "granularity", "reference", "every"})
+        unknown = sorted(set(options) - {"norm", "granularity", "reference", "every", "factors"})
         if unknown:
             raise TypeError(f"QKLearningRateCallback: unknown option(s) {unknown}; allowed: norm, granularity, "
-                            "reference, every")
+                            "reference, every, factors")
         self.options = options
         self.rule: QKLearningRateRule | None = None
 
@@ -65,6 +76,108 @@ class QKLearningRateCallback(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.rule is not None:
             self.rule.detach()
+
+
+class QKClipCallback(L.Callback):
+    """QK-clip after every optimizer step (Kimi K2, arXiv:2507.20534; :mod:`pe_toolkit.training.qk_clip`).
+
+    During each training forward a pre-hook on every self-attention layer records the layer's input
+    and (``measure="forward"``, K2) its per-head largest logit ``S_max^h``; a post-step hook on each
+    optimizer then rescales the heads with ``S_max^h > tau`` (``measure="after_step"`` recomputes
+    ``S_max^h`` on the recorded inputs with the updated weights first). Calls with a KV cache or a
+    context (cross-attention) are not recorded.
+
+    Args:
+        tau: the logit threshold (> 0; K2 uses 100).
+        measure: ``"forward"`` or ``"after_step"``.
+
+    Attributes:
+        clipped: heads rescaled, summed over steps and layers. ``history``: ``(optimizer step,
+        number of heads clipped, smallest gamma)`` for every step that clipped. ``steps``: optimizer
+        steps seen. Logged as ``qk_clip/heads`` and ``qk_clip/min_gamma``.
+    """
+
+    def __init__(self, tau: float = 100.0, *, measure: str = "forward") -> None:
+        super().__init__()
+        self.tau = check_tau(tau)
+        if measure not in QK_CLIP_MEASURES:
+            raise ValueError(f"measure must be one of {QK_CLIP_MEASURES}, got {measure!r}")
+        self.measure = measure
+        self.clipped = 0
+        self.steps = 0
+        self.history: list[tuple[int, int, float]] = []
+        self._layers: list[torch.nn.Module] = []
+        self._captured: dict[int, tuple[Tensor, Tensor | None]] = {}  # layer -> (max logits or input, q_pos)
+        self._kwargs: dict[int, dict[str, Any]] = {}
+        self._hooks: list[Any] = []
+        self._step_hooks: list[Any] = []
+        self._last: tuple[int, float] = (0, 1.0)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._layers = attention_layers(pl_module)
+        if not self._layers:
+            raise ValueError("QKClipCallback: the module has no MultiHeadAttention / MultiHeadLatentAttention layer")
+        for i, layer in enumerate(self._layers):
+            check_clippable(layer, f"attention layer {i}")
+        if not trainer.optimizers:
+            raise ValueError("QKClipCallback: the trainer has no optimizer")
+        self._step_hooks = [opt.register_step_post_hook(self._after_step) for opt in trainer.optimizers]
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self._remove_hooks()
+
+        def capture(index: int):
+            def hook(module, args, kwargs):
+                context = args[1] if len(args) > 1 else kwargs.get("context")
+                if context is not None or kwargs.get("cache") is not None:
+                    return
+                x = args[0].detach()
+                options = {"q_pos": kwargs.get("q_pos"), "encoding": kwargs.get("encoding")}
+                if self.measure == "forward":  # several forwards per step (accumulation): the max over them
+                    value = head_max_logits(module, x, **options)
+                    previous = self._captured.get(index)
+                    self._captured[index] = value if previous is None else torch.maximum(previous, value)
+                else:
+                    self._captured[index] = x
+                self._kwargs[index] = options
+            return hook
+
+        self._hooks = [layer.register_forward_pre_hook(capture(i), with_kwargs=True)
+                       for i, layer in enumerate(self._layers)]
+
+    @torch.no_grad()
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.steps += 1
+        heads, smallest = 0, 1.0
+        for index, value in sorted(self._captured.items()):
+            layer = self._layers[index]
+            if self.measure == "after_step":
+                value = head_max_logits(layer, value, **self._kwargs[index])
+            gamma = qk_clip_(layer, value, self.tau)
+            heads += int((gamma < 1).sum())
+            smallest = min(smallest, float(gamma.min()))
+        self._captured, self._kwargs = {}, {}
+        self._last = (heads, smallest)
+        if heads:
+            self.clipped += heads
+            self.history.append((self.steps - 1, heads, smallest))
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self._remove_hooks()
+        if trainer.global_step % max(trainer.log_every_n_steps, 1) == 0:
+            pl_module.log("qk_clip/heads", float(self._last[0]))
+            pl_module.log("qk_clip/min_gamma", self._last[1])
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._remove_hooks()
+        for handle in self._step_hooks:
+            handle.remove()
+        self._step_hooks = []
+
+    def _remove_hooks(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
 
 
 def max_attention_logit(layer: torch.nn.Module, x: Tensor, kwargs: dict[str, Any]) -> float:
