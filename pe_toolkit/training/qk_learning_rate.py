@@ -30,6 +30,27 @@ param groups cannot do, and beside any scheduler, which keeps setting the groups
 Which weights pair up (:func:`qk_weight_pairs`): in :class:`MultiHeadAttention`, ``q_proj`` with
 ``k_proj``; in :class:`MultiHeadLatentAttention`, ``q_nope_proj`` with ``k_up`` (the key up-projection
 acting on the latent) and ``q_rope_proj`` with ``k_rope_proj``.
+
+Every factor of an MLA logit (``factors="all"``, the default; :func:`qk_logit_factors`). MLA's logit
+has more than two weight factors: ``q_h . k_h = (W_UQ N_q(W_DQ x))^T (W_UK N_kv(W_DKV x'))`` for the
+non-rotated part and ``(W_QR N_q(W_DQ x))^T (W_KR x')`` for the rotated one. The same first-order
+argument, factor by factor: a step ``dW`` of a factor changes the logit by at most ``||dW||`` times the
+norms of the term's other factors that carry scale. A factor followed by an RMSNorm (``q_down`` before
+``q_latent_norm``, ``kv_down`` before ``kv_norm``) carries no scale (the norm resets it) and moves its
+output by ``||dW|| / ||W||``. So a factor ``W`` gets ``eta_W = eta * c / G_W`` with
+
+    G_W = sum over the logit terms W enters of prod(||F|| for the term's other scale-carrying factors F)
+          / (||W|| if W feeds an RMSNorm, else 1),
+
+which for a two-factor pair is the rule above (``G_{W_Q} = ||W_K||``). Hence: ``q_down`` (in both
+terms) gets ``c ||W_DQ|| / (||W_UQ|| ||W_UK|| + ||W_QR|| ||W_KR||)``; ``kv_down`` gets
+``c ||W_DKV|| / (||W_UQ|| ||W_UK||)``; without the latent norms (``latent_norm=False``) the down
+projections carry scale, enter the pairs' products and get ``c / (prod of the others)``. The
+down-projections are shared by all heads, so their norms are per matrix under either granularity.
+Left outside (documented choices): the RMSNorm gains (vectors that start at 1, the elementwise
+factors of the norms; the rule is stated for weight matrices), and ``kv_down``'s role in the values
+(a joint latent also feeds ``v_up``: its learning rate follows the logit's factors, not the values').
+``factors="pairs"`` applies the rule to the pairs only.
 """
 
 from __future__ import annotations
@@ -47,6 +68,7 @@ from pe_toolkit.nn.latent_attention import MultiHeadLatentAttention
 
 QK_NORMS = ("spectral", "frobenius")
 QK_GRANULARITIES = ("matrix", "head")
+QK_FACTORS = ("all", "pairs")
 
 
 @dataclass
@@ -62,6 +84,10 @@ class QKPair:
     key: nn.Parameter
     query_heads: int
     key_heads: int
+    query_chain: tuple[nn.Parameter, ...] = ()
+    """Scale-carrying factors upstream of ``query`` on the query side (shared by all heads; per matrix)."""
+    key_chain: tuple[nn.Parameter, ...] = ()
+    """Scale-carrying factors upstream of ``key`` on the key side."""
 
     def __post_init__(self) -> None:
         check_int("query_heads", self.query_heads)
@@ -77,7 +103,35 @@ class QKPair:
             )
 
 
-def qk_weight_pairs(model: nn.Module) -> list[QKPair]:
+@dataclass
+class QKFactor:
+    """A shared (not head-split) factor of attention logits, e.g. MLA's ``q_down`` or ``kv_down``.
+
+    ``terms``: for each logit term the factor enters, the term's *other* scale-carrying factors (a
+    product of their norms bounds the term's change per unit step of ``param``). ``normed``: the
+    factor feeds an RMSNorm, so its sensitivity is ``1 / ||param||`` times that product.
+    """
+
+    name: str
+    param: nn.Parameter
+    terms: tuple[tuple[nn.Parameter, ...], ...]
+    normed: bool
+
+    def __post_init__(self) -> None:
+        if self.param.dim() != 2:
+            raise ValueError(f"{self.name}: a logit factor must be a matrix, got shape {tuple(self.param.shape)}")
+        if not self.terms:
+            raise ValueError(f"{self.name}: terms must name at least one logit term")
+
+
+def _mla_chains(module: MultiHeadLatentAttention) -> tuple[tuple[nn.Parameter, ...], tuple[nn.Parameter, ...]]:
+    """The scale-carrying down-projections of an MLA layer's query side and key side (empty when normed)."""
+    query_chain = () if module.q_down is None or module.q_latent_norm is not None else (module.q_down.weight,)
+    key_chain = () if module.kv_norm is not None else (module.kv_down.weight,)
+    return query_chain, key_chain
+
+
+def qk_weight_pairs(model: nn.Module, *, chains: bool = False) -> list[QKPair]:
     """Every query/key weight pair of the self-attention layers in ``model`` (MHA and MLA)."""
     pairs = []
     for name, module in model.named_modules():
@@ -85,12 +139,38 @@ def qk_weight_pairs(model: nn.Module) -> list[QKPair]:
             pairs.append(QKPair(name, module.q_proj.weight, module.k_proj.weight, module.num_heads,
                                 module.num_kv_heads))
         elif isinstance(module, MultiHeadLatentAttention):
+            query_chain, key_chain = _mla_chains(module) if chains else ((), ())
             if module.nope_head_dim > 0:
                 pairs.append(QKPair(f"{name}.nope", module.q_nope_proj.weight, module.k_up.weight, module.num_heads,
-                                    module.num_kv_heads))
+                                    module.num_kv_heads, query_chain, key_chain))
             pairs.append(QKPair(f"{name}.rope", module.q_rope_proj.weight, module.k_rope_proj.weight,
-                                module.num_heads, module.rope_heads))
+                                module.num_heads, module.rope_heads, query_chain, ()))
     return pairs
+
+
+def qk_logit_factors(model: nn.Module) -> list[QKFactor]:
+    """The down-projections of every MLA layer in ``model`` as logit factors (``q_down``, ``kv_down``).
+
+    ``q_down`` enters the non-rotated term (with ``q_nope_proj``, ``k_up``) and the rotated one (with
+    ``q_rope_proj``, ``k_rope_proj``); ``kv_down`` enters the non-rotated term only (the rope key is
+    projected from ``x``). A layer without ``q_down`` or without non-rotated dims has fewer factors.
+    """
+    factors = []
+    for name, module in model.named_modules():
+        if not isinstance(module, MultiHeadLatentAttention):
+            continue
+        query_chain, key_chain = _mla_chains(module)
+        nope = module.nope_head_dim > 0
+        if module.q_down is not None:
+            terms = [(module.q_rope_proj.weight, module.k_rope_proj.weight)]
+            if nope:
+                terms.insert(0, (module.q_nope_proj.weight, module.k_up.weight, *key_chain))
+            factors.append(QKFactor(f"{name}.q_down", module.q_down.weight, tuple(terms),
+                                    normed=module.q_latent_norm is not None))
+        if nope:
+            terms = ((module.q_nope_proj.weight, module.k_up.weight, *query_chain),)
+            factors.append(QKFactor(f"{name}.kv_down", module.kv_down.weight, terms, normed=module.kv_norm is not None))
+    return factors
 
 
 def matrix_norm(weight: Tensor, norm: str) -> Tensor:
@@ -119,6 +199,9 @@ class QKLearningRateRule:
         granularity: ``"matrix"`` or ``"head"``.
         reference: ``c``; ``None`` = each partner norm at the first step (multipliers start at 1).
         every: recompute the norms every this many optimizer steps (1 = every step).
+        factors: ``"all"`` (default): every weight factor of the logit, MLA's down-projections
+            included (module docstring); ``"pairs"``: the query/key pairs only. Only used when
+            ``pairs`` is a model.
 
     Use :meth:`attach` on a ``torch.optim.Optimizer`` (any optimizer whose update is linear in its
     learning rate), or :class:`QKLearningRateCallback` with Lightning. :attr:`multipliers` holds the
@@ -133,9 +216,16 @@ class QKLearningRateRule:
         granularity: str = "matrix",
         reference: float | None = None,
         every: int = 1,
+        factors: str = "all",
     ) -> None:
+        if factors not in QK_FACTORS:
+            raise ValueError(f"factors must be one of {QK_FACTORS}, got {factors!r}")
+        self.factors: list[QKFactor] = []
         if isinstance(pairs, nn.Module):
-            pairs = qk_weight_pairs(pairs)
+            model = pairs
+            pairs = qk_weight_pairs(model, chains=factors == "all")
+            if factors == "all":
+                self.factors = qk_logit_factors(model)
         self.pairs = list(pairs)
         if not self.pairs:
             raise ValueError("QKLearningRateRule: no query/key weight pairs (no MultiHeadAttention / MLA found)")
@@ -164,12 +254,30 @@ class QKLearningRateRule:
         """
         key_norms = _block_norms(pair.key, pair.key_heads, self.norm, self.granularity)
         query_norms = _block_norms(pair.query, pair.query_heads, self.norm, self.granularity)
+        # upstream scale-carrying factors (MLA's down-projections without their RMSNorm) multiply in
+        query_chain = self._product(pair.query_chain, key_norms.device)
+        key_chain = self._product(pair.key_chain, key_norms.device)
         if self.granularity == "matrix":
-            return key_norms, query_norms
+            return key_norms * key_chain * query_chain, query_norms * query_chain * key_chain
         group = pair.query_heads // pair.key_heads
-        for_query = key_norms.repeat_interleave(group)
-        for_key = query_norms.view(pair.key_heads, group).amax(dim=1)
+        for_query = key_norms.repeat_interleave(group) * key_chain * query_chain
+        for_key = query_norms.view(pair.key_heads, group).amax(dim=1) * query_chain * key_chain
         return for_query, for_key
+
+    def _product(self, params: Sequence[Tensor], device: torch.device) -> Tensor:
+        out = torch.ones(1, dtype=torch.float64, device=device)
+        for p in params:
+            out = out * matrix_norm(p, self.norm)
+        return out
+
+    def factor_sensitivity(self, factor: QKFactor) -> Tensor:
+        """``G_W`` of a shared logit factor ``(1,)``: the sum over its terms of the other factors' norm products."""
+        total = torch.zeros(1, dtype=torch.float64, device=factor.param.device)
+        for others in factor.terms:
+            total = total + self._product(others, factor.param.device)
+        if factor.normed:
+            total = total / matrix_norm(factor.param, self.norm)
+        return total
 
     @torch.no_grad()
     def update_multipliers(self) -> None:
@@ -185,10 +293,22 @@ class QKLearningRateRule:
                     reference = self._references.setdefault(name, partner.clone())
                 else:
                     reference = torch.full_like(partner, self.reference)
-                multiplier = reference / partner
-                self.multipliers[name] = multiplier
-                rows = multiplier.repeat_interleave(param.shape[0] // multiplier.numel())
-                self._row_scales.append((param, rows.to(device=param.device, dtype=param.dtype)[:, None]))
+                self._set_multiplier(name, param, reference / partner)
+        for factor in self.factors:
+            sensitivity = self.factor_sensitivity(factor)
+            if not (sensitivity > 0).all() or not torch.isfinite(sensitivity).all():
+                raise ValueError(f"QK learning rate: {factor.name} has sensitivity {float(sensitivity)} (a norm is 0); "
+                                 "the rule is undefined")
+            if self.reference is None:
+                reference = self._references.setdefault(factor.name, sensitivity.clone())
+            else:
+                reference = torch.full_like(sensitivity, self.reference)
+            self._set_multiplier(factor.name, factor.param, reference / sensitivity)
+
+    def _set_multiplier(self, name: str, param: nn.Parameter, multiplier: Tensor) -> None:
+        self.multipliers[name] = multiplier
+        rows = multiplier.repeat_interleave(param.shape[0] // multiplier.numel())
+        self._row_scales.append((param, rows.to(device=param.device, dtype=param.dtype)[:, None]))
 
     # ------------------------------------------------------------------------------- optimizer hooks
     def attach(self, optimizer: torch.optim.Optimizer) -> QKLearningRateRule:
@@ -197,6 +317,7 @@ class QKLearningRateRule:
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
         absent = [pair.name for pair in self.pairs if id(pair.query) not in optimized or id(pair.key) not in optimized]
+        absent += [factor.name for factor in self.factors if id(factor.param) not in optimized]
         if absent:
             raise ValueError(f"QK learning rate: the optimizer does not hold the query/key weights of {absent}")
         self._handles.append(optimizer.register_step_pre_hook(self._pre_step))

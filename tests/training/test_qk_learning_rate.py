@@ -12,7 +12,13 @@ import torch.nn.functional as F
 import pe_toolkit as pet
 from pe_toolkit.nn.latent_attention import MultiHeadLatentAttention
 from pe_toolkit.training.callbacks import AttentionLogitMonitor, QKLearningRateCallback
-from pe_toolkit.training.qk_learning_rate import QKLearningRateRule, QKPair, attach_qk_learning_rates, qk_weight_pairs
+from pe_toolkit.training.qk_learning_rate import (
+    QKLearningRateRule,
+    QKPair,
+    attach_qk_learning_rates,
+    qk_logit_factors,
+    qk_weight_pairs,
+)
 
 
 def hand_set_attention() -> pet.MultiHeadAttention:
@@ -136,6 +142,58 @@ def test_pairs_of_mha_and_mla():
     rule = QKLearningRateRule(mla, granularity="head", reference=1.0)
     rule.update_multipliers()
     assert rule.multipliers[".rope.key"].shape == (1,) and rule.multipliers[".rope.query"].shape == (4,)
+
+
+def fro(p) -> float:
+    return torch.linalg.matrix_norm(p.detach().double(), ord="fro").item()
+
+
+def test_rule_covers_every_factor_of_an_mla_logit_q_down_and_kv_down():
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(8, 2, latent_dim=6, rope_head_dim=2, nope_head_dim=4, query_latent_dim=5).double()
+    q_down, kv_down = mla.q_down.weight, mla.kv_down.weight
+    qn, ku, qr, kr = (mla.q_nope_proj.weight, mla.k_up.weight, mla.q_rope_proj.weight, mla.k_rope_proj.weight)
+    assert [f.name for f in qk_logit_factors(mla)] == [".q_down", ".kv_down"]
+    rule = QKLearningRateRule(mla, norm="frobenius", reference=1.0)
+    rule.update_multipliers()
+    # q_down feeds an RMSNorm and enters both terms: c ||W_DQ|| / (||W_UQ|| ||W_UK|| + ||W_QR|| ||W_KR||)
+    assert rule.multipliers[".q_down"].item() == pytest.approx(fro(q_down) / (fro(qn) * fro(ku) + fro(qr) * fro(kr)))
+    assert rule.multipliers[".kv_down"].item() == pytest.approx(fro(kv_down) / (fro(qn) * fro(ku)))
+    assert rule.multipliers[".nope.query"].item() == pytest.approx(1 / fro(ku))  # normed latents carry no scale
+    # the step each factor takes is the base step times its multiplier (SGD, grad = 1)
+    optimizer = torch.optim.SGD(mla.parameters(), lr=0.1)
+    rule.attach(optimizer)
+    for p in mla.parameters():
+        p.grad = torch.ones_like(p)
+    before = {"q_down": q_down.detach().clone(), "kv_down": kv_down.detach().clone()}
+    expected = {k: rule.multipliers[f".{k}"].item() for k in before}
+    optimizer.step()
+    for name, param in (("q_down", q_down), ("kv_down", kv_down)):
+        torch.testing.assert_close(param.detach() - before[name], torch.full_like(param, -0.1 * expected[name]))
+    # factors="pairs" leaves the down-projections at the base rate
+    assert set(QKLearningRateRule(mla, factors="pairs", reference=1.0).factors) == set()
+    with pytest.raises(ValueError, match="factors must be one of"):
+        QKLearningRateRule(mla, factors="some")
+
+
+def test_without_latent_norm_kv_down_carries_scale_into_the_pairs():
+    torch.manual_seed(1)
+    mla = MultiHeadLatentAttention(8, 2, latent_dim=6, rope_head_dim=2, nope_head_dim=4, latent_norm=False).double()
+    qn, ku, kv_down = mla.q_nope_proj.weight, mla.k_up.weight, mla.kv_down.weight
+    rule = QKLearningRateRule(mla, norm="frobenius", reference=1.0)
+    rule.update_multipliers()
+    assert rule.multipliers[".nope.query"].item() == pytest.approx(1 / (fro(ku) * fro(kv_down)))
+    assert rule.multipliers[".nope.key"].item() == pytest.approx(1 / (fro(qn) * fro(kv_down)))  # its own upstream too
+    assert rule.multipliers[".kv_down"].item() == pytest.approx(1 / (fro(qn) * fro(ku)))
+    assert rule.multipliers[".rope.query"].item() == pytest.approx(1 / fro(mla.k_rope_proj.weight))
+    # with the default reference the multipliers start at 1 and follow the norms: k_up x 2 halves kv_down's
+    rule = QKLearningRateRule(mla, norm="frobenius")
+    rule.update_multipliers()
+    with torch.no_grad():
+        ku.mul_(2.0)
+    rule.update_multipliers()
+    assert rule.multipliers[".kv_down"].item() == pytest.approx(0.5)
+    assert rule.multipliers[".nope.query"].item() == pytest.approx(0.5)
 
 
 def test_bad_rule_arguments():
