@@ -1,34 +1,27 @@
-"""The length-generalization benchmark: MRR arithmetic, seed means, and one real tiny run."""
+"""The length-generalization benchmark: presets, every registered task, intervals, verdicts, tiny real runs."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 
 import pytest
 
 from benchmarks import length_generalization as lg
+from benchmarks.common import mean_interval
+from benchmarks.presets import available_presets, load_preset
+from pe_toolkit.tasks import get_task, list_tasks, task_options
+
+CPU = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
 
 
 def row(task, enc, ood, seed=0, iid=1.0):
-    return {
-        "task": task,
-        "encoding": enc,
-        "seed": seed,
-        "ood_accuracy": ood,
-        "iid_accuracy": iid,
-        "seconds": 1.0,
-    }
+    return {"task": task, "encoding": enc, "seed": seed, "ood_accuracy": ood, "iid_accuracy": iid, "seconds": 1.0}
 
 
 def test_mean_reciprocal_rank_by_hand():
-    rows = [
-        row("a", "x", 0.9),
-        row("a", "y", 0.5),
-        row("a", "z", 0.1),
-        row("b", "x", 0.2),
-        row("b", "y", 0.8),
-        row("b", "z", 0.8),
-    ]
+    rows = [row("a", "x", 0.9), row("a", "y", 0.5), row("a", "z", 0.1),
+            row("b", "x", 0.2), row("b", "y", 0.8), row("b", "z", 0.8)]
     mrr = lg.mean_reciprocal_rank(rows)
     # task a: x 1st, y 2nd, z 3rd; task b: y and z tie for 1st, x 3rd
     assert mrr == pytest.approx({"x": (1 + 1 / 3) / 2, "y": (1 / 2 + 1) / 2, "z": (1 / 3 + 1) / 2})
@@ -39,256 +32,289 @@ def test_mrr_ranks_seed_means():
     assert lg.mean_reciprocal_rank(rows) == {"y": 1.0, "x": 0.5}
 
 
-def test_summary_averages_over_seeds():
-    rows = [row("a", "x", 0.2, seed=0, iid=1.0), row("a", "x", 0.4, seed=1, iid=0.5)]
+def test_summary_rows_hold_the_seed_intervals():
+    rows = [row("a", "x", 0.2, seed=0, iid=1.0), row("a", "x", 0.4, seed=1, iid=0.5), row("a", "x", 0.3, seed=2)]
     (summary,) = lg.summarize(rows)
-    assert summary["seeds"] == 2
-    assert summary["ood_accuracy"] == pytest.approx(0.3) and summary["iid_accuracy"] == pytest.approx(0.75)
+    assert summary["seeds"] == 3
+    assert summary["ood"] == pytest.approx(mean_interval([0.2, 0.4, 0.3]))
+    assert summary["iid"] == pytest.approx(mean_interval([1.0, 0.5, 1.0]))
+    assert summary["ood"]["low"] < 0.3 < summary["ood"]["high"]
 
 
-def tiny_copy_spec(encoding, steps, num_train, num_test, **extra):
-    """A copy_repeat run spec for a 1-layer dim-16 model: train lengths 1-3, test 4-5."""
+# ------------------------------------------------------------------------------------------- tasks
+def test_every_registered_task_is_accepted_and_generates_its_evaluation_sets():
+    tasks = list_tasks()
+    assert len(tasks) >= 22
+    for name in tasks:
+        assert lg.parse_task(name) == (name, {})
+        task = get_task(name)
+        for split in ("train", "test"):
+            lengths = lg.evaluated_lengths(task, split, 4)
+            assert lengths[-1] == task.lengths(split)[-1] and set(lengths) <= set(task.lengths(split))
+            examples = lg.evaluation_examples(task, split, lengths, 2, seed=0)
+            assert [ex.length for ex in examples] == [n for n in lengths for _ in range(2)], name
+
+
+def test_scratchpad_formats_are_accepted_and_checked():
+    with_scratchpad = [t for t in list_tasks() if "scratchpad" in task_options(t)]
+    assert "addition" in with_scratchpad and "parity" in with_scratchpad
+    for name in with_scratchpad:
+        assert lg.parse_task(f"{name}:icovr") == (name, {"scratchpad": "icovr"})
+    assert lg.parse_task("parity:10110") == ("parity", {"scratchpad": "10110"})
+    assert lg.task_key({"task": "addition", "task_options": {"scratchpad": "icovr"}}) == "addition[scratchpad icovr]"
+    with pytest.raises(ValueError, match="'copy_repeat' has no scratchpad option; tasks with one: addition"):
+        lg.parse_task("copy_repeat:icovr")
+    with pytest.raises(ValueError, match="addition:xyz"):
+        lg.parse_task("addition:xyz")
+
+
+def test_an_unknown_task_is_rejected_naming_it_and_the_registered_ones(capsys):
+    with pytest.raises(ValueError, match="unknown task 'copy_repeet'; registered tasks: addition, ") as error:
+        lg.parse_task("copy_repeet")
+    assert all(name in str(error.value) for name in list_tasks())
+    with pytest.raises(SystemExit):
+        lg.main(["--quick", "--tasks", "copy_repeet"])
+    assert "unknown task 'copy_repeet'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- presets
+@pytest.mark.parametrize("name", ["quick", "full", "gpu"])
+def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
+    import pe_toolkit as pet
+
+    assert set(available_presets("length_generalization")) == {"quick", "full", "gpu"}
+    preset = load_preset("length_generalization", name)
+    specs = lg.build_specs(preset, [lg.parse_task(t) for t in preset["run"]], encoders=None,
+                           seeds=preset["seeds"], model=preset["model"], steps=None, threads=1, device=CPU,
+                           print_loss=False)
+    for spec in specs:
+        get_task(spec["task"], **{k: tuple(v) if isinstance(v, list) else v for k, v in spec["task_options"].items()})
+        assert spec["encoding"] in pet.list_encoders()
+    for task in preset["tasks"]:  # every catalogue entry is a registered task with valid options
+        entry = lg.task_entry(preset, task)
+        get_task(task, **{k: tuple(v) if isinstance(v, list) else v for k, v in entry["options"].items()})
+    if name != "quick":
+        assert len(preset["seeds"]) >= 3 and preset["evaluation"]["per_length"] >= 100
+        counting = lg.task_entry(preset, "cope_counting")
+        assert counting["early_stop"]["target_error"] == 0.05 and "music_relative" in counting["encoders"]
+        regions = lg.task_entry(preset, "contextual_counting")["options"]
+        assert regions["test_regions"][0] > regions["train_regions"][1]  # more regions at test
+        assert "reverse_x2" in preset["run"] and "reverse" not in preset["run"]
+
+
+def test_the_gpu_preset_is_bigger_than_the_cpu_one():
+    full, gpu = load_preset("length_generalization", "full"), load_preset("length_generalization", "gpu")
+    assert gpu["model"]["dim"] * gpu["model"]["num_layers"] > full["model"]["dim"] * full["model"]["num_layers"]
+    assert len(gpu["seeds"]) > len(full["seeds"]) and gpu["training"]["num_train"] > full["training"]["num_train"]
+
+
+def test_cli_overrides_and_the_device_reach_every_spec(tmp_path, capsys):
+    preset = load_preset("length_generalization", "full", overrides=["training.steps=7", "seeds=[4, 5]"])
+    specs = lg.build_specs(preset, [("copy_repeat", {}), ("cope_counting", {})], encoders=None,
+                           seeds=preset["seeds"], model=preset["model"], steps=None, threads=3,
+                           device={"accelerator": "cuda", "devices": 1, "precision": "bf16-mixed"}, print_loss=False)
+    copy = [s for s in specs if s["task"] == "copy_repeat"]
+    assert {s["training"]["steps"] for s in copy} == {7} and {s["seed"] for s in specs} == {4, 5}
+    assert {s["training"]["steps"] for s in specs if s["task"] == "cope_counting"} == {4000}  # the task's own
+    assert all(lg.stored_spec(s)["threads"] == 3 and lg.stored_spec(s)["device"]["precision"] == "bf16-mixed"
+               for s in specs)  # threads and device are part of a run's identity
+    with pytest.raises(SystemExit):
+        lg.main(["--quick", "--set", "training.stepz=3", "--out", str(tmp_path)])
+    assert "preset key 'training.stepz' does not exist" in capsys.readouterr().err
+
+
+def tiny_spec(encoding="alibi", steps=5, **extra):
+    """A copy_repeat run of a 1-layer dim-16 model: train lengths 1-3, test 4-5, 3 examples per length."""
     return {
         "task": "copy_repeat",
         "task_options": {"train_lengths": [1, 3], "test_lengths": [4, 5]},
         "encoding": encoding,
         "seed": 0,
         "threads": 1,
+        "device": CPU,
         "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
-        "training": {"steps": steps, "batch_size": 8, "lr": 1e-3, "num_train": num_train, "num_test": num_test},
+        "training": {"steps": steps, "batch_size": 8, "lr": 1e-3, "num_train": 64},
+        "evaluation": {"per_length": 3, "length_stride": 1},
         **extra,
     }
 
 
-def test_one_tiny_run_reports_per_length_accuracy(capsys):
-    result = lg.run_one(tiny_copy_spec("alibi", steps=5, num_train=64, num_test=10))
+def test_a_device_the_trainer_refuses_reaches_it():
+    with pytest.raises(ValueError, match="accelerator must be one of"):
+        lg.run_one(tiny_spec(steps=1, device={"accelerator": "tpu", "devices": 1, "precision": "32-true"}))
+
+
+# ------------------------------------------------------------------------------------------- runs
+def test_one_tiny_run_tests_a_fixed_number_of_examples_per_length_in_each_split(capsys):
+    result = lg.run_one(tiny_spec())
     assert "copy_repeat alibi seed 0 step" not in capsys.readouterr().err  # no print_loss: no loss lines
-    assert set(result["per_length"]) <= {1, 2, 3, 4, 5}
-    assert sum(v["total"] for v in result["per_length"].values()) == 20
+    assert set(result["per_length_iid"]) == {1, 2, 3} and set(result["per_length_ood"]) == {4, 5}
+    assert all(v["total"] == 3 for part in ("iid", "ood") for v in result[f"per_length_{part}"].values())
+    for v in result["per_length_ood"].values():
+        assert v["correct"] + sum(v[name] for name in lg.FAILURES) == v["total"]
     assert 0.0 <= result["iid_accuracy"] <= 1.0 and 0.0 <= result["ood_accuracy"] <= 1.0
-    assert result["parameters"] >= result["parameters_without_pe"]
+    assert result["parameters"] >= result["parameters_without_pe"] and result["steps_done"] == 5
+
+
+def test_a_same_seed_rerun_reproduces_the_run():
+    spec = tiny_spec("t5", steps=8)
+    first, second = lg.run_one(spec), lg.run_one(spec)
+    for key in ("loss_history", "final_train_loss", "per_length_iid", "per_length_ood", "spec"):
+        assert first[key] == second[key], key
+    other = lg.run_one({**spec, "seed": 1})
+    assert other["loss_history"] != first["loss_history"]  # the seed matters: the comparison can fail
+
+
+def test_density_shift_tasks_test_the_other_split_at_the_same_lengths():
+    spec = {**tiny_spec("nope", steps=2), "task": "flip_flop",
+            "task_options": {"train_lengths": [4, 5], "test_lengths": [4, 5], "test_p_ignore": 0.98}}
+    result = lg.run_one(spec)
+    assert set(result["per_length_iid"]) == set(result["per_length_ood"]) == {4, 5}
+
+
+def test_early_stop_records_the_validation_curve_and_stops_below_the_target():
+    spec = tiny_spec("nope", steps=6, early_stop={"target_error": 1e-9, "every_n_steps": 2, "num_val": 8})
+    result = lg.run_one(spec)  # an unreachable target: the whole budget, a validation every 2 steps
+    assert [s for s, _ in result["validation_curve"]] == [2, 4, 6] and result["target_reached"] is None
+    assert result["steps_done"] == 6
+
+    class Trainer:
+        sanity_checking, global_step, should_stop = False, 250, False
+
+    class Module:
+        val_results = {3: (48, 50), 9: (49, 50)}  # 3 wrong of 100: error 0.03
+
+    curve = lg.ValidationCurve(0.05)
+    curve.on_validation_end(Trainer, Module)
+    assert Trainer.should_stop and curve.reached_at == 250 and curve.history == [(250, pytest.approx(0.03))]
+    Trainer.should_stop, Module.val_results = False, {3: (90, 100)}
+    lg.ValidationCurve(0.05).on_validation_end(Trainer, Module)
+    assert not Trainer.should_stop
 
 
 def test_encoder_decoder_run_and_task_keys():
-    spec = {
-        "task": "contextual_counting",
-        "task_options": {
-            "train_lengths": [4, 6],
-            "test_lengths": [7, 8],
-            "train_regions": [1, 2],
-            "test_regions": [1, 2],
-        },
-        "architecture": "encdec_bidirectional",
-        "encoding": "rope",
-        "seed": 0,
-        "threads": 1,
-        "model": {"dim": 16, "num_heads": 2, "num_layers": 2},
-        "training": {"steps": 3, "batch_size": 8, "lr": 1e-3, "num_train": 32, "num_test": 6},
-    }
+    spec = {**tiny_spec("rope", steps=3), "task": "contextual_counting", "architecture": "encdec_bidirectional",
+            "model": {"dim": 16, "num_heads": 2, "num_layers": 2},
+            "task_options": {"train_lengths": [4, 6], "test_lengths": [7, 8], "train_regions": [1, 2],
+                             "test_regions": [1, 2]}}
     result = lg.run_one(spec)
     assert result["architecture"] == "encdec_bidirectional"
-    assert sum(v["total"] for v in result["per_length"].values()) == 12
+    assert sum(v["total"] for v in result["per_length_ood"].values()) == 6
     assert lg.task_key(result) == "contextual_counting (encdec_bidirectional)"
     assert lg.task_key(row("copy_repeat", "x", 0.1)) == "copy_repeat"
 
 
-def store_nope_copy_run(runs_dir, spec, ood, per_length, train_lengths, test_lengths):
-    """Write a finished copy_repeat NoPE seed-0 run (IID 1.0) under ``runs_dir``, as the benchmark stores it."""
-    stored = {**row("copy_repeat", "nope", ood), "architecture": "decoder", "per_length": per_length,
-              "final_train_loss": 0.1, "parameters": 10, "parameters_without_pe": 10,
-              "train_lengths": train_lengths, "test_lengths": test_lengths, "spec": spec}
-    runs_dir.mkdir(parents=True)
-    (runs_dir / "copy_repeat__nope__seed0.json").write_text(json.dumps(stored))
-
-
-def test_report_only_rebuilds_the_report_from_stored_runs(tmp_path):
-    spec = {"task": "copy_repeat", "task_options": {"train_lengths": [1, 8], "test_lengths": [9, 16]},
-            "encoding": "nope", "seed": 0, "model": {**lg.QUICK_MODEL, "scale_embeddings": True},
-            "training": lg.QUICK_TRAINING}
-    store_nope_copy_run(tmp_path / "length_generalization" / "runs" / "quick", spec, 0.5,
-                        {"3": {"correct": 1, "total": 2}, "12": {"correct": 1, "total": 2}}, [1, 8], [9, 16])
-    assert lg.main(["--quick", "--report-only", "--encoders", "nope", "rope", "--out", str(tmp_path)]) == 0
-    report = (tmp_path / "length_generalization" / "report.md").read_text()
-    assert "| copy_repeat | nope | 1 | 1.000 | 0.500 |" in report and "from 1 stored runs" in report
-    assert (tmp_path / "length_generalization" / "accuracy_vs_length.png").exists()
-
-
 def test_encoder_options_reach_the_model():
-    # rope runs as in the paper's code (rotary on 25 % of each head's dims); the options are forwarded,
-    # so an invalid one is refused by the encoder rather than ignored
     assert lg.ENCODING_OPTIONS["rope"] == {"rotary_fraction": 0.25}
-    spec = tiny_copy_spec("rope", steps=1, num_train=16, num_test=2, encoding_options={"rotary_fraction": 1.5})
     with pytest.raises(ValueError, match="rotary_fraction must be in"):
-        lg.run_one(spec)
+        lg.run_one(tiny_spec("rope", steps=1, encoding_options={"rotary_fraction": 1.5}))
 
 
-def test_training_preset_applies_per_task_changes_then_the_steps_override():
-    assert lg.training_preset("copy_repeat", quick=False) == lg.FULL_TRAINING
-    reverse = lg.training_preset("reverse", quick=False)
-    assert reverse == {**lg.FULL_TRAINING, "steps": lg.TASK_TRAINING["reverse"]["steps"]}
-    assert reverse["steps"] != lg.FULL_TRAINING["steps"]
-    assert lg.training_preset("reverse", quick=True) == lg.QUICK_TRAINING  # quick runs keep one preset
-    assert lg.training_preset("reverse", quick=False, steps=7)["steps"] == 7
+def test_context_options_cover_the_longest_training_sequence():
+    """CoPE's npos and the paper's relative PE's distance table reach the training context + 1."""
+    from pe_toolkit.training import TaskDataModule
 
-
-def test_a_run_records_its_loss_history_and_prints_it_when_asked(capsys):
-    spec = tiny_copy_spec("nope", steps=40, num_train=64, num_test=2, print_loss=True)
-    result = lg.run_one(spec)
-    assert result["spec"] == {k: v for k, v in spec.items() if k not in ("threads", "print_loss")}
-    printed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("copy_repeat nope seed 0")]
-    assert len(printed) == 20 and printed[-1].startswith("copy_repeat nope seed 0 step 40/40: loss ")
-    history = result["loss_history"]
-    assert [step for step, _ in history] == [2 * (i + 1) for i in range(20)]  # windows of steps // 20
-    assert history[-1][1] < history[0][1]
-
-
-def test_rejects_zero_threads(capsys):
-    with pytest.raises(SystemExit):
-        lg.main(["--quick", "--threads", "0"])
-    assert "--threads must be >= 1, got 0" in capsys.readouterr().err
-
-
-def paper_summary(task, ood, iid=1.0):
-    return [{"task": task, "encoding": e, "seeds": 1, "iid_accuracy": iid, "ood_accuracy": v} for e, v in ood.items()]
-
-
-def test_claims_check_the_ranking_of_the_paper():
-    ok = paper_summary("copy_repeat", {"nope": 0.6, "t5": 0.5, "alibi": 0.4, "rope": 0.0, "sinusoidal": 0.0})
-    bad = paper_summary("reverse", {"nope": 0.6, "t5": 0.1, "alibi": 0.4, "rope": 0.0, "sinusoidal": 0.0})
-    lines = lg.claims(ok + bad)
-    assert "copy_repeat" in lines[0] and "**holds**" in lines[0] and "nope 0.600 (paper 0.986, 1 seed)" in lines[0]
-    assert "reverse" in lines[1] and "**does not hold**" in lines[1]
-    assert "cope_counting" in lines[2] and "not measured" in lines[2]
-
-
-def test_claims_flag_a_task_not_learned_in_distribution_and_missing_encoders():
-    rows = paper_summary("copy_repeat", {"nope": 0.6, "t5": 0.5, "alibi": 0.4, "rope": 0.0, "sinusoidal": 0.0})
-    rows[3]["iid_accuracy"] = 0.5
-    lines = lg.claims(rows + paper_summary("reverse", {"nope": 0.1}))
-    assert "Not learned in distribution (IID < 0.9) by ['rope']" in lines[0]
-    assert "not measured (no runs of ['t5', 'alibi', 'rope', 'sinusoidal'])" in lines[1]
-
-
-def test_claims_compare_counting_errors():
-    rows = [{"task": "cope_counting", "encoding": e, "seeds": 2, "iid_accuracy": acc, "ood_accuracy": 0.0}
-            for e, acc in {"cope": 0.95, "t5": 0.94, "sinusoidal": 0.5}.items()]
-    (line,) = [x for x in lg.claims(rows) if x.startswith("- cope_counting")]
-    assert "cope 5.0 % (paper 1.2 %, 2 seeds)" in line and "t5 6.0 %" in line and "**holds**" in line
-    rows[0]["iid_accuracy"] = 0.9
-    (line,) = [x for x in lg.claims(rows) if x.startswith("- cope_counting")]
-    assert "**does not hold**" in line
-
-
-def test_model_size_is_refused_for_quick_runs(capsys):
-    with pytest.raises(SystemExit):
-        lg.main(["--quick", "--model-size", "large"])
-    assert "--model-size large: quick runs always use the quick trunk" in capsys.readouterr().err
-
-
-def test_a_non_base_model_size_has_its_own_runs_and_report(tmp_path, monkeypatch):
-    assert lg.MODEL_SIZES["base"] == lg.FULL_MODEL
-    # a tiny stand-in for the large trunk and one stored run of it, so --report-only needs no training
-    tiny = {"dim": 16, "num_heads": 2, "num_layers": 1}
-    monkeypatch.setitem(lg.MODEL_SIZES, "large", tiny)
-    spec = {"task": "copy_repeat", "task_options": lg.FULL_TASKS["copy_repeat"], "encoding": "nope", "seed": 0,
-            "model": {**tiny, "scale_embeddings": True}, "training": lg.training_preset("copy_repeat", quick=False)}
-    store_nope_copy_run(tmp_path / "length_generalization_large" / "runs" / "full", spec, 0.25,
-                        {"5": {"correct": 1, "total": 1}, "30": {"correct": 1, "total": 4}}, [1, 20], [21, 40])
-    argv = ["--report-only", "--tasks", "copy_repeat", "--encoders", "nope", "--seeds", "0", "--out", str(tmp_path)]
-    assert lg.main([*argv, "--model-size", "large"]) == 0
-    report = (tmp_path / "length_generalization_large" / "report.md").read_text()
-    assert "'dim': 16" in report and "| copy_repeat | nope | 1 | 1.000 | 0.250 |" in report
-    assert not (tmp_path / "length_generalization").exists()  # the base benchmark's files are untouched
-    with pytest.raises(SystemExit):  # the base size finds no stored run of its own
-        lg.main(argv)
-
-
-def test_dropout_reaches_the_model_and_is_checked(capsys):
-    spec = tiny_copy_spec("nope", steps=1, num_train=16, num_test=2)
-    spec["model"] = {**spec["model"], "dropout": 1.5}  # forwarded, so the model refuses it
-    with pytest.raises(ValueError, match="dropout probability"):
-        lg.run_one(spec)
-    with pytest.raises(SystemExit):
-        lg.main(["--quick", "--dropout", "1.0"])
-    assert "--dropout must be in [0, 1), got 1.0" in capsys.readouterr().err
-
-
-def test_dropout_runs_have_their_own_directory(tmp_path, capsys):
-    # --report-only with no stored run fails, but only after naming the variant's directory
-    with pytest.raises(SystemExit):
-        lg.main(["--report-only", "--tasks", "copy_repeat", "--encoders", "nope", "--seeds", "0",
-                 "--dropout", "0.1", "--model-size", "large", "--out", str(tmp_path)])
-    assert "length_generalization_large_dropout0.1: --report-only" in capsys.readouterr().out
-    assert (tmp_path / "length_generalization_large_dropout0.1" / "runs" / "full").is_dir()
+    data = TaskDataModule("copy_repeat", {"train_lengths": [1, 3], "test_lengths": [4, 5]}, num_train=64,
+                          num_val=0, num_test=0, batch_size=8, seed=0)
+    context = data.max_sequence_length(["train"]) + 1
+    result = lg.run_one(tiny_spec("cope", steps=1, encoding_options={"npos_max": lg.CONTEXT}))
+    assert result["encoding_options"] == {"npos_max": context}
+    assert result["spec"]["encoding_options"] == {"npos_max": "context"}
+    assert result["parameters"] - result["parameters_without_pe"] == context * 8  # one table, head_dim 8
+    options = lg.ENCODING_OPTIONS["music_relative"]
+    relative = lg.run_one(tiny_spec("music_relative", steps=1, encoding_options=options))
+    assert relative["encoding_options"] == {"max_distance": context, "share_heads": True}
+    assert relative["parameters"] - relative["parameters_without_pe"] == (2 * context + 1) * 8
+    assert lg.resolve_encoding_options({"npos_max": 16}, data=None) == {"npos_max": 16}
 
 
 def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_run(tmp_path):
-    # 10 steps, a checkpoint every 4: the first run leaves last.ckpt at step 8 behind (the benchmark's
-    # main deletes it once the row is stored; run_one does not). Running the same spec again resumes
-    # there and trains steps 9-10 on the same batches, so it must end exactly as the first run did.
-    spec = tiny_copy_spec("alibi", steps=10, num_train=64, num_test=10, checkpoint_every=4,
-                          checkpoint_dir=str(tmp_path / "ckpt"))
+    spec = tiny_spec("alibi", steps=10, checkpoint_every=4, checkpoint_dir=str(tmp_path / "ckpt"))
     first = lg.run_one(spec)
     assert first["resumed"] is False and (tmp_path / "ckpt" / "last.ckpt").exists()
     second = lg.run_one(spec)
     assert second["resumed"] is True
-    assert second["loss_history"] == first["loss_history"]  # the history before step 8 came from the checkpoint
-    assert second["final_train_loss"] == first["final_train_loss"]
-    assert second["per_length"] == first["per_length"]
+    assert second["loss_history"] == first["loss_history"] and second["per_length_ood"] == first["per_length_ood"]
     assert second["spec"] == first["spec"] == {k: v for k, v in spec.items()
-                                               if k not in ("threads", "checkpoint_every", "checkpoint_dir")}
+                                               if k not in ("checkpoint_every", "checkpoint_dir")}
 
 
-def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path):
-    directory = tmp_path / "ckpt"
-    spec = tiny_copy_spec("nope", steps=4, num_train=32, num_test=2, checkpoint_every=2, checkpoint_dir=str(directory))
-    lg.run_one(spec)
-    other = {**spec, "training": {**spec["training"], "lr": 2e-3}}
-    assert lg.run_one(other)["resumed"] is False
-    assert __import__("json").loads((directory / "spec.json").read_text())["training"]["lr"] == 2e-3
+# ------------------------------------------------------------------------------------------- claims
+def summary_row(task, enc, values, iid=1.0):
+    return {"task": task, "encoding": enc, "seeds": len(values), "iid": mean_interval([iid] * len(values)),
+            "ood": mean_interval(values)}
 
 
-def test_rejects_checkpoint_every_below_one(capsys):
-    with pytest.raises(SystemExit):
-        lg.main(["--quick", "--checkpoint-every", "0"])
-    assert "--checkpoint-every must be >= 1 step, got 0" in capsys.readouterr().err
+def copy_claim(summary, a="nope", b="rope"):
+    (claim,) = [r for r in lg.claims(summary) if r["task"] == "copy_repeat" and r["a"] == a and r["b"] == b]
+    return claim
 
 
-def test_a_run_stores_how_its_answers_failed_and_the_report_sums_the_ood_ones():
-    from pe_toolkit.training.exact_match import OUTCOMES
-
-    assert lg.FAILURES == OUTCOMES[1:] and OUTCOMES[0] == "correct"
-    result = lg.run_one(tiny_copy_spec("alibi", steps=5, num_train=64, num_test=10))
-    for v in result["per_length"].values():
-        assert v["correct"] + sum(v[name] for name in lg.FAILURES) == v["total"]
-    ood = {"5": {"correct": 1, "total": 10, "stopped_early": 6, "ran_over": 2, "wrong_tokens": 1},
-           "4": {"correct": 0, "total": 10, "stopped_early": 10, "ran_over": 0, "wrong_tokens": 0},
-           "2": {"correct": 0, "total": 5, "stopped_early": 0, "ran_over": 0, "wrong_tokens": 5}}  # IID: left out
-    rows = [{**row("copy_repeat", "t5", 0.05), "train_lengths": [1, 3], "per_length": ood},
-            {**row("copy_repeat", "nope", 0.5), "train_lengths": [1, 3],
-             "per_length": {"5": {"correct": 1, "total": 2}}}]  # stored before outcomes existed: left out
-    (summary,) = lg.failure_summary(rows)
-    assert summary == {"task": "copy_repeat", "encoding": "t5", "answers": 20,
-                       "stopped_early": 16 / 20, "ran_over": 2 / 20, "wrong_tokens": 1 / 20}
+def test_claim_verdicts_come_from_the_intervals():
+    high, low = [0.8, 0.82, 0.81], [0, 0, 0.01]
+    separated = [summary_row("copy_repeat", "nope", high), summary_row("copy_repeat", "rope", low)]
+    results = {(r["a"], r["b"]): r for r in lg.claims(separated) if r["task"] == "copy_repeat"}
+    assert results[("nope", "rope")]["verdict"] == "reproduced"
+    assert results[("t5", "rope")]["verdict"] == "untested" and "no runs of ['t5']" in results[("t5", "rope")]["why"]
+    overlapping = [summary_row("copy_repeat", "nope", [0.1, 0.9, 0.5]), summary_row("copy_repeat", "rope", [0, 0.3, 0])]
+    claim = copy_claim(overlapping)
+    assert claim["verdict"] == "not reproduced (intervals overlap)"
+    reversed_ = [summary_row("copy_repeat", "nope", low), summary_row("copy_repeat", "rope", high)]
+    claim = copy_claim(reversed_)
+    assert claim["verdict"] == "not reproduced (reversed)"
+    lines = lg.claim_lines([claim])
+    assert "**not reproduced (reversed)**" in lines[0] and "(n=3)" in lines[0]
 
 
-def test_cope_npos_max_covers_the_longest_training_sequence():
-    """CoPE runs as the paper's code: npos = training context + 1, so no training position is clamped."""
-    from pe_toolkit.training import TaskDataModule
-
-    assert lg.ENCODING_OPTIONS["cope"] == {"npos_max": lg.CONTEXT}
-    spec = tiny_copy_spec("cope", steps=1, num_train=16, num_test=2, encoding_options={"npos_max": lg.CONTEXT})
-    result = lg.run_one(spec)
-    data = TaskDataModule("copy_repeat", spec["task_options"], num_train=16, num_val=0, num_test=2, batch_size=8,
-                          seed=0)
-    longest_train = data.max_sequence_length(["train"])
-    assert longest_train < data.max_sequence_length()  # test lengths 4-5 are longer than train 1-3
-    assert result["encoding_options"] == {"npos_max": longest_train + 1}
-    assert result["spec"]["encoding_options"] == {"npos_max": "context"}
-    # parameters with the PE = without + npos_max x head_dim (one table per layer; 1 layer, head_dim 8)
-    assert result["parameters"] - result["parameters_without_pe"] == (longest_train + 1) * 8
+def test_claims_untested_with_one_seed_or_a_task_not_learned():
+    one_seed = [summary_row("copy_repeat", "nope", [0.9]), summary_row("copy_repeat", "rope", [0.0])]
+    claim = copy_claim(one_seed)
+    assert claim["verdict"] == "untested" and "fewer than 2 seeds" in claim["why"]
+    unlearned = [summary_row("copy_repeat", "nope", [0.8, 0.82, 0.81]),
+                 summary_row("copy_repeat", "rope", [0, 0, 0.01], iid=0.5)]
+    claim = copy_claim(unlearned)
+    assert claim["verdict"] == "untested"
+    assert "not learned in distribution by ['rope']" in claim["why"]
 
 
-def test_resolve_encoding_options_leaves_numbers_alone():
-    assert lg.resolve_encoding_options({"npos_max": 16}, data=None) == {"npos_max": 16}
-    assert lg.resolve_encoding_options(None, data=None) == {}
+def test_reverse_is_compared_only_with_the_papers_reverse_x2_and_counting_by_its_error():
+    tasks = {c["task"] for c in lg.claim_list()}
+    assert "reverse_x2" in tasks and "reverse" not in tasks
+    counting = [summary_row("cope_counting", "cope", [0.5] * 3, iid=0.99),
+                summary_row("cope_counting", "music_relative", [0.5] * 3, iid=0.8)]
+    counting[0]["iid"] = mean_interval([0.99, 0.98, 0.985])
+    counting[1]["iid"] = mean_interval([0.80, 0.82, 0.81])
+    (claim,) = [r for r in lg.claims(counting) if r["task"] == "cope_counting" and r["b"] == "music_relative"]
+    assert claim["verdict"] == "reproduced" and claim["a_value"]["mean"] == pytest.approx(1 - 0.985)
+
+
+# ------------------------------------------------------------------------------------------- end to end
+def test_main_writes_intervals_and_a_resumed_rerun_reuses_every_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(lg, "worker_pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(1))
+    argv = ["--quick", "--encoders", "nope", "--seeds", "0", "1", "--set", "training.steps=3",
+            "--set", "training.num_train=64", "--set", "evaluation.per_length=2",
+            "--set", "tasks.copy_repeat.options.test_lengths=[9,10]", "--accelerator", "cpu", "--out", str(tmp_path)]
+    assert lg.main(argv) == 0
+    out = tmp_path / "length_generalization"
+    report = (out / "report.md").read_text()
+    assert "| copy_repeat | nope | 2 |" in report and "(n=2)" in report and "Against the papers' claims" in report
+    runs = sorted(p.name for p in (out / "runs" / "quick").glob("*.json"))
+    assert runs == ["copy_repeat__nope__seed0.json", "copy_repeat__nope__seed1.json"]
+    stored = json.loads((out / "runs" / "quick" / runs[0]).read_text())
+    assert stored["spec"]["threads"] == 1 and stored["spec"]["device"]["accelerator"] == "cpu"
+    assert (out / "accuracy_vs_length.png").exists()
+    capsys.readouterr()
+    assert lg.main([*argv, "--resume"]) == 0
+    assert "2 runs (2 reused)" in capsys.readouterr().out
+    assert lg.main([*argv, "--resume", "--threads", "2"]) == 0  # another thread count: trained again
+    assert "2 runs (0 reused)" in capsys.readouterr().out
+
+
+def test_argument_checks(capsys):
+    for argv, message in ((["--threads", "0"], "--threads must be >= 1, got 0"),
+                          (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1 step, got 0"),
+                          (["--dropout", "1.0"], "--dropout must be in [0, 1), got 1.0"),
+                          (["--model-size", "large"], "--model-size large: quick runs always use the quick trunk")):
+        with pytest.raises(SystemExit):
+            lg.main(["--quick", *argv])
+        assert message in capsys.readouterr().err
