@@ -1,42 +1,62 @@
-"""Attention stability: a base learning-rate sweep for MHA, QK-norm, the Q/K learning-rate rule, and MLA.
+"""Attention stability: a base learning-rate sweep for MHA, QK-norm, the Q/K learning-rate rule, MLA and QK-clip.
 
 Trains the same byte-level language model (standard-library text, ``ByteLMDataModule``,
-``LanguageModelModule``) once per configuration and base learning rate:
+``LanguageModelModule``) once per configuration, base learning rate and seed:
 
 * ``mha``: multi-head attention with RoPE;
 * ``mha+qknorm``: RMSNorm on queries and keys per head (Dehghani et al. 2023, arXiv:2302.05442);
 * ``mha+qk_lr``: the Q/K learning-rate rule ``eta_Q = eta c / ||W_K||``, ``eta_K = eta c / ||W_Q||``
   (Anson & Aitchison 2025, "Controlling changes to attention logits", arXiv:2511.21377; spectral
-  norms, per matrix, ``c`` = the norms at the first step, recomputed every step);
-* ``mla``: multi-head latent attention (DeepSeek-V2, arXiv:2405.04434) with a decoupled RoPE key;
-* ``mla+qk_lr``: MLA with the rule (pairs ``q_nope``/``k_up`` and ``q_rope``/``k_rope``).
+  norms, per matrix, ``c`` = the norms at the first step, recomputed every ``qk_lr.every`` steps);
+* ``mla``: multi-head latent attention (DeepSeek-V2, arXiv:2405.04434) with query compression
+  (``q_down``) and a decoupled RoPE key;
+* ``mla+qk_lr``: MLA with the rule on every factor of its logits: the pairs ``q_nope``/``k_up`` and
+  ``q_rope``/``k_rope`` and the down-projections ``q_down``, ``kv_down`` (which feed RMSNorms, so their
+  rate is ``c ||W|| / (product of the other factors' norms)``; :mod:`pe_toolkit.training.qk_learning_rate`);
+* ``mla+qk_clip``: MLA with QK-clip after every AdamW step (Kimi K2, arXiv:2507.20534: per head, if
+  the largest logit of the step's batch exceeds ``tau``, the non-rotated query/key parts are scaled
+  by ``sqrt(tau / max)`` and the rotated query by ``tau / max``; the paper's MLA baseline;
+  :class:`~pe_toolkit.training.callbacks.QKClipCallback`).
 
 Every run uses AdamW (betas 0.9/0.95, weight decay 0.1), linear warmup over 10 % of the steps,
-cosine decay to 10 %, gradient clipping at norm 1, one seed. Measured per run: the final validation
-loss (held-out documents), the training-loss curve, and the largest attention logit of every layer
-every few steps (:class:`AttentionLogitMonitor`). Per configuration the report gives:
+cosine decay to 10 %, gradient clipping at norm 1. A seed sets the initial weights (the data split
+and the training windows are the same for every run, so configurations are paired per seed).
+Measured per run: the final validation loss (held-out documents), the training-loss curve, and the
+largest attention logit of every layer every few steps (:class:`AttentionLogitMonitor`).
 
-* the best final loss and its learning rate;
-* the highest *non-diverged* learning rate: the largest swept lr whose final loss is finite and
-  below the unigram entropy of the training bytes (a model that falls back to byte frequencies has
-  diverged), with every smaller swept lr also non-diverged;
-* the highest learning rate *within 10 %* of the best loss of the whole sweep (all configurations).
+A run is *diverged* when its final validation loss is not finite or not below the unigram entropy
+of the training bytes (the loss of a model that ignores context). For the statistics a diverged or
+non-finite loss counts as ``ln 256`` (uniform prediction), so a diverged seed is never dropped. Per
+configuration and learning rate: the mean and Student-t 95 % interval over seeds. Per
+configuration: the best learning rate (lowest mean), flagged when it lies at an edge of the grid
+(the sweep then does not bracket the optimum), and the highest stable learning rate (the largest lr
+at which no seed diverged, every smaller lr also stable). With ``extend_edges: N`` a configuration
+whose best lr is at an edge gets the next lr beyond that edge (all seeds), up to N times, so each
+optimum ends up bracketed; one still at an edge is flagged in the report.
 
-These are this sweep's definitions; the paper's claim under test is that the Q/K learning-rate rule
-raises the highest stable learning rate (it "allows us to increase the base learning rate") and is
-competitive with QK-norm under MHA.
+Paper claims checked, each verdict from the intervals (``interval_verdict``: better / worse only
+when the intervals do not overlap):
 
-    python benchmarks/attention_stability.py --quick     # 5 configs x 3 lrs, tiny model (< 2 min idle)
-    python benchmarks/attention_stability.py             # 5 configs x 5 lrs, 100 steps (see FULL)
-    python benchmarks/attention_stability.py --resume    # reuse the finished runs of an interrupted one
+1. the rule allows a higher base learning rate (MHA and MLA): at the learning rates above the
+   baseline's best one, the rule is better at one or more and worse at none;
+2. the rule is competitive with QK-norm under MHA: at each one's best lr, not worse;
+3. in the MLA setting the rule outperforms QK-clip: better at its best lr, or at lrs above it, and
+   worse at none.
 
-Outputs: ``results.json`` (one row per run), ``report.md``, ``loss_vs_lr.png``, ``max_logit.png``; every
-finished run in ``runs/{quick,full}/`` with its configuration (what ``--resume`` compares).
+    python benchmarks/attention_stability.py --quick              # tiny sweep (< 2 min here), 1 seed: claims untested
+    python benchmarks/attention_stability.py                      # full preset: 3 seeds, 1,000 steps (--jobs 2)
+    python benchmarks/attention_stability.py --preset gpu --accelerator cuda
+    python benchmarks/attention_stability.py --set steps=200 --set seeds=[0,1,2]
+    python benchmarks/attention_stability.py --resume             # reuse the finished runs of an interrupted one
+
+Presets: ``benchmarks/presets/attention_stability/{quick,full,gpu}.yaml``. Outputs: ``results.json``
+(one row per run, then the per-(config, lr) and per-config summaries and the claims),
+``report.md``, ``loss_vs_lr.png``, ``max_logit.png``; every finished run in ``runs/<preset>/``.
 """
 
 from __future__ import annotations
 
-import copy
+import concurrent.futures
 import math
 import sys
 import time
@@ -48,37 +68,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     Progress,
     RunStore,
+    format_interval,
+    interval_verdict,
     markdown_table,
+    mean_interval,
     nan_if_missing,
     note_if_empty,
+    quiet,
     standard_argparser,
+    worker_pool,
     write_report,
     write_results,
 )
-from presets import device_options, trainer_options  # noqa: E402
+from presets import device_options, preset_from_args, trainer_options  # noqa: E402
 
 NAME = "attention_stability"
-CONFIGS = ("mha", "mha+qknorm", "mha+qk_lr", "mla", "mla+qk_lr")
-DIVERGED_TOLERANCE = 0.10  # "within 10 % of the best loss"
-
-QUICK: dict[str, Any] = {
-    "model": {"dim": 64, "num_heads": 4, "num_layers": 2},
-    "mla": {"latent_dim": 32, "rope_head_dim": 8, "nope_head_dim": 16},
-    "context": 64, "batch_size": 8, "steps": 40, "lrs": [3e-3, 3e-2, 3e-1],
-    "max_bytes": 400_000, "val_windows": 16, "monitor_every": 5,
-}
-FULL: dict[str, Any] = {  # sized for ~25 min on the shared 2-core machine at load ~20 (~0.5 s per step there)
-    "model": {"dim": 64, "num_heads": 4, "num_layers": 2},
-    "mla": {"latent_dim": 32, "rope_head_dim": 8, "nope_head_dim": 16},
-    "context": 64, "batch_size": 8, "steps": 100, "lrs": [3e-3, 3e-2, 1e-1, 3e-1, 1.0],
-    "max_bytes": 3_000_000, "val_windows": 64, "monitor_every": 5,
-}
+CONFIGS = ("mha", "mha+qknorm", "mha+qk_lr", "mla", "mla+qk_lr", "mla+qk_clip")
+UNIFORM_LOSS = math.log(256)  # what a diverged run counts as in the statistics
+RUN_KEYS = ("model", "mla", "context", "batch_size", "steps", "max_bytes", "val_windows", "monitor_every",
+            "qk_clip", "qk_lr", "threads", "device")
 
 
 def model_config(name: str, preset: dict[str, Any]):
     """The ``TransformerConfig`` of configuration ``name`` (byte vocabulary, RoPE)."""
     import pe_toolkit as pet
 
+    if name not in CONFIGS:
+        raise ValueError(f"config must be one of {CONFIGS}, got {name!r}")
     mla = name.startswith("mla")
     return pet.TransformerConfig(
         vocab_size=256, causal=True, encoding="rope", **preset["model"],
@@ -133,27 +149,55 @@ def validation_loss(module, windows, batch_size: int = 16) -> float:
     return value if math.isfinite(value) else float("inf")
 
 
-def run_one(name: str, lr: float, preset: dict[str, Any], data, val_windows) -> dict[str, Any]:
+_DATA: dict[str, Any] = {}
+
+
+def load_data(spec: dict[str, Any]):
+    """``(data module, validation windows, unigram entropy)`` for ``spec``, built once per process."""
+    from pe_toolkit.data import ByteLMDataModule, sequential_windows
+
+    key = repr((spec["context"], spec["batch_size"], spec["steps"], spec["max_bytes"], spec["val_windows"]))
+    if key not in _DATA:
+        data = ByteLMDataModule(context=spec["context"], batch_size=spec["batch_size"],
+                                steps_per_epoch=spec["steps"], max_bytes=spec["max_bytes"], seed=0)
+        data.setup()
+        val = sequential_windows(data.val_bytes, spec["context"], spec["val_windows"])
+        _DATA.clear()
+        _DATA[key] = (data, val, unigram_entropy(data.train_bytes))
+    return _DATA[key]
+
+
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train one (configuration, lr, seed) of ``spec``; runs in a worker process or in this one."""
+    quiet()  # in-process calls (tests, --jobs 0) too, not only worker_pool's workers
     import torch
 
     import pe_toolkit as pet
-    from pe_toolkit.training.callbacks import AttentionLogitMonitor, QKLearningRateCallback
+    from pe_toolkit.training.callbacks import AttentionLogitMonitor, QKClipCallback, QKLearningRateCallback
 
-    torch.manual_seed(0)  # the same initial weights for every learning rate of a configuration
-    model = pet.Transformer(model_config(name, preset))
-    monitor = AttentionLogitMonitor(every_n_steps=preset["monitor_every"])
-    callbacks = [monitor]
+    torch.set_num_threads(spec["threads"])
+    name, lr, seed = spec["config"], spec["lr"], spec["seed"]
+    data, val_windows, unigram = load_data(spec)
+    torch.manual_seed(seed)  # the same initial weights for every learning rate of a (configuration, seed)
+    model = pet.Transformer(model_config(name, spec))
+    monitor = AttentionLogitMonitor(every_n_steps=spec["monitor_every"])
+    callbacks: list[Any] = [monitor]
+    clip = None
     if name.endswith("qk_lr"):
-        callbacks.append(QKLearningRateCallback(norm="spectral", granularity="matrix"))
+        callbacks.append(QKLearningRateCallback(norm=spec["qk_lr"]["norm"], granularity="matrix", factors="all",
+                                                every=spec["qk_lr"]["every"]))
+    if name.endswith("qk_clip"):
+        clip = QKClipCallback(spec["qk_clip"]["tau"], measure=spec["qk_clip"]["measure"])
+        callbacks.append(clip)
     start = time.perf_counter()
-    module, losses = train_language_model(model, data, lr=lr, steps=preset["steps"], callbacks=callbacks,
-                                           device=preset.get("device"))
+    module, losses = train_language_model(model, data, lr=lr, steps=spec["steps"], callbacks=callbacks, seed=seed,
+                                           device=spec.get("device"))
     seconds = time.perf_counter() - start
     val = validation_loss(module, val_windows)
     finite = [x for x in losses if math.isfinite(x)]
     tail = losses[-max(1, len(losses) // 10):]
-    row = {
-        "config": name, "lr": lr, "val_loss": val,
+    return {
+        "config": name, "lr": lr, "seed": seed, "val_loss": val,
         "train_loss_final": sum(tail) / len(tail) if all(math.isfinite(x) for x in tail) else float("inf"),
         "train_loss_min": min(finite) if finite else None,
         "nonfinite_steps": len(losses) - len(finite),
@@ -161,52 +205,156 @@ def run_one(name: str, lr: float, preset: dict[str, Any], data, val_windows) -> 
         "max_logit_peak": max(max(v) for _, v in monitor.history) if monitor.history else None,
         "max_logit_steps": [step for step, _ in monitor.history],
         "max_logit_per_layer": [values for _, values in monitor.history],
+        "qk_clip_heads": clip.clipped if clip is not None else None,
+        "qk_clip_steps": len(clip.history) if clip is not None else None,
         "train_losses": losses,
+        "unigram_entropy": unigram,
         "parameters": model.num_parameters(),
         "seconds": seconds,
     }
-    return row
 
 
-def summarize(rows: list[dict[str, Any]], unigram: float) -> list[dict[str, Any]]:
-    """Per configuration: best loss and lr, highest non-diverged lr, highest lr within 10 % of the best."""
-    best_overall = min(r["val_loss"] for r in rows)
-    summary = []
+# ------------------------------------------------------------------------------------------ statistics
+def capped_loss(value: float | None) -> float:
+    """The loss a run counts with in the statistics: ``ln 256`` when diverged to non-finite or above it."""
+    if value is None or not math.isfinite(value):
+        return UNIFORM_LOSS
+    return min(float(value), UNIFORM_LOSS)
+
+
+def summarize_lrs(rows: list[dict[str, Any]], unigram: float) -> list[dict[str, Any]]:
+    """Per (configuration, lr): mean and interval of the capped validation loss over seeds, divergences."""
+    out = []
     for name in dict.fromkeys(r["config"] for r in rows):
-        runs = sorted((r for r in rows if r["config"] == name), key=lambda r: r["lr"])
-        best = min(runs, key=lambda r: r["val_loss"])
+        for lr in sorted({r["lr"] for r in rows if r["config"] == name}):
+            runs = [r for r in rows if r["config"] == name and r["lr"] == lr]
+            diverged = sum(not (math.isfinite(r["val_loss"]) and r["val_loss"] < unigram) for r in runs)
+            out.append({"kind": "lr_summary", "config": name, "lr": lr, "seeds": len(runs), "diverged": diverged,
+                        "val_loss": mean_interval([capped_loss(r["val_loss"]) for r in runs])})
+    return out
+
+
+def summarize_configs(lr_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration: best lr (lowest mean; flagged at a grid edge) and the highest stable lr."""
+    out = []
+    for name in dict.fromkeys(r["config"] for r in lr_rows):
+        runs = sorted((r for r in lr_rows if r["config"] == name), key=lambda r: r["lr"])
+        best = min(runs, key=lambda r: r["val_loss"]["mean"])
+        position = runs.index(best)
+        edge = None if len(runs) < 3 else ("lowest" if position == 0 else "highest" if position == len(runs) - 1
+                                           else None)
         stable = None
-        for r in runs:  # highest lr such that it and every smaller lr did not diverge
-            if not (math.isfinite(r["val_loss"]) and r["val_loss"] < unigram):
+        for r in runs:
+            if r["diverged"]:
                 break
             stable = r["lr"]
-        good = [r["lr"] for r in runs if r["val_loss"] <= best_overall * (1 + DIVERGED_TOLERANCE)]
-        summary.append({
-            "config": name, "best_val_loss": best["val_loss"], "best_lr": best["lr"],
-            "highest_nondiverged_lr": stable, "highest_lr_within_10pct": max(good) if good else None,
-            "max_logit_at_highest_lr": runs[-1]["max_logit_final"],
-        })
-    return summary
+        out.append({"kind": "config_summary", "config": name, "best_lr": best["lr"], "best_val_loss": best["val_loss"],
+                    "best_lr_at_grid_edge": edge, "highest_stable_lr": stable,
+                    "seeds": min(r["seeds"] for r in runs), "lrs": [r["lr"] for r in runs]})
+    return out
 
 
-def plot(rows: list[dict[str, Any]], out_dir: Path, unigram: float) -> list[str]:
+def edge_extensions(config_rows: list[dict[str, Any]]) -> dict[str, float]:
+    """For each configuration whose best lr is at a grid edge, the next lr beyond that edge.
+
+    The step is the grid's own ratio at that edge (e.g. 0.1 -> 0.316 on a half-decade grid).
+    """
+    out = {}
+    for row in config_rows:
+        lrs = sorted(row["lrs"])
+        if row["best_lr_at_grid_edge"] == "highest":
+            out[row["config"]] = lrs[-1] * lrs[-1] / lrs[-2]
+        elif row["best_lr_at_grid_edge"] == "lowest":
+            out[row["config"]] = lrs[0] * lrs[0] / lrs[1]
+    return out
+
+
+def compare_above(lr_rows: list[dict[str, Any]], rule: str, base: str, above: float) -> dict[str, Any]:
+    """``interval_verdict`` of ``rule`` against ``base`` at every common lr above ``above``."""
+    by = {(r["config"], r["lr"]): r["val_loss"] for r in lr_rows}
+    lrs = sorted(lr for (c, lr) in by if c == rule and (base, lr) in by and lr > above)
+    verdicts = {lr: interval_verdict(by[(rule, lr)], by[(base, lr)], higher_is_better=False) for lr in lrs}
+    return {"lrs": lrs, "verdicts": verdicts}
+
+
+def claims(lr_rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min_seeds: int = 3) -> list[dict]:
+    """The paper claims, each ``reproduced`` / ``not reproduced`` / ``untested`` with its evidence."""
+    by = {r["config"]: r for r in config_rows}
+    out = []
+
+    def add(claim: str, needed: tuple[str, ...], decide) -> None:
+        missing = [c for c in needed if c not in by]
+        few = [c for c in needed if c in by and by[c]["seeds"] < min_seeds]
+        if missing or few:
+            why = (f"configurations not run: {missing}" if missing else
+                   f"fewer than {min_seeds} seeds for {few}: no interval")
+            out.append({"kind": "claim", "claim": claim, "verdict": "untested", "evidence": why})
+            return
+        verdict, evidence = decide()
+        out.append({"kind": "claim", "claim": claim, "verdict": verdict, "evidence": evidence})
+
+    def higher_lr(base: str, rule: str):
+        def decide():
+            above = by[base]["best_lr"]
+            result = compare_above(lr_rows, rule, base, above)
+            if not result["lrs"]:
+                return "untested", f"no swept lr above {base}'s best lr {above:g}"
+            text = ", ".join(f"lr {lr:g}: {v}" for lr, v in result["verdicts"].items())
+            values = set(result["verdicts"].values())
+            ok = "better" in values and "worse" not in values
+            return ("reproduced" if ok else "not reproduced"), f"{rule} vs {base} above {base}'s best lr ({text})"
+        return decide
+
+    for base, rule in (("mha", "mha+qk_lr"), ("mla", "mla+qk_lr")):
+        add(f"{rule} allows a higher base lr than {base}", (base, rule), higher_lr(base, rule))
+
+    def competitive():
+        a, b = by["mha+qk_lr"], by["mha+qknorm"]
+        v = interval_verdict(a["best_val_loss"], b["best_val_loss"], higher_is_better=False)
+        text = (f"best loss {format_interval(a['best_val_loss'])} at lr {a['best_lr']:g} vs "
+                f"{format_interval(b['best_val_loss'])} at lr {b['best_lr']:g}: {v}")
+        return ("reproduced" if v != "worse" else "not reproduced"), text
+
+    add("mha+qk_lr is competitive with mha+qknorm", ("mha+qk_lr", "mha+qknorm"), competitive)
+
+    def beats_clip():
+        a, b = by["mla+qk_lr"], by["mla+qk_clip"]
+        at_best = interval_verdict(a["best_val_loss"], b["best_val_loss"], higher_is_better=False)
+        high = compare_above(lr_rows, "mla+qk_lr", "mla+qk_clip", b["best_lr"])
+        values = {at_best, *high["verdicts"].values()}
+        ok = "better" in values and "worse" not in values
+        text = (f"at the best lrs: {at_best} ({format_interval(a['best_val_loss'])} vs "
+                f"{format_interval(b['best_val_loss'])}); above qk_clip's best lr: "
+                + (", ".join(f"lr {lr:g}: {v}" for lr, v in high["verdicts"].items()) or "none swept"))
+        return ("reproduced" if ok else "not reproduced"), text
+
+    add("mla+qk_lr outperforms mla+qk_clip", ("mla+qk_lr", "mla+qk_clip"), beats_clip)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ plots
+def plot(rows: list[dict[str, Any]], lr_rows: list[dict[str, Any]], out_dir: Path, unigram: float) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(dict.fromkeys(r["config"] for r in rows))
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    names = list(dict.fromkeys(r["config"] for r in lr_rows))
+    fig, ax = plt.subplots(figsize=(7, 4.4))
     for name in names:
-        runs = sorted((r for r in rows if r["config"] == name), key=lambda r: r["lr"])
-        losses = [nan_if_missing(r["val_loss"]) for r in runs]  # inf (diverged) is left out like NaN
-        ax.plot([r["lr"] for r in runs], losses, marker="o", label=name)
+        runs = sorted((r for r in lr_rows if r["config"] == name), key=lambda r: r["lr"])
+        lrs = [r["lr"] for r in runs]
+        mean = [nan_if_missing(r["val_loss"]["mean"]) for r in runs]
+        low = [m - nan_if_missing(r["val_loss"]["low"]) for m, r in zip(mean, runs)]
+        high = [nan_if_missing(r["val_loss"]["high"]) - m for m, r in zip(mean, runs)]
+        ax.errorbar(lrs, mean, yerr=[low, high], marker="o", capsize=3, label=name)
     ax.axhline(unigram, color="grey", linestyle=":", label="unigram entropy (diverged above)")
     ax.set_xscale("log")
     empty = note_if_empty(ax, "final validation loss")
     ax.set_xlabel("base learning rate")
-    ax.set_ylabel("final validation loss (nats/byte)")
-    ax.set_title("Final loss vs. base learning rate")
+    ax.set_ylabel("final validation loss (nats/byte), mean and 95 % interval")
+    ax.set_title(f"Final loss vs. base learning rate (diverged runs count as ln 256 = {UNIFORM_LOSS:.2f})",
+                 fontsize=9)
     if not empty:
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -215,17 +363,20 @@ def plot(rows: list[dict[str, Any]], out_dir: Path, unigram: float) -> list[str]
 
     lrs = sorted({r["lr"] for r in rows})
     shown = lrs[-2:] if len(lrs) > 1 else lrs
+    seed = min(r["seed"] for r in rows)
     fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4), squeeze=False)
     for ax, lr in zip(axes[0], shown):
         for name in names:
-            run = next(r for r in rows if r["config"] == name and r["lr"] == lr)
+            run = next((r for r in rows if r["config"] == name and r["lr"] == lr and r["seed"] == seed), None)
+            if run is None:
+                continue
             peaks = [max((x for x in map(nan_if_missing, v) if math.isfinite(x)), default=float("nan"))
                      for v in run["max_logit_per_layer"]]
             ax.plot(run["max_logit_steps"], peaks, marker=".", label=name)
         ax.set_yscale("symlog")
         ax.set_xlabel("step")
         ax.set_ylabel("max attention logit over layers")
-        ax.set_title(f"base lr = {lr:g}")
+        ax.set_title(f"base lr = {lr:g}, seed {seed}")
         if not note_if_empty(ax, "the max attention logit"):
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -234,83 +385,162 @@ def plot(rows: list[dict[str, Any]], out_dir: Path, unigram: float) -> list[str]
     return ["loss_vs_lr.png", "max_logit.png"]
 
 
+# ------------------------------------------------------------------------------------------------- main
+def check_preset(preset: dict[str, Any]) -> None:
+    """``ValueError`` naming the entry for a preset that cannot run."""
+    for key in ("steps", "batch_size", "context", "max_bytes", "val_windows", "monitor_every"):
+        value = preset[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} must be a positive int, got {value!r}")
+    lrs, seeds, configs = preset["lrs"], preset["seeds"], preset["configs"]
+    if not lrs or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in lrs):
+        raise ValueError(f"lrs must be a non-empty list of numbers > 0, got {lrs!r}")
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ValueError(f"seeds must be a non-empty list of ints >= 0, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {seeds!r}")
+    unknown = [c for c in configs if c not in CONFIGS]
+    if not configs or unknown:
+        raise ValueError(f"configs must be a non-empty list of {CONFIGS}, got {configs!r}")
+    extend = preset["extend_edges"]
+    if isinstance(extend, bool) or not isinstance(extend, int) or extend < 0:
+        raise ValueError(f"extend_edges must be an int >= 0, got {extend!r}")
+    if extend and len(lrs) < 3:
+        raise ValueError(f"extend_edges needs at least 3 lrs (an edge and an inside), got {len(lrs)}")
+    every = preset["qk_lr"]["every"]
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"qk_lr.every must be an int >= 1, got {every!r}")
+    tau = preset["qk_clip"]["tau"]
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
+        raise ValueError(f"qk_clip.tau must be a number > 0, got {tau!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
-    parser.add_argument("--lrs", nargs="+", type=float, help="override the swept learning rates")
-    parser.add_argument("--steps", type=int, help="override the training steps")
+    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, help="shortcut for --set configs=[...]")
+    parser.add_argument("--lrs", nargs="+", type=float, help="shortcut for --set lrs=[...]")
+    parser.add_argument("--steps", type=int, help="shortcut for --set steps=N")
+    parser.add_argument("--seeds", nargs="+", type=int, help="shortcut for --set seeds=[...]")
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (0: in this process)")
     parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
     args = parser.parse_args(argv)
-
-    import torch
-
-    torch.set_num_threads(1)
-    from pe_toolkit.data import ByteLMDataModule, sequential_windows
-
-    preset = copy.deepcopy(QUICK if args.quick else FULL)
+    preset = preset_from_args(args, NAME)
+    if args.configs:
+        preset["configs"] = list(args.configs)
     if args.lrs:
         preset["lrs"] = sorted(args.lrs)
-    if args.steps:
+    if args.steps is not None:
         preset["steps"] = args.steps
+    if args.seeds is not None:
+        preset["seeds"] = list(args.seeds)
+    preset["lrs"] = sorted(float(x) for x in preset["lrs"])
+    check_preset(preset)
+    if args.jobs < 0:
+        parser.error(f"--jobs must be >= 0, got {args.jobs}")
     preset["device"] = device_options(args)  # part of each run's identity
+    preset["threads"] = 1 if args.jobs >= 1 else preset.get("threads", 1)
     start = time.perf_counter()
-    data = ByteLMDataModule(context=preset["context"], batch_size=preset["batch_size"],
-                            steps_per_epoch=preset["steps"], max_bytes=preset["max_bytes"], seed=0)
-    data.setup()
-    val_windows = sequential_windows(data.val_bytes, preset["context"], preset["val_windows"])
-    unigram = unigram_entropy(data.train_bytes)
-    runs = [(name, lr) for name in args.configs for lr in preset["lrs"]]
-    progress = Progress(len(runs), NAME)
-    rows = []
-    store = RunStore(Path(args.out) / NAME / "runs" / ("quick" if args.quick else "full"), resume=args.resume)
-    run_config = {k: v for k, v in preset.items() if k != "lrs"}
-    for name, lr in runs:
-        key = f"{name.replace('+', '_')}__lr{lr:g}"
-        row = store.load(key, {**run_config, "config": name, "lr": lr})
-        if row is None:
-            row = run_one(name, lr, preset, data, val_windows)
-            store.save(key, {**run_config, "config": name, "lr": lr}, row)
-        row = {k: v for k, v in row.items() if k != "spec"}
-        rows.append(row)
-        progress(f"{name} lr={lr:g}: val loss {row['val_loss']:.3f}, max logit {row['max_logit_final']}")
-    summary = summarize(rows, unigram)
+    base = {k: preset[k] for k in RUN_KEYS}
+    specs = [{**base, "config": c, "lr": lr, "seed": s}
+             for c in preset["configs"] for lr in preset["lrs"] for s in preset["seeds"]]
+    store = RunStore(Path(args.out) / NAME / "runs" / preset["preset"], resume=args.resume)
+
+    def key(spec: dict[str, Any]) -> str:
+        return f"{spec['config'].replace('+', '_')}__lr{spec['lr']:g}__seed{spec['seed']}"
+
+    rows: dict[str, dict[str, Any]] = {}
+
+    def run_all(batch: list[dict[str, Any]], label: str) -> None:
+        todo = []
+        for spec in batch:
+            stored = store.load(key(spec), spec)
+            if stored is not None:
+                rows[key(spec)] = {k: v for k, v in stored.items() if k != "spec"}
+            else:
+                todo.append(spec)
+        progress = Progress(len(todo), NAME)
+        print(f"{NAME}: {label}: {len(batch)} runs ({len(batch) - len(todo)} reused), jobs={args.jobs}", flush=True)
+
+        def record(spec: dict[str, Any], row: dict[str, Any]) -> None:
+            store.save(key(spec), spec, row)
+            rows[key(spec)] = row
+            progress(f"{spec['config']} lr={spec['lr']:g} seed {spec['seed']}: val loss {row['val_loss']:.3f}, "
+                     f"max logit {row['max_logit_final']}, {row['seconds']:.0f}s")
+
+        if args.jobs == 0 or len(todo) <= 1:
+            for spec in todo:
+                record(spec, run_one(spec))
+        else:
+            with worker_pool(args.jobs) as pool:
+                futures = {pool.submit(run_one, spec): spec for spec in todo}
+                for future in concurrent.futures.as_completed(futures):
+                    record(futures[future], future.result())
+
+    run_all(specs, "grid")
+    extended: dict[str, list[float]] = {}
+    for round_ in range(preset["extend_edges"]):
+        ordered = [rows[key(spec)] for spec in specs]
+        beyond = edge_extensions(summarize_configs(summarize_lrs(ordered, ordered[0]["unigram_entropy"])))
+        if not beyond:
+            break
+        extra = [{**base, "config": c, "lr": lr, "seed": s} for c, lr in beyond.items() for s in preset["seeds"]]
+        for c, lr in beyond.items():
+            extended.setdefault(c, []).append(lr)
+        run_all(extra, f"edge extension {round_ + 1} ({', '.join(f'{c}: lr {lr:g}' for c, lr in beyond.items())})")
+        specs += extra
+    specs.sort(key=lambda spec: (preset["configs"].index(spec["config"]), spec["lr"], spec["seed"]))
+    ordered = [rows[key(spec)] for spec in specs]
+    unigram = ordered[0]["unigram_entropy"]  # the same training bytes in every run
+    lr_rows = summarize_lrs(ordered, unigram)
+    config_rows = summarize_configs(lr_rows)
+    for row in config_rows:
+        row["extended_lrs"] = extended.get(row["config"], [])
+    claim_rows = claims(lr_rows, config_rows)
     seconds = time.perf_counter() - start
     out_dir = Path(args.out) / NAME
-    config = {"quick": args.quick, **preset, "configs": args.configs, "unigram_entropy": unigram,
+    config = {**preset, "unigram_entropy": unigram, "jobs": args.jobs,
               "optimizer": "AdamW(0.9, 0.95), wd 0.1, warmup 10 %, cosine to 10 %, grad clip 1.0",
-              "qk_lr_rule": "spectral norm, per matrix, reference = norms at the first step, every step"}
-    write_results(NAME, config, rows + [{"kind": "summary", **s} for s in summary], seconds, root=args.out)
-    pngs = plot(rows, out_dir, unigram)
+              "qk_lr_rule": "spectral norm, per matrix, reference = norms at the first step, every step, every "
+                            "factor of the logit (MLA: q_down and kv_down too)"}
+    write_results(NAME, config, ordered + lr_rows + config_rows + claim_rows, seconds, root=args.out)
+    pngs = plot(ordered, lr_rows, out_dir, unigram)
+    interval = lambda v: format_interval(v, ".3f")  # noqa: E731
+    lr_table = markdown_table(lr_rows, ["config", "lr", "seeds", "diverged", ("val_loss", "val loss, mean [95 % CI]")],
+                              {"lr": "g", "val_loss": interval})
+    config_table = markdown_table(
+        config_rows, ["config", "best_lr", ("best_val_loss", "best val loss [95 % CI]"), "best_lr_at_grid_edge",
+                      ("extended_lrs", "lrs added beyond an edge"), "highest_stable_lr", "seeds"],
+        {"best_lr": "g", "best_val_loss": interval, "highest_stable_lr": "g",
+         "best_lr_at_grid_edge": lambda v: f"**yes ({v})**" if v else "no",
+         "extended_lrs": lambda v: ", ".join(f"{x:g}" for x in v) or "-"},
+    )
+    edges = [r["config"] for r in config_rows if r["best_lr_at_grid_edge"]]
+    edge_note = (f"**Grid edge:** the best lr of {', '.join(edges)} is at an edge of the swept grid, so the "
+                 "sweep does not bracket its optimum; extend `lrs` before reading its verdicts.\n\n" if edges else
+                 "Every configuration's best lr lies inside the grid (the sweep brackets each optimum).\n\n")
+    claims_table = markdown_table(claim_rows, ["claim", "verdict", "evidence"])
     runs_table = markdown_table(
-        rows, ["config", "lr", "val_loss", "train_loss_final", "nonfinite_steps", "max_logit_final", "max_logit_peak",
-               "seconds"],
+        ordered, ["config", "lr", "seed", "val_loss", "train_loss_final", "nonfinite_steps", "max_logit_final",
+                  "max_logit_peak", "qk_clip_heads", "seconds"],
         {"lr": "g", "val_loss": ".3f", "train_loss_final": ".3f", "max_logit_final": ".2f", "max_logit_peak": ".2f",
          "seconds": ".1f"},
     )
-    summary_table = markdown_table(
-        summary, ["config", "best_val_loss", "best_lr", "highest_nondiverged_lr", "highest_lr_within_10pct",
-                  "max_logit_at_highest_lr"],
-        {"best_val_loss": ".3f", "best_lr": "g", "highest_nondiverged_lr": "g", "highest_lr_within_10pct": "g",
-         "max_logit_at_highest_lr": ".2f"},
-    )
-    by = {s["config"]: s for s in summary}
-    verdict = []
-    for base, rule in (("mha", "mha+qk_lr"), ("mla", "mla+qk_lr")):
-        if base in by and rule in by:
-            a, b = by[base]["highest_lr_within_10pct"], by[rule]["highest_lr_within_10pct"]
-            if a is None or b is None:
-                text = "not comparable (a configuration never came within 10 % of the best loss)"
-            else:
-                text = "raises" if b > a else ("keeps" if b == a else "lowers")
-                text += f" it ({a:g} -> {b:g})"
-            verdict.append(f"- {rule} vs {base}: the Q/K learning-rate rule {text} (highest lr within 10 % of the "
-                           "best loss of the sweep).")
+    seeds = preset["seeds"]
     body = (
         f"Byte-level LM on standard-library text; model {preset['model']}, MLA {preset['mla']}; context "
-        f"{preset['context']}, batch {preset['batch_size']}, {preset['steps']} steps per run, one seed. "
-        f"Unigram entropy of the training bytes: {unigram:.3f} nats (a run at or above it has diverged).\n\n"
-        "## Summary per configuration\n\n" + summary_table + "\n" + "\n".join(verdict) + "\n\n"
-        "## Every run\n\n" + runs_table + "\n"
+        f"{preset['context']}, batch {preset['batch_size']}, {preset['steps']} steps per run, seeds {seeds} "
+        f"(initial weights), learning rates {preset['lrs']} (a configuration whose best lr is at an edge gets "
+        f"the next lr beyond it, up to {preset['extend_edges']} time(s)); Q/K rule with {preset['qk_lr']['norm']} "
+        f"norms recomputed every {preset['qk_lr']['every']} step(s); QK-clip tau {preset['qk_clip']['tau']} "
+        f"(S_max measured {preset['qk_clip']['measure']}); device {preset['device']}. Unigram entropy of the "
+        f"training bytes: {unigram:.3f} nats (a run at or above it has diverged; diverged runs count as "
+        f"ln 256 = {UNIFORM_LOSS:.3f} in the means).\n\n"
+        "## Paper claims\n\n" + claims_table + "\n"
+        "Verdicts from 95 % Student-t intervals over seeds (better / worse only when the intervals do not "
+        "overlap); fewer than 3 seeds: untested.\n\n"
+        "## Per configuration\n\n" + config_table + "\n" + edge_note
+        + "## Per configuration and learning rate\n\n" + lr_table + "\n"
+        + "## Every run\n\n" + runs_table + "\n"
         + "".join(f"![{p}]({p})\n\n" for p in pngs)
     )
     write_report(NAME, "Attention stability: base learning-rate sweep", body, root=args.out)

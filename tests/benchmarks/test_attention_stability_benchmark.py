@@ -1,37 +1,113 @@
-"""A tiny end-to-end run of benchmarks/attention_stability.py, and --resume reusing its finished runs."""
+"""benchmarks/attention_stability.py: presets, the interval statistics and claims, a tiny run and --resume."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from benchmarks import attention_stability as bench
+from benchmarks.common import mean_interval
 
-TINY = {
-    "model": {"dim": 16, "num_heads": 2, "num_layers": 1},
-    "mla": {"latent_dim": 8, "rope_head_dim": 4, "nope_head_dim": 4},
-    "context": 16, "batch_size": 2, "steps": 3, "lrs": [1e-3, 1.0],
-    "max_bytes": 20_000, "val_windows": 2, "monitor_every": 1,
-}
+TINY = """
+model: {dim: 16, num_heads: 2, num_layers: 1}
+mla: {latent_dim: 8, rope_head_dim: 4, nope_head_dim: 4, query_latent_dim: 8}
+context: 16
+batch_size: 2
+steps: 3
+lrs: [0.001, 1.0]
+seeds: [0]
+max_bytes: 20000
+val_windows: 2
+monitor_every: 1
+qk_clip: {tau: 0.5, measure: forward}
+"""
+
+
+def test_every_preset_loads_and_the_full_one_meets_the_protocol():
+    presets = __import__("presets")
+    for name in ("quick", "full", "gpu"):
+        preset = presets.load_preset(bench.NAME, name)
+        bench.check_preset(preset)
+        assert set(preset["configs"]) == set(bench.CONFIGS)
+        assert preset["mla"]["query_latent_dim"] > 0  # q_down exists, so the rule's coverage of it is exercised
+    for name in ("full", "gpu"):
+        preset = presets.load_preset(bench.NAME, name)
+        assert len(preset["seeds"]) >= 3 and preset["steps"] >= 1000 and len(preset["lrs"]) >= 5
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        bench.check_preset({**presets.load_preset(bench.NAME, "quick"), "seeds": [1, 1]})
+    with pytest.raises(ValueError, match="lrs must be a non-empty list"):
+        bench.check_preset({**presets.load_preset(bench.NAME, "quick"), "lrs": [0.1, -1.0]})
+    with pytest.raises(ValueError, match="qk_clip.tau"):
+        bench.check_preset({**presets.load_preset(bench.NAME, "quick"), "qk_clip": {"tau": 0, "measure": "forward"}})
+
+
+def lr_row(config, lr, losses, diverged=0):
+    return {"kind": "lr_summary", "config": config, "lr": lr, "seeds": len(losses), "diverged": diverged,
+            "val_loss": mean_interval(losses)}
+
+
+def test_summaries_cap_diverged_runs_flag_grid_edges_and_find_the_stable_lr():
+    rows = [{"config": "mha", "lr": lr, "seed": s, "val_loss": v}
+            for lr, values in ((0.01, [2.0, 2.1, 2.05]), (0.1, [1.9, 1.95, 1.92]), (1.0, [float("nan"), 9.0, 2.5]))
+            for s, v in enumerate(values)]
+    lr_rows = bench.summarize_lrs(rows, unigram=3.0)
+    top = lr_rows[-1]
+    assert top["diverged"] == 2 and top["val_loss"]["n"] == 3  # nan and 9 count as ln 256, never dropped
+    assert top["val_loss"]["mean"] == pytest.approx((2 * math.log(256) + 2.5) / 3)
+    (summary,) = bench.summarize_configs(lr_rows)
+    assert summary["best_lr"] == 0.1 and summary["best_lr_at_grid_edge"] is None
+    assert summary["highest_stable_lr"] == 0.1
+    edge = bench.summarize_configs([lr_row("mla", 0.01, [1.0, 1.1, 1.05]), lr_row("mla", 0.1, [2.0, 2.1, 2.2]),
+                                    lr_row("mla", 1.0, [3.0, 3.1, 3.2])])
+    assert edge[0]["best_lr_at_grid_edge"] == "lowest"
+
+
+def test_claims_follow_the_intervals():
+    tight = lambda m: [m - 0.01, m, m + 0.01]  # noqa: E731
+    lr_rows = []
+    for lr, base, rule in ((0.01, 2.0, 2.0), (0.1, 1.8, 1.8), (1.0, 3.0, 2.0)):
+        lr_rows += [lr_row("mha", lr, tight(base)), lr_row("mha+qk_lr", lr, tight(rule))]
+    lr_rows += [lr_row("mha+qknorm", lr, tight(1.5)) for lr in (0.01, 0.1, 1.0)]
+    config_rows = bench.summarize_configs(lr_rows)
+    by = {c["claim"]: c for c in bench.claims(lr_rows, config_rows)}
+    assert by["mha+qk_lr allows a higher base lr than mha"]["verdict"] == "reproduced"  # better at lr 1, tie at none
+    assert "lr 1: better" in by["mha+qk_lr allows a higher base lr than mha"]["evidence"]
+    assert by["mha+qk_lr is competitive with mha+qknorm"]["verdict"] == "not reproduced"  # 1.8 vs 1.5: worse
+    assert by["mla+qk_lr allows a higher base lr than mla"]["verdict"] == "untested"  # not run
+    # overlapping intervals are a tie: not reproduced
+    wide = [lr_row(c, lr, [1.0, 3.0, 2.0]) for c in ("mha", "mha+qk_lr") for lr in (0.01, 0.1, 1.0)]
+    by = {c["claim"]: c for c in bench.claims(wide, bench.summarize_configs(wide))}
+    assert by["mha+qk_lr allows a higher base lr than mha"]["verdict"] == "not reproduced"
+    # one seed: untested
+    single = [lr_row(c, lr, [2.0]) for c in ("mha", "mha+qk_lr") for lr in (0.01, 0.1)]
+    by = {c["claim"]: c for c in bench.claims(single, bench.summarize_configs(single))}
+    assert by["mha+qk_lr allows a higher base lr than mha"]["verdict"] == "untested"
 
 
 def test_tiny_run_then_resume(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench, "QUICK", TINY)
-    argv = ["--quick", "--out", str(tmp_path), "--configs", "mha", "mla"]
-    bench.main(argv)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    argv = ["--quick", "--config", str(config), "--out", str(tmp_path), "--configs", "mla+qk_clip",
+            "--jobs", "0", "--accelerator", "cpu"]
+    assert bench.main(argv) == 0
     out = tmp_path / "attention_stability"
-    rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if r.get("kind") != "summary"]
-    assert [(r["config"], r["lr"]) for r in rows] == [("mha", 1e-3), ("mha", 1.0), ("mla", 1e-3), ("mla", 1.0)]
-    assert len(list((out / "runs" / "quick").glob("*.json"))) == 4
-    assert (out / "loss_vs_lr.png").stat().st_size > 0 and "mla" in (out / "report.md").read_text()
+    document = json.loads((out / "results.json").read_text())
+    rows = [r for r in document["rows"] if "kind" not in r]
+    assert [(r["config"], r["lr"], r["seed"]) for r in rows] == [("mla+qk_clip", 1e-3, 0), ("mla+qk_clip", 1.0, 0)]
+    assert all(r["qk_clip_heads"] >= 0 and len(r["train_losses"]) == 3 for r in rows)
+    claims = [r for r in document["rows"] if r.get("kind") == "claim"]
+    assert {c["verdict"] for c in claims} == {"untested"}  # one seed
+    assert len(list((out / "runs" / "quick").glob("*.json"))) == 2
+    assert (out / "loss_vs_lr.png").stat().st_size > 0 and "Paper claims" in (out / "report.md").read_text()
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(bench, "run_one", no_training)
     bench.main([*argv, "--resume"])
-    again = [r for r in json.loads((out / "results.json").read_text())["rows"] if r.get("kind") != "summary"]
+    again = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
     assert json.dumps(again) == json.dumps(rows)  # as text: a diverged run's loss is inf or nan
     with pytest.raises(AssertionError, match="trained again"):
         bench.main([*argv, "--resume", "--steps", "4"])
