@@ -138,7 +138,7 @@ def describe(name: str) -> str:
 
 # ------------------------------------------------------------------------------------------ bench
 BENCHMARK_EXTRAS = ("train", "plot", "graphs", "music", "recsys", "detection", "multirobot", "crossmodal",
-                    "translation")
+                    "translation", "vision")
 """What the benchmarks import (the ``bench`` extra installs these and the reference libraries)."""
 
 

@@ -31,6 +31,7 @@ EXTRAS: Mapping[str, Mapping[str, str]] = {
     "multirobot": {"scipy": "scipy"},
     "crossmodal": {},
     "translation": {"sacrebleu": "sacrebleu"},
+    "vision": {"PIL": "pillow"},
     "hf": {"transformers": "transformers"},
 }
 

@@ -42,7 +42,7 @@ def test_list_shows_every_domain():
     assert rows["rwse"] == ["graphs", "embed", "no"]
     assert rows["s_rpe"][0] == "music" and rows["xl_pe"][0] == "translation" and rows["cmc_pe"][0] == "crossmodal"
     assert {r[0] for r in rows.values()} == {"sequence", "graphs", "music", "recsys", "detection", "multirobot",
-                                             "crossmodal", "translation"}
+                                             "crossmodal", "translation", "vision"}
     assert "arXiv:2104.09864" in next(line for line in lines if line.startswith("rope "))
     assert result.stderr == ""  # quiet: no third-party warnings or tips
 

@@ -17,7 +17,7 @@ from packaging_helpers import REPO
 import pe_toolkit as pet
 from pe_toolkit.registry import DOMAIN_GROUP, ENCODER_GROUP, list_domains
 
-DOMAINS = ("crossmodal", "detection", "graphs", "multirobot", "music", "recsys", "translation")
+DOMAINS = ("crossmodal", "detection", "graphs", "multirobot", "music", "recsys", "translation", "vision")
 
 
 def _working_tree_copy(target: Path) -> Path:
