@@ -21,20 +21,37 @@ curve is the probability of the explained class; areas by the trapezoid rule. Me
 * ``lrp``: plain AttnLRP, positions held constant;
 * ``grad_x_input``, ``rollout`` (Abnar & Zuidema 2020), ``random`` (a seeded random order).
 
-It also records conservation: ``coverage = sum(input relevance) / logit`` for PA-LRP and plain LRP.
+Conservation is reported two ways, per trained model (means over the explained examples), for PA-LRP
+and plain LRP (:meth:`~pe_toolkit.explain.Attribution.conservation`):
 
-    python benchmarks/explain.py --quick          # pipeline check (< 2 minutes on one idle core)
-    python benchmarks/explain.py                  # full run
+* the bookkeeping identity ``tokens + positions + absorbed = logit``: its largest relative residual;
+* the fraction of the logit that reaches the inputs: ``token_fraction`` + ``position_fraction`` =
+  ``input_fraction`` (the paper's ``sum R_in = f(x)``; the rest is absorbed by the rules, and for plain
+  LRP also the positional share it drops).
+
+Every (task, encoding) is trained with each seed of the preset (the seed sets the weights, the
+training data and the explained examples); per method the report gives the mean and Student-t 95 %
+interval over seeds, and the paper's claims are decided from intervals: PA-LRP against plain LRP
+from the paired per-seed differences (better / worse only when the difference's interval excludes 0),
+plain LRP's positional loss (Lemma 3.1) from the input fractions. Fewer than 3 seeds: untested.
+
+    python benchmarks/explain.py --quick          # pipeline check (< 2 minutes here); 1 seed: claims untested
+    python benchmarks/explain.py                  # full preset (3 seeds)
+    python benchmarks/explain.py --preset gpu --accelerator cuda
+    python benchmarks/explain.py --set seeds=[0,1,2,3] --set lr=0.002
+
+Presets: ``benchmarks/presets/explain/{quick,full,gpu}.yaml``.
 
 Outputs in ``<out>/explain/``: results.json, report.md, ``perturbation_auc.png`` and one heatmap
 ``heatmap_<task>_<encoding>.png`` of token and position relevance per trained model. Every finished
-model is stored in ``<out>/explain/runs/{quick,full}/<task>_<encoding>.json``; ``--resume`` reuses
+model is stored in ``<out>/explain/runs/<preset>/<task>_<encoding>_seed<seed>.json``; ``--resume`` reuses
 those whose configuration matches, ``--report-only`` trains nothing and reports what is stored.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 import time
@@ -46,13 +63,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import (  # noqa: E402
     Progress,
+    format_interval,
+    interval_verdict,
     markdown_table,
+    mean_interval,
     nan_if_missing,
     note_if_empty,
     standard_argparser,
     write_report,
     write_results,
 )
+from presets import device_options, preset_from_args, trainer_options  # noqa: E402
 
 NAME = "explain"
 METHODS = ("pa_lrp", "pa_lrp_token", "lrp", "grad_x_input", "rollout", "random")
@@ -60,55 +81,33 @@ TASKS = ("sentiment", "copy")
 ENCODINGS = ("nope", "rope", "learned", "alibi", "sinusoidal")
 FRACTIONS = [i / 10 for i in range(11)]
 
-# "decay": steps of the cosine decay (0 = constant rate after warm-up: the sentiment models sit on a loss
-# plateau for a few hundred steps, and a decaying rate kept them there)
-FULL = {
-    "encodings": ["rope", "learned", "alibi"],
-    "model": {"dim": 64, "num_heads": 4, "num_layers": 2},
-    "steps": {"sentiment": 1000, "copy": 1200},
-    "decay": {"sentiment": 0, "copy": 1200},
-    "task_options": {"sentiment": {"train_lengths": [6, 14]},
-                     "copy": {"train_lengths": [4, 10], "num_symbols": 20}},
-    "num_train": 8000,
-    "batch_size": 64,
-    "lr": 3e-3,
-    "num_explain": 100,
-    "seed": 0,
-}
-QUICK = {
-    "encodings": ["rope", "learned"],
-    "model": {"dim": 32, "num_heads": 4, "num_layers": 2},
-    "steps": {"sentiment": 300, "copy": 120},
-    "decay": {"sentiment": 0, "copy": 120},
-    "task_options": {"sentiment": {"train_lengths": [6, 7]},
-                     "copy": {"train_lengths": [4, 8], "num_symbols": 20}},
-    "num_train": 2000,
-    "batch_size": 64,
-    "lr": 3e-3,
-    "num_explain": 24,
-    "seed": 0,
-}
+# Presets: benchmarks/presets/explain/*.yaml. "decay": steps of the cosine decay (0 = constant rate after
+# warm-up: the sentiment models sit on a loss plateau for a few hundred steps, and a decaying rate kept them there).
+MIN_SEEDS = 3
 TASK_NAMES = {"sentiment": "explain_sentiment", "copy": "copy_random"}
 
 
-def task_module(task: str, config: dict[str, Any]):
+def task_module(task: str, config: dict[str, Any], seed: int):
     import pe_toolkit.explain.sentiment  # noqa: F401  (registers explain_sentiment)
     from pe_toolkit.training import TaskDataModule
 
     return TaskDataModule(
         TASK_NAMES[task], config["task_options"][task], num_train=config["num_train"], num_val=0, num_test=0,
-        batch_size=config["batch_size"], seed=config["seed"],
+        batch_size=config["batch_size"], seed=seed,
     )
 
 
-def train(task: str, encoding: str, config: dict[str, Any]):
-    """Train a decoder-only Transformer on ``task`` with ``encoding``; return (model, data, final loss)."""
+def train(task: str, encoding: str, config: dict[str, Any], seed: int):
+    """Train a decoder-only Transformer on ``task`` with ``encoding``; return (model, data, final loss).
+
+    The device is ``config["device"]`` (:func:`presets.device_options`; the CPU when absent).
+    """
     import lightning as L
 
     from pe_toolkit.training import SequenceLMModule
 
-    L.seed_everything(config["seed"], verbose=False)
-    data = task_module(task, config)
+    L.seed_everything(seed, verbose=False)
+    data = task_module(task, config, seed)
     options = {"max_len": data.max_sequence_length()} if encoding == "learned" else {}
     steps = config["steps"][task]
     module = SequenceLMModule(
@@ -116,12 +115,12 @@ def train(task: str, encoding: str, config: dict[str, Any]):
         warmup_steps=max(1, steps // 20), max_steps=config["decay"][task], **config["model"],
     )
     trainer = L.Trainer(
-        max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        max_steps=steps, **trainer_options(config.get("device")), logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
     )
     trainer.fit(module, data)
     loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
-    return module.model.eval(), data, loss
+    return module.model.cpu().float().eval(), data, loss  # explained on the CPU in float32
 
 
 def make_task(task: str, config: dict[str, Any]):
@@ -171,7 +170,9 @@ def evaluate(model, items: list[dict[str, Any]], seed: int) -> tuple[dict[str, d
     curves: dict[str, dict[str, Any]] = {m: {"morf": torch.zeros(len(FRACTIONS), dtype=torch.float64),
                                              "lerf": torch.zeros(len(FRACTIONS), dtype=torch.float64)}
                                          for m in METHODS}
-    stats = {"correct": 0, "count": 0, "coverage_pa": 0.0, "coverage_plain": 0.0, "position_share": 0.0}
+    stats = {"correct": 0, "count": 0, "position_share": 0.0}
+    conservation: dict[str, float] = {}
+    residual = {"pa_lrp": 0.0, "lrp": 0.0}
     generator = torch.Generator().manual_seed(seed)
     example = None
     for length, group in sorted(groups.items()):
@@ -196,9 +197,12 @@ def evaluate(model, items: list[dict[str, Any]], seed: int) -> tuple[dict[str, d
         for row, g in enumerate(group):
             removable[row, g["removable"]] = True
         replacement = group[0]["replacement"]
-        logit = aware.logit.double()
-        stats["coverage_pa"] += float((aware.total().double() / logit).sum())
-        stats["coverage_plain"] += float((plain.total().double() / logit).sum())
+        for label, attribution in (("pa_lrp", aware), ("lrp", plain)):
+            parts = attribution.conservation()
+            residual[label] = max(residual[label], float(parts.pop("identity_residual").max()))
+            for part, value in parts.items():
+                name = f"{part}_{label}"
+                conservation[name] = conservation.get(name, 0.0) + float(value.double().sum())
         stats["position_share"] += float((aware.position.sum(-1).double().abs()
                                           / (aware.token.sum(-1).double().abs() + aware.position.sum(-1).double().abs()
                                              + 1e-12)).sum())
@@ -222,9 +226,9 @@ def evaluate(model, items: list[dict[str, Any]], seed: int) -> tuple[dict[str, d
             "curve_morf": (curves[m]["morf"] / n).tolist(), "curve_lerf": (curves[m]["lerf"] / n).tolist()}
         for m in METHODS
     }
-    summary = {"accuracy": stats["correct"] / n, "examples": n, "coverage_pa_lrp": stats["coverage_pa"] / n,
-               "coverage_lrp": stats["coverage_plain"] / n, "position_share": stats["position_share"] / n,
-               "example": example}
+    summary = {"accuracy": stats["correct"] / n, "examples": n, "position_share": stats["position_share"] / n,
+               "identity_residual_pa_lrp": residual["pa_lrp"], "identity_residual_lrp": residual["lrp"],
+               **{name: value / n for name, value in conservation.items()}, "example": example}
     return results, summary
 
 
@@ -270,9 +274,10 @@ def plot_auc(rows: list[dict[str, Any]], path: Path) -> None:
     for ax, key, label in zip(axes, ("auc_morf", "auc_lerf"), ("MoRF AUC (lower = more faithful)",
                                                                 "LeRF AUC (higher = more faithful)")):
         for m_i, method in enumerate(METHODS):
-            values = [nan_if_missing(next((r[key] for r in rows
-                                           if (r["task"], r["encoding"]) == model and r["method"] == method), None))
-                      for model in models]
+            values = []
+            for model in models:  # the mean over seeds
+                found = [r[key] for r in rows if (r["task"], r["encoding"]) == model and r["method"] == method]
+                values.append(nan_if_missing(sum(found) / len(found) if found else None))
             ax.bar([i + m_i * width for i in range(len(models))], values, width, label=method)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(models))], [f"{t}\n{e}" for t, e in models], fontsize=8)
         ax.set_ylabel(label)
@@ -290,39 +295,133 @@ def compare(gain: float, tolerance: float = 1e-3) -> str:
 
 
 def winner_line(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per trained model: is PA-LRP more faithful than plain LRP (MoRF lower, LeRF higher)?"""
+    """Per trained model (one seed): is PA-LRP more faithful than plain LRP (MoRF lower, LeRF higher)?"""
     out = []
-    for task, encoding in sorted({(r["task"], r["encoding"]) for r in rows}):
-        by = {r["method"]: r for r in rows if r["task"] == task and r["encoding"] == encoding}
+    for model in sorted({(r["task"], r["encoding"], r.get("seed", 0)) for r in rows}):
+        by = {r["method"]: r for r in rows if (r["task"], r["encoding"], r.get("seed", 0)) == model}
         pa, plain = by["pa_lrp"], by["lrp"]
         best = min(METHODS, key=lambda m: by[m]["auc_morf"])
         morf, lerf = pa["auc_morf"] - plain["auc_morf"], pa["auc_lerf"] - plain["auc_lerf"]
-        out.append({"task": task, "encoding": encoding, "pa_minus_lrp_morf": morf, "pa_minus_lrp_lerf": lerf,
-                    "pa_vs_lrp_morf": compare(-morf), "pa_vs_lrp_lerf": compare(lerf), "best_morf": best})
+        out.append({"task": model[0], "encoding": model[1], "seed": model[2], "pa_minus_lrp_morf": morf,
+                    "pa_minus_lrp_lerf": lerf, "pa_vs_lrp_morf": compare(-morf), "pa_vs_lrp_lerf": compare(lerf),
+                    "best_morf": best})
     return out
 
 
-def run_config(config: dict[str, Any], task: str) -> dict[str, Any]:
+ZERO = {"low": 0.0, "high": 0.0}
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (task, encoding, method): mean and 95 % interval over seeds of each AUC and the top-1 hit rate."""
+    out = []
+    for task, encoding in sorted({(r["task"], r["encoding"]) for r in rows}):
+        for method in METHODS:
+            runs = [r for r in rows if (r["task"], r["encoding"], r["method"]) == (task, encoding, method)]
+            if runs:
+                out.append({"kind": "method_summary", "task": task, "encoding": encoding, "method": method,
+                            "seeds": len(runs), **{k: mean_interval([r[k] for r in runs])
+                                                   for k in ("auc_morf", "auc_lerf", "top1_hit")}})
+    return out
+
+
+def aggregate_models(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (task, encoding): accuracy and conservation over seeds (mean and interval)."""
+    keys = ("accuracy", "position_share", "input_fraction_pa_lrp", "input_fraction_lrp", "position_fraction_pa_lrp",
+            "token_fraction_pa_lrp", "token_fraction_lrp")
+    out = []
+    for task, encoding in sorted({(m["task"], m["encoding"]) for m in models}):
+        runs = [m for m in models if (m["task"], m["encoding"]) == (task, encoding)]
+        out.append({"kind": "model_summary", "task": task, "encoding": encoding, "seeds": len(runs),
+                    "identity_residual_max": max(max(m["identity_residual_pa_lrp"], m["identity_residual_lrp"])
+                                                 for m in runs),
+                    **{k: mean_interval([m[k] for m in runs]) for k in keys}})
+    return out
+
+
+def claims(rows: list[dict[str, Any]], models: list[dict[str, Any]], min_seeds: int = MIN_SEEDS) -> list[dict]:
+    """Per (task, encoding) with a positional encoding: the paper's claims, each reproduced / not / untested.
+
+    * PA-LRP is more faithful than plain LRP, on MoRF (lower area) and on LeRF (higher area): the paired
+      per-seed difference's interval lies on the better side of 0 (``interval_verdict`` against 0);
+    * plain LRP loses the positional share (Lemma 3.1): its input fraction is below PA-LRP's (intervals);
+      not applicable to RoPE, where plain LRP credits the tables' share to queries and keys instead;
+    * conservation with positions as inputs: PA-LRP's ledger balances (identity residual <= 1e-4 in
+      float32) and its input fraction's interval contains 1 or lies within 5 % of it.
+    """
+    out = []
+    summaries = {(m["task"], m["encoding"]): m for m in aggregate_models(models)}
+    for task, encoding in sorted({(r["task"], r["encoding"]) for r in rows}):
+        if encoding == "nope":
+            continue  # no positional input: a control, not a claim
+        seeds = sorted({r.get("seed", 0) for r in rows if (r["task"], r["encoding"]) == (task, encoding)})
+
+        def per_seed(method: str, key: str, task: str = task, encoding: str = encoding) -> dict[int, float]:
+            return {r.get("seed", 0): r[key] for r in rows
+                    if (r["task"], r["encoding"], r["method"]) == (task, encoding, method)}
+
+        def add(claim: str, verdict: str, evidence: str, task: str = task, encoding: str = encoding,
+                seeds: list[int] = seeds) -> None:
+            if len(seeds) < min_seeds:
+                verdict, evidence = "untested", f"{len(seeds)} seed(s), fewer than {min_seeds}: no interval"
+            out.append({"kind": "claim", "task": task, "encoding": encoding, "claim": claim, "verdict": verdict,
+                        "evidence": evidence})
+
+        for key, label, higher in (("auc_morf", "MoRF", False), ("auc_lerf", "LeRF", True)):
+            pa, plain = per_seed("pa_lrp", key), per_seed("lrp", key)
+            diff = mean_interval([pa[s] - plain[s] for s in seeds if s in pa and s in plain])
+            verdict = interval_verdict(diff, ZERO, higher_is_better=higher)
+            add(f"PA-LRP more faithful than plain LRP ({label})",
+                "reproduced" if verdict == "better" else "not reproduced",
+                f"PA-LRP - LRP {label} AUC {format_interval(diff, '+.4f')}: {verdict}")
+        summary = summaries[(task, encoding)]
+        if encoding == "rope":
+            out.append({"kind": "claim", "task": task, "encoding": encoding,
+                        "claim": "plain LRP loses the positional share (Lemma 3.1)", "verdict": "untested",
+                        "evidence": "not applicable to RoPE: plain LRP hands the cos/sin tables' share to the "
+                                    "queries and keys (input fraction "
+                                    f"{format_interval(summary['input_fraction_lrp'])} vs PA-LRP "
+                                    f"{format_interval(summary['input_fraction_pa_lrp'])})"})
+        else:
+            verdict = interval_verdict(summary["input_fraction_lrp"], summary["input_fraction_pa_lrp"],
+                                       higher_is_better=True)
+            add("plain LRP loses the positional share (Lemma 3.1)",
+                "reproduced" if verdict == "worse" else "not reproduced",
+                f"input fraction plain LRP {format_interval(summary['input_fraction_lrp'])} vs PA-LRP "
+                f"{format_interval(summary['input_fraction_pa_lrp'])}: {verdict}")
+        fraction, residual = summary["input_fraction_pa_lrp"], summary["identity_residual_max"]
+        near = (fraction["n"] >= 2 and math.isfinite(fraction["low"])
+                and (fraction["low"] <= 1.0 <= fraction["high"] or abs(fraction["mean"] - 1.0) <= 0.05))
+        add("PA-LRP conserves relevance (sum R_in = f(x))",
+            "reproduced" if residual <= 1e-4 and near else "not reproduced",
+            f"identity residual <= {residual:.1e}; fraction of the logit reaching tokens and positions "
+            f"{format_interval(fraction)}")
+    return out
+
+
+def run_config(config: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
     """The part of the configuration one trained model depends on (the key of its stored run)."""
-    keys = ("model", "num_train", "batch_size", "lr", "num_explain", "seed")
-    return {"task": task, **{k: config[k] for k in keys}, "steps": config["steps"][task],
+    keys = ("model", "num_train", "batch_size", "lr", "num_explain", "device", "threads")
+    return {"task": task, "seed": seed, **{k: config.get(k) for k in keys}, "steps": config["steps"][task],
             "decay": config["decay"][task], "task_options": config["task_options"][task]}
 
 
-def run_one(task: str, encoding: str, config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def run_one(task: str, encoding: str, seed: int, config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Train, evaluate, plot the heatmap; return the stored run ``{"config", "model", "rows"}``."""
     t0 = time.perf_counter()
-    model, data, loss = train(task, encoding, config)
+    model, data, loss = train(task, encoding, config, seed)
     train_s = time.perf_counter() - t0
-    items = explain_set(task, data.task, data.vocab, config["num_explain"], config["seed"])
-    results, summary = evaluate(model, items, config["seed"])
+    items = explain_set(task, data.task, data.vocab, config["num_explain"], seed)
+    results, summary = evaluate(model, items, seed)
     example = summary.pop("example")
-    plot_heatmap(example, data.vocab, f"{task}, {encoding}", out_dir / f"heatmap_{task}_{encoding}.png")
+    if seed == min(config["seeds"]):
+        plot_heatmap(example, data.vocab, f"{task}, {encoding}, seed {seed}",
+                     out_dir / f"heatmap_{task}_{encoding}.png")
     return {
-        "config": run_config(config, task),
-        "model": {"task": task, "encoding": encoding, "final_loss": loss, "train_s": train_s,
+        "config": run_config(config, task, seed),
+        "model": {"task": task, "encoding": encoding, "seed": seed, "final_loss": loss, "train_s": train_s,
                   "eval_s": time.perf_counter() - t0 - train_s, **summary},
-        "rows": [{"task": task, "encoding": encoding, "method": m, **metrics} for m, metrics in results.items()],
+        "rows": [{"task": task, "encoding": encoding, "seed": seed, "method": m, **metrics}
+                 for m, metrics in results.items()],
     }
 
 
@@ -331,11 +430,18 @@ def report(runs: list[dict[str, Any]], config: dict[str, Any], seconds: float, o
     rows = [row for r in runs for row in r["rows"]]
     plot_auc(rows, out / NAME / "perturbation_auc.png")
     verdict = winner_line(rows)
+    methods = aggregate(rows)
+    model_summary = aggregate_models(models)
+    claim_rows = claims(rows, models)
     write_results(NAME, config, rows + [{"kind": "model", **m} for m in models]
-                  + [{"kind": "comparison", **v} for v in verdict], seconds, root=out)
-    fmt = {k: ".3f" for k in ("auc_morf", "auc_lerf", "top1_hit", "final_loss", "accuracy", "coverage_pa_lrp",
-                              "coverage_lrp", "position_share", "pa_minus_lrp_morf", "pa_minus_lrp_lerf")}
-    fmt.update({"train_s": ".0f", "eval_s": ".0f"})
+                  + [{"kind": "comparison", **v} for v in verdict] + methods + model_summary + claim_rows,
+                  seconds, root=out)
+    fmt = {k: ".3f" for k in ("auc_morf", "auc_lerf", "top1_hit", "final_loss", "accuracy", "input_fraction_pa_lrp",
+                              "input_fraction_lrp", "position_fraction_pa_lrp", "position_share",
+                              "pa_minus_lrp_morf", "pa_minus_lrp_lerf")}
+    fmt.update({"train_s": ".0f", "eval_s": ".0f", "identity_residual_pa_lrp": ".1e", "identity_residual_lrp": ".1e",
+                "identity_residual_max": ".1e"})
+    interval = lambda v: format_interval(v, ".3f")  # noqa: E731
     body = [
         "Perturbation test (Bakish et al. 2025, arXiv:2506.02138): prompt inputs replaced in order of score; the "
         "area under the probability-of-the-explained-class curve over the removed fraction (0 to 1). MoRF (most "
@@ -343,36 +449,84 @@ def report(runs: list[dict[str, Any]], config: dict[str, Any], seconds: float, o
         "`top1_hit`: the top-scored input is the ground truth (copy: the copied source symbol; sentiment: a "
         "polar word or its negator).",
         "",
-        "## Trained models",
+        f"Seeds {config['seeds']} per (task, encoding); model {config['model']}; device {config.get('device')}.",
         "",
-        markdown_table(models, ["task", "encoding", "accuracy", "examples", "final_loss", "coverage_pa_lrp",
-                                "coverage_lrp", "position_share", "train_s", "eval_s"], fmt),
-        "`accuracy`: the explained prediction equals the reference (teacher forcing). `coverage`: mean of "
-        "sum(input relevance) / logit (1 = conserved; the rest is the softmax rule's remainder and the stabiliser, "
-        "and for plain LRP also the positional share). `position_share`: |sum position relevance| / "
-        "(|sum token| + |sum position|) under PA-LRP.",
+        "## Paper claims",
         "",
-        "## Perturbation AUCs",
+        markdown_table(claim_rows, ["task", "encoding", "claim", "verdict", "evidence"]),
+        "PA-LRP against plain LRP: the paired per-seed difference of the areas (same model, same examples), mean "
+        "and 95 % Student-t interval; `better` only when the interval excludes 0 on the better side. Fewer than "
+        f"{MIN_SEEDS} seeds: untested. NoPE models are a control (the two methods coincide) and carry no claim.",
         "",
-        markdown_table(rows, ["task", "encoding", "method", "auc_morf", "auc_lerf", "top1_hit"], fmt),
-        "## PA-LRP against plain LRP",
+        "## Perturbation AUCs over seeds",
         "",
-        markdown_table(verdict, ["task", "encoding", "pa_minus_lrp_morf", "pa_vs_lrp_morf", "pa_minus_lrp_lerf",
-                                 "pa_vs_lrp_lerf", "best_morf"], fmt),
-        "`better` / `worse` / `tie` (|difference| < 0.001) of PA-LRP against plain LRP on each curve. For NoPE "
-        "models (`--encodings nope`) the two coincide (no positional input): a control.",
+        markdown_table(methods, ["task", "encoding", "method", "seeds", ("auc_morf", "MoRF AUC [95 % CI]"),
+                                 ("auc_lerf", "LeRF AUC [95 % CI]"), ("top1_hit", "top-1 hit [95 % CI]")],
+                       {"auc_morf": interval, "auc_lerf": interval, "top1_hit": interval}),
+        "## Conservation over seeds",
         "",
-        "Plots: `perturbation_auc.png`; `heatmap_<task>_<encoding>.png` (token and position relevance of one example).",
+        markdown_table(model_summary, ["task", "encoding", "seeds", ("accuracy", "accuracy"),
+                                       ("identity_residual_max", "identity residual (max)"),
+                                       ("input_fraction_pa_lrp", "reaches inputs, PA-LRP"),
+                                       ("position_fraction_pa_lrp", "of it positions, PA-LRP"),
+                                       ("input_fraction_lrp", "reaches inputs, plain LRP")],
+                       {"accuracy": interval, "identity_residual_max": ".1e", "input_fraction_pa_lrp": interval,
+                        "position_fraction_pa_lrp": interval, "input_fraction_lrp": interval}),
+        "Identity: the largest |tokens + positions + absorbed - logit| / |logit| over every explained example "
+        "(the ledger balances for both methods; plain LRP books the positional share it drops as absorbed). "
+        "Fractions: mean over examples of sum(relevance) / logit; `reaches inputs` = tokens + positions, the rest "
+        "is the softmax rule's remainder and the stabiliser (and for plain LRP the ignored positions).",
+        "",
+        "## Trained models (one row per seed)",
+        "",
+        markdown_table(models, ["task", "encoding", "seed", "accuracy", "examples", "final_loss",
+                                "identity_residual_pa_lrp", "input_fraction_pa_lrp", "input_fraction_lrp",
+                                "position_share", "train_s", "eval_s"], fmt),
+        "`accuracy`: the explained prediction equals the reference (teacher forcing). `position_share`: |sum "
+        "position relevance| / (|sum token| + |sum position|) under PA-LRP.",
+        "",
+        "## Perturbation AUCs per seed",
+        "",
+        markdown_table(rows, ["task", "encoding", "seed", "method", "auc_morf", "auc_lerf", "top1_hit"], fmt),
+        "## PA-LRP against plain LRP per seed",
+        "",
+        markdown_table(verdict, ["task", "encoding", "seed", "pa_minus_lrp_morf", "pa_vs_lrp_morf",
+                                 "pa_minus_lrp_lerf", "pa_vs_lrp_lerf", "best_morf"], fmt),
+        "`better` / `worse` / `tie` (|difference| < 0.001) of PA-LRP against plain LRP on one seed's curves.",
+        "",
+        "Plots: `perturbation_auc.png` (seed means); `heatmap_<task>_<encoding>.png` (token and position relevance "
+        "of one example of the first seed).",
     ]
     write_report(NAME, "Explainability: PE-aware LRP perturbation test", "\n".join(body), root=out)
 
 
+def check_config(config: dict[str, Any]) -> None:
+    """``ValueError`` naming the preset entry that cannot run."""
+    seeds = config["seeds"]
+    if not seeds or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
+    for key in ("encodings", "tasks"):
+        allowed = ENCODINGS if key == "encodings" else TASKS
+        if not config[key] or any(v not in allowed for v in config[key]):
+            raise ValueError(f"{key} must be a non-empty list of {allowed}, got {config[key]!r}")
+    for key in ("num_explain", "num_train", "batch_size"):
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} must be a positive int, got {value!r}")
+    for task in config["tasks"]:
+        steps = config["steps"].get(task)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps.{task} must be a positive int, got {steps!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0])
-    parser.add_argument("--encodings", nargs="+", choices=ENCODINGS, help="positional encodings to train")
-    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
+    parser.add_argument("--encodings", nargs="+", choices=ENCODINGS, help="shortcut for --set encodings=[...]")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, help="shortcut for --set tasks=[...]")
+    parser.add_argument("--seeds", nargs="+", type=int, help="shortcut for --set seeds=[...]")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
-    parser.add_argument("--num-explain", type=int, help="examples explained per model (default 100 full, 24 quick)")
+    parser.add_argument("--num-explain", type=int, help="examples explained per model (shortcut for --set)")
     parser.add_argument("--steps", type=int, help="training steps for every task (cosine decay over them for copy)")
     parser.add_argument("--resume", action="store_true", help="reuse stored runs whose configuration matches")
     parser.add_argument("--report-only", action="store_true", help="train nothing; report the stored runs")
@@ -381,9 +535,13 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    config = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (QUICK if args.quick else FULL).items()}
+    config = preset_from_args(args, NAME)
     if args.encodings:
         config["encodings"] = list(args.encodings)
+    if args.tasks:
+        config["tasks"] = list(args.tasks)
+    if args.seeds is not None:
+        config["seeds"] = list(args.seeds)
     if args.num_explain is not None:
         if args.num_explain < 1:
             parser.error(f"--num-explain must be >= 1, got {args.num_explain}")
@@ -393,31 +551,35 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--steps must be >= 1, got {args.steps}")
         config["steps"] = {t: args.steps for t in TASKS}
         config["decay"] = {t: (args.steps if config["decay"][t] else 0) for t in TASKS}
-    config["tasks"] = list(args.tasks)
+    check_config(config)
+    config["device"] = device_options(args)
+    config["threads"] = args.threads
     config["quick"] = args.quick
     config["fractions"] = FRACTIONS
     out_dir = Path(args.out) / NAME
-    runs_dir = out_dir / "runs" / ("quick" if args.quick else "full")  # quick runs never overwrite full ones
+    runs_dir = out_dir / "runs" / config["preset"]  # quick runs never overwrite full ones
     runs_dir.mkdir(parents=True, exist_ok=True)
-    todo = [(t, e) for t in config["tasks"] for e in config["encodings"]]
+    todo = [(t, e, s) for t in config["tasks"] for e in config["encodings"] for s in config["seeds"]]
     progress = Progress(len(todo), NAME)
     runs = []
-    for task, encoding in todo:
-        path = runs_dir / f"{task}_{encoding}.json"
+    for task, encoding, seed in todo:
+        path = runs_dir / f"{task}_{encoding}_seed{seed}.json"
         stored = json.loads(path.read_text()) if path.exists() else None
-        if stored is not None and (args.report_only or (args.resume and stored["config"] == run_config(config, task))):
+        if stored is not None and (args.report_only
+                                   or (args.resume and stored["config"] == run_config(config, task, seed))):
             runs.append(stored)
-            progress(f"{task} {encoding}: stored run")
+            progress(f"{task} {encoding} seed {seed}: stored run")
             continue
         if args.report_only:
-            progress(f"{task} {encoding}: no stored run, skipped")
+            progress(f"{task} {encoding} seed {seed}: no stored run, skipped")
             continue
-        run = run_one(task, encoding, config, out_dir)
+        run = run_one(task, encoding, seed, config, out_dir)
         path.write_text(json.dumps(run, indent=1))
         runs.append(run)
         by = {r["method"]: r for r in run["rows"]}
-        progress(f"{task} {encoding}: accuracy {run['model']['accuracy']:.2f}, MoRF PA-LRP "
-                 f"{by['pa_lrp']['auc_morf']:.3f} vs LRP {by['lrp']['auc_morf']:.3f}")
+        progress(f"{task} {encoding} seed {seed}: accuracy {run['model']['accuracy']:.2f}, MoRF PA-LRP "
+                 f"{by['pa_lrp']['auc_morf']:.3f} vs LRP {by['lrp']['auc_morf']:.3f} "
+                 f"({run['model']['train_s']:.0f}s + {run['model']['eval_s']:.0f}s)")
     if not runs:
         print("no runs to report")
         return 1

@@ -98,6 +98,29 @@ class Attribution:
         """Relevance kept by the rules, ``(B,)``."""
         return sum(self.absorbed.values(), torch.zeros_like(self.logit))
 
+    def conservation(self) -> dict[str, Tensor]:
+        """Conservation per example ``(B,)`` each, as the bookkeeping identity and as fractions of the logit.
+
+        * ``identity_residual``: ``|tokens + positions + absorbed - logit| / |logit|``: the ledger balances
+          (0 up to rounding, for PA-LRP and plain LRP alike; plain LRP books the positional share it
+          drops as absorbed, ``"ignored_position"``);
+        * ``token_fraction``, ``position_fraction``: ``sum(token) / logit``, ``sum(position) / logit``;
+        * ``input_fraction``: their sum, the fraction of the logit that reaches the inputs (1 = the
+          paper's conservation, ``sum R_in = f(x)``);
+        * ``absorbed_fraction``: ``absorbed / logit`` (softmax remainder, stabiliser, biases, and for
+          plain LRP the ignored positions), so ``input_fraction + absorbed_fraction = 1``.
+        """
+        logit = self.logit
+        token, position = self.token.sum(-1), self.position.sum(-1)
+        absorbed = self.total_absorbed()
+        return {
+            "identity_residual": (token + position + absorbed - logit).abs() / logit.abs(),
+            "token_fraction": token / logit,
+            "position_fraction": position / logit,
+            "input_fraction": (token + position) / logit,
+            "absorbed_fraction": absorbed / logit,
+        }
+
     def scores(self, kind: str = "pa_lrp") -> Tensor:
         """One score per input position ``(B, L)`` for ranking / plotting.
 

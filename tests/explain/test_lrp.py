@@ -106,6 +106,27 @@ def test_plain_lrp_loses_exactly_the_positional_share(kind):
     assert (gap > 0).all()
 
 
+@pytest.mark.parametrize("kind", ["nope", "learned", "alibi"])
+def test_conservation_as_identity_and_as_fractions_of_the_logit(kind):
+    model = make_model(kind)
+    tokens = torch.randint(0, 11, (3, 7))
+    aware = explain(model, tokens, 2, dtype=D, epsilon=0.0).conservation()
+    plain = explain(model, tokens, 2, dtype=D, epsilon=0.0, position_aware=False).conservation()
+    for c in (aware, plain):
+        assert c["identity_residual"].max() < 1e-12
+        assert_close(c["input_fraction"] + c["absorbed_fraction"], torch.ones(3, dtype=D), rtol=0, atol=1e-12)
+        assert_close(c["input_fraction"], c["token_fraction"] + c["position_fraction"], rtol=0, atol=1e-15)
+    assert (plain["position_fraction"] == 0).all()
+    # plain LRP loses exactly the positional fraction (Lemma 3.1); the token fraction is the same
+    assert_close(plain["token_fraction"], aware["token_fraction"], rtol=0, atol=1e-12)
+    assert_close(plain["absorbed_fraction"], aware["absorbed_fraction"] + aware["position_fraction"], rtol=0,
+                 atol=1e-12)
+    if kind == "nope":
+        assert (aware["position_fraction"] == 0).all()
+    else:
+        assert aware["position_fraction"].abs().min() > 1e-6
+
+
 def test_plain_lrp_on_rope_gives_the_tables_share_to_the_queries_and_keys():
     model = make_model("rope")
     tokens = torch.randint(0, 11, (2, 6))
