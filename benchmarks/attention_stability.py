@@ -405,8 +405,6 @@ def check_preset(preset: dict[str, Any]) -> None:
     extend = preset["extend_edges"]
     if isinstance(extend, bool) or not isinstance(extend, int) or extend < 0:
         raise ValueError(f"extend_edges must be an int >= 0, got {extend!r}")
-    if extend and len(lrs) < 3:
-        raise ValueError(f"extend_edges needs at least 3 lrs (an edge and an inside), got {len(lrs)}")
     every = preset["qk_lr"]["every"]
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"qk_lr.every must be an int >= 1, got {every!r}")
