@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m ruff check pe_toolkit domains benchmarks tests docs/scripts
-	$(PY) -m pytest -q tests
-	$(PY) -m pytest -q --markdown-docs -p no:cacheprovider --ignore=docs/scripts README.md docs
+	$(PY) -m pytest -q -n auto tests
+	$(PY) -m pytest -q -n auto --markdown-docs -p no:cacheprovider --ignore=docs/scripts README.md docs
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py --quick $(if $(BENCH),--only $(BENCH),)
