@@ -14,7 +14,8 @@ length, IID / OOD accuracy as a seed mean with its 95 % Student-t interval, the 
     python benchmarks/length_generalization.py --set training.steps=400 --set seeds=[0,1,2,3]
 
 ``--tasks`` takes any registered task (``pe_toolkit.tasks.list_tasks()``), optionally with a scratchpad
-format after a colon (``addition:icovr``, ``parity:10110``; tasks with a ``scratchpad`` option only).
+format after a colon (``addition:icovr``, ``parity:10110``, ``addition:none`` for no scratchpad, ``:empty``
+for the frame without components; tasks with a ``scratchpad`` option only).
 
 Every finished run is stored in ``results/length_generalization/runs/<preset>/`` with the spec that
 produced it (task, encoder, seed, model, training, evaluation, torch threads, device); ``--resume``
@@ -105,7 +106,9 @@ def parse_task(text: str) -> tuple[str, dict[str, Any]]:
     if name not in with_scratchpad:
         raise ValueError(f"--tasks: task {name!r} has no scratchpad option; tasks with one: "
                          f"{', '.join(with_scratchpad)}")
-    mask = "" if scratchpad in ("none", "-") else scratchpad
+    if scratchpad == "none":  # no scratchpad at all (a preset entry may set one)
+        return name, {"scratchpad": None}
+    mask = "" if scratchpad == "empty" else scratchpad  # "empty": the scratchpad frame with no component
     try:
         ScratchpadFormat.parse(mask)
     except (TypeError, ValueError) as error:

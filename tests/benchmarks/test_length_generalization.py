@@ -61,6 +61,8 @@ def test_scratchpad_formats_are_accepted_and_checked():
     for name in with_scratchpad:
         assert lg.parse_task(f"{name}:icovr") == (name, {"scratchpad": "icovr"})
     assert lg.parse_task("parity:10110") == ("parity", {"scratchpad": "10110"})
+    assert lg.parse_task("addition:none") == ("addition", {"scratchpad": None})
+    assert lg.parse_task("addition:empty") == ("addition", {"scratchpad": ""})
     assert lg.task_key({"task": "addition", "task_options": {"scratchpad": "icovr"}}) == "addition[scratchpad icovr]"
     with pytest.raises(ValueError, match="'copy_repeat' has no scratchpad option; tasks with one: addition"):
         lg.parse_task("copy_repeat:icovr")
@@ -156,6 +158,19 @@ def test_one_tiny_run_tests_a_fixed_number_of_examples_per_length_in_each_split(
         assert v["correct"] + sum(v[name] for name in lg.FAILURES) == v["total"]
     assert 0.0 <= result["iid_accuracy"] <= 1.0 and 0.0 <= result["ood_accuracy"] <= 1.0
     assert result["parameters"] >= result["parameters_without_pe"] and result["steps_done"] == 5
+
+
+@pytest.mark.parametrize("name", ["addition:icovr", "scan_length", "pcfg_productivity", "sort_multi", "lego"])
+def test_tasks_the_old_benchmark_could_not_reach_run_end_to_end(name):
+    task, extra = lg.parse_task(name)
+    entry = lg.task_entry(load_preset("length_generalization", "full"), task)
+    short = {"train_lengths": [4, 4], "test_lengths": [5, 5]}  # short answers: an untrained model decodes fast
+    spec = {**tiny_spec("nope", steps=2), "task": task, "task_options": {**entry["options"], **extra, **short},
+            "evaluation": {"per_length": 2, "length_stride": 1}}
+    result = lg.run_one(spec)
+    assert set(result["per_length_iid"]) == {4} and set(result["per_length_ood"]) == {5}
+    assert result["per_length_ood"][5]["total"] == 2
+    assert lg.task_key(result) == task + ("[scratchpad icovr]" if task == "addition" else "")
 
 
 def test_a_same_seed_rerun_reproduces_the_run():
