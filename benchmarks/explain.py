@@ -276,7 +276,8 @@ def plot_auc(rows: list[dict[str, Any]], path: Path) -> None:
         for m_i, method in enumerate(METHODS):
             values = []
             for model in models:  # the mean over seeds
-                found = [r[key] for r in rows if (r["task"], r["encoding"]) == model and r["method"] == method]
+                found = [r[key] for r in rows if (r["task"], r["encoding"]) == model and r["method"] == method
+                         and r[key] is not None]
                 values.append(nan_if_missing(sum(found) / len(found) if found else None))
             ax.bar([i + m_i * width for i in range(len(models))], values, width, label=method)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(models))], [f"{t}\n{e}" for t, e in models], fontsize=8)

@@ -202,19 +202,22 @@ def test_multirobot_metrics_all_none(tmp_path, saved):
 
 def test_attention_stability_all_nan(tmp_path, saved):
     from benchmarks import attention_stability
+    from benchmarks.common import mean_interval
 
-    rows = [{"config": c, "lr": lr, "val_loss": NAN, "max_logit_per_layer": [[NAN], [NAN]], "max_logit_steps": [1, 2]}
-            for c in ("mha", "mla") for lr in (0.01, 0.1)]
-    attention_stability.plot(rows, tmp_path, unigram=3.0)
+    rows = [{"config": c, "lr": lr, "seed": 0, "val_loss": NAN, "max_logit_per_layer": [[NAN], [NAN]],
+             "max_logit_steps": [1, 2]} for c in ("mha", "mla") for lr in (0.01, 0.1)]
+    lr_rows = [{"config": c, "lr": lr, "val_loss": mean_interval([])} for c in ("mha", "mla") for lr in (0.01, 0.1)]
+    attention_stability.plot(rows, lr_rows, tmp_path, unigram=3.0)
     _assert_all_panels_noted(saved, count=2)
 
 
 def test_mha2mla_all_nan(tmp_path, saved):
     from benchmarks import mha2mla
+    from benchmarks.common import mean_interval
 
-    rows = [{"val_loss_zero_shot": NAN, "val_loss_finetuned": None},
-            {"cache_reduction": 0.5, "strategy": "high", "svd": "joint", "val_loss_zero_shot": NAN,
-             "val_loss_finetuned": None}]
+    rows = [{"val_loss_zero_shot": mean_interval([NAN]), "val_loss_finetuned": mean_interval([])},
+            {"cache_reduction": 0.5, "strategy": "high", "svd": "joint", "val_loss_zero_shot": mean_interval([NAN]),
+             "val_loss_finetuned": mean_interval([])}]
     mha2mla._plot(rows, tmp_path)
     _assert_all_panels_noted(saved)
 
