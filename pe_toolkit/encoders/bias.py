@@ -315,11 +315,25 @@ class Sandwich(PositionBiasEncoding):
         if self.sandwich_dim % 2:
             raise ValueError(f"sandwich: sandwich_dim must be even, got {self.sandwich_dim}")
         self.base = check_float("base", base)
-        d = self.sandwich_dim
-        inv_freq = self.base ** (-2 * torch.arange(1, d // 2 + 1, dtype=torch.float64) / d)
-        head_scale = torch.arange(1, num_heads + 1, dtype=torch.float64) * 8 / num_heads
+        inv_freq, head_scale = self._tables()
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("head_scale", head_scale, persistent=False)
+
+    def _tables(self) -> tuple[Tensor, Tensor]:
+        """The frequencies ``w_k`` and per-head scales ``8 h / H``, in float64."""
+        d = self.sandwich_dim
+        inv_freq = self.base ** (-2 * torch.arange(1, d // 2 + 1, dtype=torch.float64) / d)
+        head_scale = torch.arange(1, self.num_heads + 1, dtype=torch.float64) * 8 / self.num_heads
+        return inv_freq, head_scale
+
+    def _apply(self, fn, recurse: bool = True):
+        # .bfloat16() / .half() must not round the frequencies: at distance 1e6 a bfloat16 w_k moves
+        # cos(distance w_k) by O(1) (found by tests/zoo/test_bf16_far_positions.py)
+        result = super()._apply(fn, recurse)
+        device = self.inv_freq.device
+        inv_freq, head_scale = self._tables()
+        self.inv_freq, self.head_scale = inv_freq.to(device), head_scale.to(device)
+        return result
 
     def kernel(self, distance: Tensor) -> Tensor:
         """``sum_k cos(distance w_k) - d'/2`` for a tensor of distances (same dtype as input)."""
