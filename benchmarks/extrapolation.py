@@ -1,71 +1,75 @@
 """Context-length extrapolation on real text: perplexity vs length and passkey retrieval, per encoder.
 
-Trains the same byte-level ``LanguageModelModule`` trunk once per base encoder (nope, rope, alibi, t5,
-kerple, fire, bam, bam_ssmax) at a short context on Python's standard-library text, a quarter of each
-batch being passkey prompts so that the models learn the retrieval format. The loss is averaged per
-row (``loss_average="rows"``), so the passkey rows, scored on their 6 answer bytes only, carry a
-quarter of the loss; averaged over tokens they carried 0.8 % (24 of 3,096 scored bytes per batch),
-and no model learned retrieval even at the training context (digit accuracy at chance, 0.1).
+Trains the same byte-level ``LanguageModelModule`` trunk per base encoder (nope, rope, alibi, t5,
+kerple, fire, bam, bam_ssmax), per seed and per *passkey mode*, at a short context on Python's
+standard-library text:
+
+* ``zero_shot``: text only (no passkey rows in training), as the papers train; its passkey numbers
+  are zero-shot retrieval, and its perplexities carry the papers' perplexity claims;
+* ``trained``: a ``training.passkey_fraction`` of every batch is passkey prompts (loss on their
+  answer bytes, averaged per row), so the model learns the retrieval format; reported separately.
+
 Evaluation *variants* are derived from the trained weights (see :data:`VARIANTS`):
 
 * NoPE with a uniform attention temperature (Wang et al. 2024, arXiv:2404.12224), applied at
   inference, and with HeadScale (one learned scale per head and layer, init 1.6, clamped >= 1,
   fine-tuned alone for a short run at a longer context, as the paper does);
-* RoPE with position interpolation / NTK / dynamic NTK / YaRN applied at inference without
-  retraining (factor = longest evaluated length / training context), and PI / YaRN after a short
-  fine-tune at a longer context (factor = that context / the training context);
+* RoPE with the fixed-factor scalings PI (``linear``), NTK-aware, YaRN, Llama 3.1 and LongRoPE
+  applied at inference at the factor ``scalings.factor`` of the preset, each also swept over
+  ``scalings.sweep_factors`` (perplexity of the zero-shot models); dynamic NTK, whose frequencies
+  follow the evaluated length ``l`` exactly as HF's ``dynamic`` rule (``_compute_dynamic_ntk_parameters``):
+  NTK scale ``1 + f (max(l, L0) / L0 - 1)`` with ``f = scalings.dynamic_factor`` (1: the scale is
+  ``max(1, l / L0)``); PI / YaRN after a short fine-tune at ``finetune.multiple`` x the context
+  (factor = that multiple). LongRoPE takes its long rescale factors from NTK-by-parts at the factor
+  (short factors 1): the paper's evolutionary search of the factors is not run;
 * the trained bias encoders as they are: ALiBi, T5, KERPLE, FIRE, BAM, BAM-SSMax
   (Bianchessi et al. 2025, arXiv:2505.22842).
 
-Measured for every variant: validation perplexity at 1x .. 32x the training context (sequential
-windows of held-out documents), passkey retrieval on a length x depth grid up to 64x the training
-context (the template of the papers without its instruction prefix, so that it fits the short
-training context; one teacher-forced forward pass per prompt: per-digit accuracy, and exact match
-of all five digits, which equals greedy decoding's exact match — checked with greedy decoding at
-the training context), the attention entropy at 1x and 8x the context, and the peak memory of one
-BAM attention layer at L = 32,768 (batch 1, 4 heads, head_dim 32, query blocks of 1024, in a forked
-process). Long inputs are evaluated with query blocks (``attention_block_size``) so memory stays
-linear in the length.
+Protocol, for every variant, mode and seed:
 
-    python benchmarks/extrapolation.py --quick          # pipeline check, about a minute on 2 cores
-    python benchmarks/extrapolation.py                  # the full run (see the estimate below)
+* perplexity at every length of ``evaluation.ppl_lengths`` on the *same* ``evaluation.ppl_tokens``
+  held-out bytes (the first ones of the validation split), cut into windows of that length, so every
+  length scores exactly the same targets;
+* passkey retrieval on a length x depth grid, ``evaluation.passkey_samples`` prompts per cell (the
+  template of the papers without its instruction prefix, so that it fits the short training
+  context), scored teacher-forced in one forward pass per prompt: per-digit accuracy, and exact
+  match of all five digits, which equals greedy decoding's exact match (checked with greedy
+  decoding on ``evaluation.greedy_samples`` prompts per depth at the training context);
+* the attention entropy at ``evaluation.entropy_multiples`` x the context.
+
+Over the seeds: mean and Student-t 95 % interval (``common.mean_interval``) in every table, and
+each paper claim is stated reproduced / not reproduced / untested from the intervals
+(``common.interval_verdict``: a difference counts only where the intervals separate). Plus the
+peak memory of one BAM attention layer at ``memory.length`` (batch 1, query blocks, forked process).
+
+    python benchmarks/extrapolation.py --quick              # under 2 minutes on 2 cores
+    python benchmarks/extrapolation.py --jobs 2             # the full CPU preset, under 2 hours on 2 cores
+    python benchmarks/extrapolation.py --preset gpu --accelerator cuda
+    python benchmarks/extrapolation.py --set scalings.factor=4 --set seeds=[0,1,2,3,4] --resume
     python benchmarks/extrapolation.py --variants bam alibi rope rope+yarn --resume
-    python benchmarks/extrapolation.py --memory-only    # only the BAM attention-layer memory
+    python benchmarks/extrapolation.py --memory-only        # only the BAM attention-layer memory
 
-Full-run estimate, from timings measured on this 2-core machine while another job kept both cores
-busy (one thread per process): the full model (dim 128, 4 heads, 4 layers, 824k parameters) trains
-at 0.35-0.9 s per step of batch 16 x 256 bytes, so 3000 steps take 20-40 min per base encoder. One
-forward pass with query blocks of 512 took 1.0 s (rope), 2.3 s (t5), 5.2 s (fire) and 6.4 s (bam)
-at L = 4096, and 4.8 s (rope) and 37 s (bam) at L = 8192 (the bam bias is rebuilt for every query
-block and layer); L = 16,384 costs about 4x that again. Evaluating one bam / bam_ssmax / fire variant
-(perplexity to 8192, passkey grid to 16,384) therefore took ~20 min, an alibi / t5 / kerple variant
-~8 min, a nope / rope variant ~3 min (plus ~3 min for a fine-tune). These times predate the
-relative-distance table (``pe_toolkit.encoders.base.relative_distance_table``), which made the bias
-of one 512 x 16,384 query block 3x cheaper for bam and t5 and 1.6x for kerple. The memory measurement at
-L = 32,768 took 134 s. In all about 8 CPU-hours: **about 4 hours of wall time with ``--jobs 2``**.
+Presets are the YAML files ``benchmarks/presets/extrapolation/{quick,full,gpu}.yaml`` (their comments
+give the timings they were sized from); ``--config FILE`` and ``--set KEY.PATH=VALUE`` override them
+(``--variants``, ``--steps``, ``--jobs``, ``--memory-length`` are shortcuts for preset keys).
+``--accelerator`` / ``--devices`` / ``--precision`` reach every training and fine-tune run through
+its spec; evaluation runs on the same device in float32.
 
-Why 3000 steps and row-averaged loss: the passkey numbers at long lengths mean something only if a
-model retrieves the key at its own training context. Measured with rope (seed 0, this preset
-otherwise): 1500 steps with token-averaged loss gave digit accuracy 0.13 at 256 bytes (chance 0.1);
-1500 steps with row-averaged loss 0.61 (first digit 1.00, exact match 0.00); 3000 steps with
-row-averaged loss 1.00 (exact match 30 of 30). The report flags any variant that has not learned
-retrieval at the training context.
+Every trained model (``runs/<preset>/train__<base>__<mode>__s<seed>.pt``, a ``state_dict`` read back
+with ``torch.load(weights_only=True)``) and every evaluated variant (``eval__<variant>__<mode>__s<seed>.json``)
+is stored under ``results/extrapolation/runs/<preset>/``; ``--resume`` reuses a run only when its
+whole spec matches: model, data, steps, seed, thread count, device and (for evaluations) the spec of
+the model it evaluates.
 
-Every trained model (``runs/train__<encoder>.pt``, a ``state_dict`` read back with
-``torch.load(weights_only=True)``) and every evaluated variant (``runs/eval__<variant>.json``) is
-stored under ``results/extrapolation/runs/{quick,full}/``; ``--resume`` reuses those whose configuration matches.
-
-Outputs: ``results.json`` (rows of kind ``training``, ``variant`` and ``memory``), ``report.md``,
-``ppl_vs_length.png`` and ``passkey_heatmap.png``. ``--memory-only`` writes a results.json and
-report with the memory row alone.
+Outputs: ``results.json`` (rows of kind ``training``, ``variant``, ``memory`` and ``failed``, plus the
+per-seed ``summary`` and the ``claims`` in ``config``), ``report.md``, ``ppl_vs_length.png``,
+``factor_sweep.png``, ``passkey_heatmap.png`` (zero-shot) and ``passkey_heatmap_trained.png``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -78,7 +82,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     Progress,
+    RunStore,
+    interval_verdict,
     markdown_table,
+    mean_interval,
     note_if_empty,
     peak_memory_in_subprocess,
     quiet,
@@ -87,9 +94,12 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
+from presets import device_options, preset_from_args, trainer_options  # noqa: E402
 
 NAME = "extrapolation"
+MODES = ("zero_shot", "trained")
 PASSKEY_DIGIT_CHANCE = 0.1  # one of ten digits
+PASSKEY_ANSWER_BYTES = 6  # " " + 5 digits
 MIB = 2**20
 
 
@@ -102,12 +112,13 @@ class Variant:
         base: the encoder the model was trained with (its weights are reused).
         encoding: the encoder swapped in before evaluation; ``None`` keeps the trained one.
         options: options of the swapped-in encoder (``factor`` and ``original_max_position`` are
-            filled in from ``factor``).
+            filled in by :func:`resolve_options`).
         per_layer: one encoding per layer (HeadScale learns one scale per head *and* layer).
-        factor: ``"inference"``: longest evaluated length / training context; ``"finetune"``: the
-            fine-tune context / training context; ``None``: no factor.
+        factor: ``"scaling"``: the preset's ``scalings.factor`` (and its sweep); ``"dynamic"``:
+            ``scalings.dynamic_factor`` (the frequencies follow the evaluated length); ``"finetune"``:
+            ``finetune.multiple``; ``None``: no factor.
         finetune: ``None``; ``"positional"``: train the encodings only (``train_positional_only``);
-            ``"full"``: train every weight. Both at ``preset["finetune"]["multiple"]`` x the context.
+            ``"full"``: train every weight. Both at ``finetune.multiple`` x the context.
         description: one line for the report.
     """
 
@@ -133,14 +144,18 @@ VARIANTS: dict[str, Variant] = {
         description="NoPE + HeadScale (init 1.6, >= 1), scales fine-tuned alone at the longer context",
     ),
     "rope": Variant("rope", description="RoPE, as trained"),
-    "rope+linear": Variant("rope", "rope", {"scaling": "linear"}, factor="inference",
+    "rope+linear": Variant("rope", "rope", {"scaling": "linear"}, factor="scaling",
                            description="RoPE + position interpolation at inference"),
-    "rope+ntk": Variant("rope", "rope", {"scaling": "ntk"}, factor="inference",
+    "rope+ntk": Variant("rope", "rope", {"scaling": "ntk"}, factor="scaling",
                         description="RoPE + NTK-aware base at inference"),
-    "rope+dynamic": Variant("rope", "rope", {"scaling": "dynamic"}, factor="inference",
-                            description="RoPE + dynamic NTK at inference"),
-    "rope+yarn": Variant("rope", "rope", {"scaling": "yarn"}, factor="inference",
+    "rope+yarn": Variant("rope", "rope", {"scaling": "yarn"}, factor="scaling",
                          description="RoPE + YaRN at inference"),
+    "rope+llama3": Variant("rope", "rope", {"scaling": "llama3"}, factor="scaling",
+                           description="RoPE + Llama 3.1 scaling at inference"),
+    "rope+longrope": Variant("rope", "rope", {"scaling": "longrope"}, factor="scaling",
+                             description="RoPE + LongRoPE form at inference (rescale from NTK-by-parts, no search)"),
+    "rope+dynamic": Variant("rope", "rope", {"scaling": "dynamic"}, factor="dynamic",
+                            description="RoPE + dynamic NTK at inference (scale follows the length, HF rule)"),
     "rope+linear+ft": Variant("rope", "rope", {"scaling": "linear"}, factor="finetune", finetune="full",
                               description="RoPE + position interpolation, fine-tuned at the longer context"),
     "rope+yarn+ft": Variant("rope", "rope", {"scaling": "yarn"}, factor="finetune", finetune="full",
@@ -153,81 +168,138 @@ VARIANTS: dict[str, Variant] = {
     "bam_ssmax": Variant("bam_ssmax", description="BAM + Scalable-Softmax, as trained"),
 }
 BASE_ENCODERS = list(dict.fromkeys(v.base for v in VARIANTS.values()))
+FIXED_FACTOR_SCALINGS = ("linear", "ntk", "yarn", "llama3", "longrope")
 # Bases are trained in this order: those whose variants take longest to evaluate first (the bias of
-# bam / fire is rebuilt per query block and layer; rope has seven variants), so the run's tail is short.
-TRAIN_ORDER = ["rope", "bam_ssmax", "bam", "fire", "nope", "t5", "kerple", "alibi"]
-QUICK_VARIANTS = ["nope", "nope+temp1.5", "rope", "rope+yarn", "alibi", "bam"]
+# bam / fire is rebuilt per query block and layer; rope has the most variants), so the run's tail is short.
+TRAIN_ORDER = ["rope", "fire", "bam_ssmax", "bam", "kerple", "alibi", "nope", "t5"]
 
 
-def _doubling(start: int, stop: int) -> list[int]:
-    out = [start]
-    while out[-1] * 2 <= stop:
-        out.append(out[-1] * 2)
-    return out
+# ------------------------------------------------------------------------------------------ presets
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"extrapolation preset: {key} must be {allowed}, got {value!r}")
 
 
-FULL: dict[str, Any] = {
-    "model": {"dim": 128, "num_heads": 4, "num_layers": 4},
-    "training": {
-        "context": 256, "steps": 3000, "batch_size": 16, "lr": 2e-3, "warmup_steps": 75, "weight_decay": 0.1,
-        "passkey_fraction": 0.25, "passkey_template": "compact", "loss_average": "rows", "seed": 0,
-    },
-    # rope+*+ft: every weight; nope+headscale: the scales only (the paper: 200 steps, lr 0.05-0.1)
-    "finetune": {"multiple": 4, "steps": 150, "batch_size": 4, "lr": 5e-4, "positional_lr": 0.05},
-    "evaluation": {
-        "ppl_lengths": _doubling(256, 8192),
-        "ppl_tokens": 32768,  # windows per length: ppl_tokens // length, clamped to [min, max]
-        "ppl_min_windows": 2,
-        "ppl_max_windows": 64,
-        "passkey_lengths": _doubling(256, 16384),
-        "passkey_depths": [0.0, 0.25, 0.5, 0.75, 1.0],
-        "passkey_tokens": 8192,  # samples per (length, depth): passkey_tokens // length, clamped to [1, max]
-        "passkey_max_samples": 4,
-        "block_size": 512,
-        "entropy_multiples": [1, 8],
-    },
-    "memory": {"length": 32768, "dim": 128, "num_heads": 4, "block_size": 1024, "encoding": "bam"},
-    "variants": list(VARIANTS),
-}
-QUICK: dict[str, Any] = {
-    "model": {"dim": 32, "num_heads": 2, "num_layers": 2},
-    "training": {
-        "context": 128, "steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 15, "weight_decay": 0.1,
-        "passkey_fraction": 0.25, "passkey_template": "compact", "loss_average": "rows", "seed": 0,
-    },
-    "finetune": {"multiple": 2, "steps": 20, "batch_size": 8, "lr": 1e-3, "positional_lr": 0.05},
-    "evaluation": {
-        "ppl_lengths": _doubling(128, 1024),
-        "ppl_tokens": 8192,
-        "ppl_min_windows": 1,
-        "ppl_max_windows": 16,
-        "passkey_lengths": _doubling(128, 2048),
-        "passkey_depths": [0.0, 0.5, 1.0],
-        "passkey_tokens": 512,
-        "passkey_max_samples": 2,
-        "block_size": 512,
-        "entropy_multiples": [1, 8],
-    },
-    "memory": {"length": 4096, "dim": 128, "num_heads": 4, "block_size": 1024, "encoding": "bam"},
-    "variants": QUICK_VARIANTS,
-}
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def resolve_options(variant: Variant, preset: dict[str, Any]) -> dict[str, Any]:
-    """The swapped-in encoder's options with ``factor`` / ``original_max_position`` filled in."""
+def check_preset(preset: dict[str, Any]) -> dict[str, Any]:
+    """Validate a preset (from YAML, ``--config`` and ``--set``); ``ValueError`` naming the key.
+
+    Returns:
+        ``preset`` (unchanged).
+    """
+    seeds = preset.get("seeds")
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        _fail("seeds", seeds, "a non-empty list of distinct ints >= 0")
+    modes = preset.get("passkey_modes")
+    if not isinstance(modes, list) or not modes or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
+        _fail("passkey_modes", modes, f"a non-empty list of distinct modes from {list(MODES)}")
+    variants = preset.get("variants")
+    if not isinstance(variants, list) or not variants or any(v not in VARIANTS for v in variants):
+        _fail("variants", variants, f"a non-empty list of names from {list(VARIANTS)}")
+    for key in ("threads", "jobs"):
+        if not _positive_int(preset.get(key)):
+            _fail(key, preset.get(key), "an int >= 1")
+    training = preset["training"]
+    for key in ("context", "steps", "batch_size", "warmup_steps"):
+        if not _positive_int(training.get(key)):
+            _fail(f"training.{key}", training.get(key), "an int >= 1")
+    if not isinstance(training.get("split_seed"), int) or isinstance(training.get("split_seed"), bool):
+        _fail("training.split_seed", training.get("split_seed"), "an int (the document split of every run)")
+    max_bytes = training.get("max_bytes", "missing")
+    if max_bytes is not None and not _positive_int(max_bytes):
+        _fail("training.max_bytes", max_bytes, "null (the whole corpus) or an int >= 1 (a cap on its bytes)")
+    fraction = training.get("passkey_fraction")
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        _fail("training.passkey_fraction", fraction, "a number in (0, 1] (the trained mode's share of passkey rows)")
+    context = training["context"]
+    scalings = preset["scalings"]
+    for key in ("factor", "dynamic_factor"):
+        value = scalings.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 1:
+            _fail(f"scalings.{key}", value, "a number >= 1")
+    sweep = scalings.get("sweep_factors")
+    if not isinstance(sweep, list) or any(
+            not isinstance(f, (int, float)) or isinstance(f, bool) or f < 1 for f in sweep):
+        _fail("scalings.sweep_factors", sweep, "a list of numbers >= 1 (may be empty)")
+    if not _positive_int(preset["finetune"].get("multiple")):
+        _fail("finetune.multiple", preset["finetune"].get("multiple"), "an int >= 1")
+    evaluation = preset["evaluation"]
+    for key in ("ppl_lengths", "passkey_lengths"):
+        lengths = evaluation.get(key)
+        if not isinstance(lengths, list) or not lengths or not all(_positive_int(n) for n in lengths) \
+                or lengths != sorted(set(lengths)) or lengths[0] != context:
+            _fail(f"evaluation.{key}", lengths,
+                  f"a strictly increasing list of ints starting at the training context {context}")
+    tokens = evaluation.get("ppl_tokens")
+    bad = [n for n in evaluation["ppl_lengths"] if _positive_int(tokens) and tokens % n]
+    if not _positive_int(tokens) or bad:
+        _fail("evaluation.ppl_tokens", tokens,
+              f"an int divisible by every ppl length (so each length scores the same tokens); not by {bad}")
+    depths = evaluation.get("passkey_depths")
+    if not isinstance(depths, list) or not depths or not all(
+            isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d <= 1 for d in depths):
+        _fail("evaluation.passkey_depths", depths, "a non-empty list of numbers in [0, 1]")
+    for key in ("passkey_samples", "greedy_samples", "passkey_batch_tokens", "block_size"):
+        if not _positive_int(evaluation.get(key)):
+            _fail(f"evaluation.{key}", evaluation.get(key), "an int >= 1")
+    multiples = evaluation.get("entropy_multiples")
+    if not isinstance(multiples, list) or not all(_positive_int(m) for m in multiples):
+        _fail("evaluation.entropy_multiples", multiples, "a list of ints >= 1")
+    return preset
+
+
+def longrope_factors(head_dim: int, base: float, factor: float, original_max_position: int) -> dict[str, list[float]]:
+    """LongRoPE's ``short_factor`` / ``long_factor`` without its search: 1 below ``L0``, NTK-by-parts above.
+
+    The long factors are ``theta_k / theta'_k`` of YaRN's NTK-by-parts frequencies at ``factor``
+    (1 for the fast pairs, ``factor`` for the slow ones), one of the starting points of the paper's
+    evolutionary search; the search itself is not run.
+    """
+    from pe_toolkit.encoders.rotary import rope_inverse_frequencies, yarn_inverse_frequencies
+
+    plain = rope_inverse_frequencies(head_dim, base)
+    scaled = yarn_inverse_frequencies(head_dim, base, factor, original_max_position)
+    return {"short_factor": [1.0] * (head_dim // 2), "long_factor": [float(v) for v in plain / scaled]}
+
+
+def resolve_options(variant: Variant, preset: dict[str, Any], factor: float | None = None) -> dict[str, Any]:
+    """The swapped-in encoder's options with ``factor`` / ``original_max_position`` filled in.
+
+    Args:
+        variant: the variant.
+        preset: the preset (``training.context``, ``scalings``, ``finetune``, ``model``).
+        factor: for ``factor="scaling"`` variants, a factor other than ``scalings.factor`` (the sweep).
+    """
     options = dict(variant.options)
     context = preset["training"]["context"]
-    if variant.factor == "inference":
-        evaluation = preset["evaluation"]
-        longest = max(max(evaluation["ppl_lengths"]), max(evaluation["passkey_lengths"]))
-        options["factor"] = max(1.0, longest / context)
+    if factor is not None and variant.factor != "scaling":
+        raise ValueError(f"factor applies to fixed-factor scaling variants only, not to {variant.factor!r}")
+    if variant.factor == "scaling":
+        options["factor"] = float(preset["scalings"]["factor"] if factor is None else factor)
+        if options["factor"] < 1:
+            raise ValueError(f"factor must be >= 1, got {options['factor']}")
+    elif variant.factor == "dynamic":
+        options["factor"] = float(preset["scalings"]["dynamic_factor"])
     elif variant.factor == "finetune":
         options["factor"] = float(preset["finetune"]["multiple"])
     elif variant.factor is not None:
-        raise ValueError(f"variant factor must be None, 'inference' or 'finetune', got {variant.factor!r}")
+        raise ValueError(f"variant factor must be None, 'scaling', 'dynamic' or 'finetune', got {variant.factor!r}")
     if options.get("scaling") in ("dynamic", "yarn", "llama3", "longrope"):
         options["original_max_position"] = context
+    if options.get("scaling") == "longrope":
+        model = preset["model"]
+        options.update(longrope_factors(model["dim"] // model["num_heads"], 10_000.0, options["factor"], context))
     return options
+
+
+def dynamic_ntk_scale(length: int, original_max_position: int, factor: float) -> float:
+    """The NTK scale HF's ``dynamic`` rule uses at input length ``length``: ``factor * l / L0 - (factor - 1)``
+    with ``l = max(length, L0)`` (``_compute_dynamic_ntk_parameters``); ``max(1, length / L0)`` for factor 1."""
+    longest = max(length, original_max_position)
+    return factor * longest / original_max_position - (factor - 1)
 
 
 def swap_encoding(model, name: str, options: dict[str, Any] | None = None, *, per_layer: bool = False):
@@ -247,7 +319,8 @@ def swap_encoding(model, name: str, options: dict[str, Any] | None = None, *, pe
     config = model.config
     count = config.num_layers if per_layer else 1
     built = [pet.get_encoder(name, config.dim, config.num_heads, causal=config.causal, **options) for _ in range(count)]
-    model.encodings = nn.ModuleList(built)
+    device = next(model.parameters()).device
+    model.encodings = nn.ModuleList(built).to(device)
     model.config = dataclasses.replace(config, encoding=name, encoding_options=options, share_encoding=not per_layer)
     return model
 
@@ -259,15 +332,58 @@ def set_query_block_size(model, block_size: int | None) -> None:
     model.config.attention_block_size = block_size
 
 
+# ------------------------------------------------------------------------------------------- specs
+def train_spec(preset: dict[str, Any], base: str, mode: str, seed: int, device: dict[str, Any]) -> dict[str, Any]:
+    """Everything that changes a trained model: its identity for ``--resume``."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if base not in BASE_ENCODERS:
+        raise ValueError(f"base must be one of {BASE_ENCODERS}, got {base!r}")
+    return {"base": base, "mode": mode, "seed": seed, "model": preset["model"], "training": preset["training"],
+            "threads": preset["threads"], "device": device}
+
+
+def eval_spec(preset: dict[str, Any], name: str, mode: str, seed: int, device: dict[str, Any]) -> dict[str, Any]:
+    """Everything that changes one evaluated variant, the spec of the model it evaluates included."""
+    if name not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {name!r}")
+    v = VARIANTS[name]
+    sweep = []
+    if v.factor == "scaling" and mode == "zero_shot":  # perplexity claims rest on the text-only models
+        sweep = [{"factor": float(f), "options": resolve_options(v, preset, f)}
+                 for f in preset["scalings"]["sweep_factors"]]
+    return {
+        "name": name, "base": v.base, "mode": mode, "seed": seed, "variant": dataclasses.asdict(v),
+        "options": resolve_options(v, preset), "sweep": sweep,
+        "finetune": preset["finetune"] if v.finetune else None, "evaluation": preset["evaluation"],
+        "model": preset["model"], "training": preset["training"], "threads": preset["threads"], "device": device,
+        "trained": train_spec(preset, v.base, mode, seed, device),
+    }
+
+
+def run_key(kind: str, name: str, mode: str, seed: int) -> str:
+    return f"{kind}__{name}__{mode}__s{seed}"
+
+
 # ------------------------------------------------------------------------------------ worker helpers
-def _trainer(steps: int):
+def _trainer(steps: int, device: dict[str, Any] | None):
     import lightning as L
 
     quiet()  # also when called in-process (tests), not only in worker_pool's workers
     return L.Trainer(
-        max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        max_steps=steps, **trainer_options(device), logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
     )
+
+
+def eval_device(device: dict[str, Any] | None) -> str:
+    """Where evaluation runs: ``"cuda"`` for a GPU accelerator (or ``auto`` with a GPU), else ``"cpu"``."""
+    import torch
+
+    accelerator = trainer_options(device)["accelerator"]
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return "cuda"
+    return "cpu"
 
 
 def _module(spec: dict[str, Any], *, lr: float | None = None, steps: int = 0, warmup: int = 1):
@@ -281,16 +397,26 @@ def _module(spec: dict[str, Any], *, lr: float | None = None, steps: int = 0, wa
     )
 
 
-def _data(training: dict[str, Any], context: int, batch_size: int, steps: int):
+def training_data(training: dict[str, Any], mode: str, seed: int, context: int, batch_size: int, steps: int):
+    """The ``ByteLMDataModule`` of a run: passkey rows only in the ``trained`` mode.
+
+    The document split is drawn with ``training.split_seed``, the same for every seed, so all runs
+    hold out (and are evaluated on) the same text and validation text is never trained on; ``seed``
+    draws the training windows (and passkey rows).
+    """
     from pe_toolkit.data import ByteLMDataModule
 
-    # The seed also fixes the document split: every stage uses the same one, so validation text is
-    # never trained on.
-    return ByteLMDataModule(
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    data = ByteLMDataModule(
         context=context, batch_size=batch_size, steps_per_epoch=steps,
-        passkey_fraction=training["passkey_fraction"], passkey_template=training["passkey_template"],
-        seed=training["seed"],
+        passkey_fraction=training["passkey_fraction"] if mode == "trained" else 0.0,
+        passkey_template=training["passkey_template"], seed=training["split_seed"],
+        max_bytes=training["max_bytes"],
     )
+    data.setup()  # the split, with split_seed
+    data.hparams.seed = seed  # the windows, with the run's seed (read when the train dataloader is built)
+    return data
 
 
 def train_base(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
@@ -306,20 +432,22 @@ def train_base(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
     torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     training = spec["training"]
-    L.seed_everything(training["seed"], verbose=False)
-    data = _data(training, training["context"], training["batch_size"], training["steps"])
+    L.seed_everything(spec["seed"], verbose=False)
+    data = training_data(training, spec["mode"], spec["seed"], training["context"], training["batch_size"],
+                         training["steps"])
     module = _module(spec, steps=training["steps"], warmup=training["warmup_steps"])
-    trainer = _trainer(training["steps"])
+    trainer = _trainer(training["steps"], spec["device"])
     trainer.fit(module, data)
-    torch.save(module.state_dict(), weights_path)
+    torch.save({k: v.cpu() for k, v in module.state_dict().items()}, weights_path)
     return {
         "kind": "training",
         "base": spec["base"],
+        "mode": spec["mode"],
+        "seed": spec["seed"],
         "final_train_loss": float(trainer.callback_metrics.get("train/loss", float("nan"))),
         "parameters": module.model.num_parameters(),
         "parameters_without_pe": module.model.num_parameters(exclude_positional=True),
         "seconds": time.perf_counter() - start,
-        "spec": _public(spec),
     }
 
 
@@ -339,9 +467,9 @@ def _finetune(module, spec: dict[str, Any], kind: str) -> dict[str, Any]:
     module.hparams.max_steps = ft["steps"]
     module.hparams.warmup_steps = max(1, ft["steps"] // 10)
     start = time.perf_counter()
-    L.seed_everything(training["seed"] + 1, verbose=False)
-    data = _data(training, context, ft["batch_size"], ft["steps"])
-    trainer = _trainer(ft["steps"])
+    L.seed_everything(spec["seed"] + 1, verbose=False)
+    data = training_data(training, spec["mode"], spec["seed"], context, ft["batch_size"], ft["steps"])
+    trainer = _trainer(ft["steps"], spec["device"])
     trainer.fit(module, data)
     module.model.requires_grad_(True)
     return {
@@ -349,14 +477,6 @@ def _finetune(module, spec: dict[str, Any], kind: str) -> dict[str, Any]:
         "lr": module.hparams.lr, "final_train_loss": float(trainer.callback_metrics.get("train/loss", float("nan"))),
         "seconds": time.perf_counter() - start,
     }
-
-
-def _passkey_samples(evaluation: dict[str, Any], length: int) -> int:
-    return max(1, min(evaluation["passkey_max_samples"], evaluation["passkey_tokens"] // length))
-
-
-def _ppl_windows(evaluation: dict[str, Any], length: int) -> int:
-    return max(evaluation["ppl_min_windows"], min(evaluation["ppl_max_windows"], evaluation["ppl_tokens"] // length))
 
 
 def build_variant(spec: dict[str, Any], weights_path: str):
@@ -376,50 +496,129 @@ def build_variant(spec: dict[str, Any], weights_path: str):
     return module, finetune
 
 
+def equal_token_windows(data, lengths: list[int], tokens: int) -> dict[int, Any]:
+    """Windows of every length cut from the same ``tokens + 1`` bytes, so each length scores the same targets.
+
+    Window ``j`` of length ``n`` is ``data[j n : (j + 1) n + 1]`` (``sequential_windows``); with ``n``
+    dividing ``tokens`` the ``tokens / n`` windows predict bytes ``1 .. tokens`` exactly once.
+
+    Returns:
+        ``{length: (tokens // length, length + 1) long tensor}``.
+
+    Raises:
+        ValueError: ``tokens`` not divisible by a length, or ``data`` shorter than ``tokens + 1`` bytes.
+    """
+    from pe_toolkit.data import sequential_windows
+
+    if not _positive_int(tokens):
+        raise ValueError(f"tokens must be an int >= 1, got {tokens!r}")
+    bad = [n for n in lengths if not _positive_int(n) or tokens % n]
+    if bad:
+        raise ValueError(f"tokens={tokens} must be divisible by every length; lengths {bad} do not divide it")
+    if data.numel() < tokens + 1:
+        raise ValueError(f"data has {data.numel()} bytes; {tokens} scored tokens need {tokens + 1}")
+    text = data[: tokens + 1]
+    return {n: sequential_windows(text, n) for n in lengths}
+
+
+def passkey_scores(model, examples, *, batch_tokens: int, device: str = "cpu") -> list[float]:
+    """Teacher-forced digit accuracy of each example, ``batch_tokens // length`` prompts per forward pass.
+
+    Equals ``pe_toolkit.data.teacher_forced_digit_accuracy(model, example)`` for every example (the
+    prompts of one length are stacked; a causal model's rows do not see each other).
+
+    Raises:
+        ValueError: examples of different lengths.
+    """
+    import torch
+
+    from pe_toolkit.data.passkey import NUM_DIGITS
+
+    if not examples:
+        return []
+    sequences = [ex.prompt_bytes + ex.answer for ex in examples]
+    lengths = {len(s) for s in sequences}
+    if len(lengths) != 1:
+        raise ValueError(f"passkey_scores: examples must have one length, got {sorted(lengths)}")
+    total = lengths.pop()
+    per_batch = max(1, batch_tokens // total)
+    ids = torch.tensor([list(s) for s in sequences], dtype=torch.long)  # (N, L + 6)
+    first = total - NUM_DIGITS  # index of the first digit in each sequence
+    scores: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(examples), per_batch):
+            chunk = ids[start : start + per_batch].to(device)
+            logits = model(chunk[:, :-1])  # (b, L + 5, V)
+            predicted = logits[:, first - 1 : total - 1].argmax(-1)  # (b, 5)
+            correct = (predicted == chunk[:, first:]).sum(-1)  # digits right, per prompt
+            scores.extend(int(v) / NUM_DIGITS for v in correct.cpu())
+    return scores
+
+
+def _passkey_seed(seed: int, length: int) -> int:
+    return 1_000_003 * seed + length  # the same prompts for every variant and mode of one seed
+
+
 def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
     """Load a trained base model, derive the variant (swap / fine-tune), evaluate it. Runs in a worker.
 
     Returns:
-        a ``variant`` row: ``ppl`` per length, ``passkey`` per (length, depth), ``passkey_by_length``,
-        ``greedy_check``, ``entropy``, learned encoder parameters, seconds, the spec.
+        a ``variant`` row: ``ppl`` per length, ``sweep`` (perplexity per swept factor), ``passkey`` per
+        (length, depth), ``passkey_by_length``, ``greedy_check``, ``entropy``, learned encoder
+        parameters, seconds.
     """
     import torch
 
     from pe_toolkit.data import COMPACT_TEMPLATE, PAPER_TEMPLATE, passkey_accuracy, passkey_grid, sequential_windows
-    from pe_toolkit.data import teacher_forced_digit_accuracy as digit_accuracy
     from pe_toolkit.nn import attention_entropy
 
     quiet()
     torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     variant, training, evaluation = spec["variant"], spec["training"], spec["evaluation"]
+    seed, context = spec["seed"], training["context"]
     template = {"compact": COMPACT_TEMPLATE, "paper": PAPER_TEMPLATE}[training["passkey_template"]]
     module, finetune = build_variant(spec, weights_path)
-    module.eval()
+    device = eval_device(spec["device"])
+    module.to(device).eval()
     set_query_block_size(module.model, evaluation["block_size"])
-    data = _data(training, training["context"], 1, 1)
+    data = training_data(training, spec["mode"], seed, context, 1, 1)
     data.setup()
-    val = data.val_bytes
+    windows = equal_token_windows(data.val_bytes, evaluation["ppl_lengths"], evaluation["ppl_tokens"])
+    batch_tokens = evaluation["passkey_batch_tokens"]
 
-    ppl = []
-    for length in evaluation["ppl_lengths"]:
-        windows = sequential_windows(val, length, _ppl_windows(evaluation, length))
-        value = module.perplexity(windows, batch_size=max(1, 4096 // length))
-        ppl.append({"length": length, "ppl": value, "windows": int(windows.shape[0])})
+    def perplexities() -> list[dict[str, Any]]:
+        out = []
+        for length, w in windows.items():
+            value = module.perplexity(w, batch_size=max(1, batch_tokens // length))
+            out.append({"length": length, "ppl": value, "windows": int(w.shape[0]),
+                        "tokens": int(w[:, 1:].numel())})
+        return out
+
+    ppl = perplexities()
+    sweep = []
+    for entry in spec["sweep"]:
+        if entry["options"] == spec["options"]:
+            sweep.append({"factor": entry["factor"], "ppl": ppl})
+            continue
+        swap_encoding(module.model, variant["encoding"], entry["options"], per_layer=variant["per_layer"])
+        sweep.append({"factor": entry["factor"], "ppl": perplexities()})
+    if spec["sweep"]:  # back to the variant's own factor for passkey and entropy
+        swap_encoding(module.model, variant["encoding"], spec["options"], per_layer=variant["per_layer"])
 
     passkey = []
-    with torch.no_grad():
-        for length in evaluation["passkey_lengths"]:
-            # prompt + 5 answer bytes (the last not fed) = `length` input bytes
-            examples = passkey_grid([length - 5], evaluation["passkey_depths"], _passkey_samples(evaluation, length),
-                                    seed=length, template=template)
-            for depth in evaluation["passkey_depths"]:
-                scores = [digit_accuracy(module.model, ex) for ex in examples if ex.depth == depth]
-                passkey.append({
-                    "length": length, "depth": depth, "samples": len(scores),
-                    "digit_accuracy": sum(scores) / len(scores),
-                    "exact_match": sum(s == 1.0 for s in scores) / len(scores),
-                })
+    for length in evaluation["passkey_lengths"]:
+        # prompt + 5 answer bytes (the last not fed) = `length` input bytes
+        examples = passkey_grid([length - 5], evaluation["passkey_depths"], evaluation["passkey_samples"],
+                                seed=_passkey_seed(seed, length), template=template)
+        scores = passkey_scores(module.model, examples, batch_tokens=batch_tokens, device=device)
+        for depth in evaluation["passkey_depths"]:
+            cell = [s for ex, s in zip(examples, scores) if ex.depth == depth]
+            passkey.append({
+                "length": length, "depth": depth, "samples": len(cell),
+                "digit_accuracy": sum(cell) / len(cell),
+                "exact_match": sum(s == 1.0 for s in cell) / len(cell),
+            })
     by_length = []
     for length in evaluation["passkey_lengths"]:
         cells = [p for p in passkey if p["length"] == length]
@@ -432,22 +631,22 @@ def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
 
     # Greedy decoding (the papers' metric) at the training context: must agree with the teacher-forced
     # exact match, which the long lengths use instead (one forward pass instead of a decoding loop).
-    context = training["context"]
-    greedy_examples = passkey_grid([context - 5], evaluation["passkey_depths"], _passkey_samples(evaluation, context),
-                                   seed=context, template=template)
-    greedy = passkey_accuracy(module.model.generate, greedy_examples)
+    greedy_examples = passkey_grid([context - 5], evaluation["passkey_depths"], evaluation["greedy_samples"],
+                                   seed=_passkey_seed(seed, context), template=template)
     with torch.no_grad():
-        forced = [digit_accuracy(module.model, ex) == 1.0 for ex in greedy_examples]
+        greedy = passkey_accuracy(module.model.generate, greedy_examples, device=device)
+    forced = passkey_scores(module.model, greedy_examples, batch_tokens=batch_tokens, device=device)
     greedy_check = {
         "length": context, "examples": len(greedy_examples), "greedy_exact_match": greedy,
-        "teacher_forced_exact_match": sum(forced) / len(forced),
+        "teacher_forced_exact_match": sum(s == 1.0 for s in forced) / len(forced),
     }
 
     entropy = []
     for multiple in evaluation["entropy_multiples"]:
         length = context * multiple
-        tokens = sequential_windows(val, length, 1)[:, :-1]
-        per_head = attention_entropy(module.model, tokens)  # (layers, heads), bits
+        tokens = sequential_windows(data.val_bytes, length, 1)[:, :-1].to(device)
+        with torch.no_grad():
+            per_head = attention_entropy(module.model, tokens)  # (layers, heads), bits
         entropy.append({
             "multiple": multiple, "length": length, "mean_bits": float(per_head.mean()),
             "per_layer_bits": [float(v) for v in per_head.mean(-1)],
@@ -457,18 +656,20 @@ def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
         "kind": "variant",
         "variant": spec["name"],
         "base": variant["base"],
+        "mode": spec["mode"],
+        "seed": seed,
         "encoding": variant["encoding"] or variant["base"],
         "options": spec["options"],
         "description": variant["description"],
         "finetune": finetune,
         "ppl": ppl,
+        "sweep": sweep,
         "passkey": passkey,
         "passkey_by_length": by_length,
         "greedy_check": greedy_check,
         "entropy": entropy,
         "learned": _learned_parameters(module.model),
         "seconds": time.perf_counter() - start,
-        "spec": _public(spec),
     }
 
 
@@ -477,7 +678,7 @@ def _learned_parameters(model) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     def values(tensor, digits: int) -> list[float]:
-        return [round(float(v), digits) for v in tensor.detach()]
+        return [round(float(v), digits) for v in tensor.detach().cpu()]
 
     for index, encoding in enumerate(model.encodings):
         prefix = "" if len(model.encodings) == 1 else f"layer{index}."
@@ -490,11 +691,6 @@ def _learned_parameters(model) -> dict[str, Any]:
         if getattr(encoding, "learned", False) and hasattr(encoding, "head_scale"):
             out[prefix + "head_scale"] = values(encoding.head_scale, 4)
     return out
-
-
-def _public(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec without the thread count (not part of the configuration that --resume compares)."""
-    return {k: v for k, v in spec.items() if k != "threads"}
 
 
 # ---------------------------------------------------------------------------------------- memory
@@ -545,160 +741,276 @@ def measure_memory(memory: dict[str, Any], timeout: float = 1800.0) -> dict[str,
 
 
 # --------------------------------------------------------------------------------------- summaries
-def _value_at(items: list[dict[str, Any]], length: int, key: str) -> float | None:
-    for item in items:
-        if item["length"] == length:
-            return item[key]
+def _at(items: list[dict[str, Any]] | None, key: str, value: Any) -> dict[str, Any] | None:
+    for item in items or []:
+        if item[key] == value:
+            return item
     return None
 
 
+def summarize(variant_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (variant, mode): every metric as ``mean_interval`` over the seeds.
+
+    Returns:
+        entries with ``variant``, ``mode``, ``seeds``, ``ppl`` / ``passkey_exact`` /
+        ``passkey_digits`` (``[{"length", "mean", "low", "high", "n"}]``), ``sweep``
+        (``[{"factor", "ppl": [...]}]``), ``passkey_cells`` (mean digit accuracy and exact match per
+        (length, depth)), ``entropy``, ``greedy_agrees`` and the mean fine-tune loss.
+    """
+    order = {name: i for i, name in enumerate(VARIANTS)}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in variant_rows:
+        groups.setdefault((row["variant"], row["mode"]), []).append(row)
+    out = []
+    for (name, mode), rows in sorted(groups.items(), key=lambda kv: (MODES.index(kv[0][1]), order.get(kv[0][0], 99))):
+        rows = sorted(rows, key=lambda r: r["seed"])
+
+        def over(items_of, key: str, field_name: str, rows=rows) -> list[dict[str, Any]]:
+            """``[{key: value, **mean_interval}]`` of ``field_name`` over the seeds, for each value of ``key``."""
+            values = [p[key] for p in items_of(rows[0])]
+            return [{key: v, **mean_interval([_at(items_of(r), key, v)[field_name] for r in rows
+                                              if _at(items_of(r), key, v) is not None])}
+                    for v in values]
+
+        sweep = []
+        for entry in rows[0]["sweep"]:
+            factor = entry["factor"]
+            per_seed = [_at(r["sweep"], "factor", factor) for r in rows]
+            lengths = [p["length"] for p in entry["ppl"]]
+            sweep.append({"factor": factor, "ppl": [
+                {"length": n, **mean_interval([_at(s["ppl"], "length", n)["ppl"] for s in per_seed if s])}
+                for n in lengths]})
+        cells = []
+        for cell in rows[0]["passkey"]:
+            matches = [p for r in rows for p in r["passkey"]
+                       if p["length"] == cell["length"] and p["depth"] == cell["depth"]]
+            cells.append({"length": cell["length"], "depth": cell["depth"], "samples": cell["samples"],
+                          "digit_accuracy": mean_interval([p["digit_accuracy"] for p in matches]),
+                          "exact_match": mean_interval([p["exact_match"] for p in matches])})
+        finetune_losses = [r["finetune"]["final_train_loss"] for r in rows if r.get("finetune")]
+        out.append({
+            "variant": name, "mode": mode, "seeds": [r["seed"] for r in rows],
+            "description": rows[0]["description"],
+            "ppl": over(lambda r: r["ppl"], "length", "ppl"),
+            "sweep": sweep,
+            "passkey_exact": over(lambda r: r["passkey_by_length"], "length", "exact_match"),
+            "passkey_digits": over(lambda r: r["passkey_by_length"], "length", "digit_accuracy"),
+            "passkey_samples": rows[0]["passkey"][0]["samples"] if rows[0]["passkey"] else 0,
+            "passkey_cells": cells,
+            "entropy": over(lambda r: r["entropy"], "multiple", "mean_bits"),
+            "greedy_agrees": sum(r["greedy_check"]["greedy_exact_match"]
+                                 == r["greedy_check"]["teacher_forced_exact_match"] for r in rows),
+            "greedy_exact": mean_interval([r["greedy_check"]["greedy_exact_match"] for r in rows]),
+            "finetune": rows[0]["finetune"],
+            "finetune_loss": mean_interval(finetune_losses) if finetune_losses else None,
+        })
+    return out
+
+
+def _find(summary: list[dict[str, Any]], name: str, mode: str) -> dict[str, Any] | None:
+    return next((s for s in summary if s["variant"] == name and s["mode"] == mode), None)
+
+
+def _interval_at(entry: dict[str, Any] | None, key: str, length: int | None, factor: float | None = None):
+    if entry is None or length is None:
+        return None
+    items = entry[key]
+    if factor is not None:
+        swept = _at(entry["sweep"], "factor", float(factor))
+        if swept is None:
+            return None
+        items = swept["ppl"]
+    found = _at(items, "length", length)
+    return None if found is None or found["n"] == 0 else found
+
+
+def _iv(summary: dict[str, Any] | None, fmt: str = ".2f") -> str:
+    """``mean [low, high]``; ``mean`` alone with one seed; ``-`` for nothing (n is in the table's heading)."""
+    if summary is None or summary["n"] == 0:
+        return "-"
+    if not math.isfinite(summary["mean"]):
+        return "n/a"
+    if not (math.isfinite(summary["low"]) and math.isfinite(summary["high"])):
+        return f"{summary['mean']:{fmt}}"
+    return f"{summary['mean']:{fmt}} [{summary['low']:{fmt}}, {summary['high']:{fmt}}]"
+
+
+def verdict(a: dict[str, Any] | None, b: dict[str, Any] | None, *, higher_is_better: bool,
+            expect: tuple[str, ...]) -> str:
+    """``"reproduced"`` when ``interval_verdict(a, b)`` is one of ``expect``, else ``"not reproduced"``;
+    ``"untested"`` when a side was not measured or has fewer than 2 seeds (no interval)."""
+    if a is None or b is None or a["n"] < 2 or b["n"] < 2:
+        return "untested"
+    return "reproduced" if interval_verdict(a, b, higher_is_better=higher_is_better) in expect else "not reproduced"
+
+
+def claims(summary: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each paper claim tested here: ``{"paper", "claim", "mode", "evidence", "verdict"}``.
+
+    Verdicts come from the seed intervals (:func:`verdict`). Perplexity claims use the ``zero_shot``
+    models (trained on text only, as the papers train) when that mode ran, passkey claims each mode.
+    """
+    context = config["training"]["context"]
+    evaluation = config["evaluation"]
+    ppl_lengths, pk_lengths = evaluation["ppl_lengths"], evaluation["passkey_lengths"]
+    longest, pk_longest = ppl_lengths[-1], pk_lengths[-1]
+    factor = config["scalings"]["factor"]
+    multiple = config["finetune"]["multiple"]
+    modes = config["passkey_modes"]
+    ppl_mode = "zero_shot" if "zero_shot" in modes else modes[0]
+
+    def length_or_none(n: float) -> int | None:
+        n = int(round(n))
+        return n if n in ppl_lengths else None
+
+    ext = length_or_none(factor * context)  # the length a factor-s scaling is meant for
+    ft_len = length_or_none(multiple * context)  # the fine-tune length
+    twice = length_or_none(2 * context)
+    out: list[dict[str, Any]] = []
+
+    def ppl(name: str, length: int | None, swept: float | None = None):
+        return _interval_at(_find(summary, name, ppl_mode), "ppl", length, swept)
+
+    def add(paper: str, text: str, mode: str, a_name: str, a, b_name: str, b, *, higher: bool,
+            expect: tuple[str, ...], metric: str) -> None:
+        result = verdict(a, b, higher_is_better=higher, expect=expect)
+        if a is None or b is None:
+            missing = a_name if a is None else b_name
+            evidence = f"{missing} not measured in this run"
+        else:
+            evidence = f"{metric}: {a_name} {_iv(a)} vs {b_name} {_iv(b)}"
+            if result == "untested":
+                evidence += " (fewer than 2 seeds: no interval)"
+        out.append({"paper": paper, "claim": text, "mode": mode, "evidence": evidence, "verdict": result})
+
+    no_rise = ("better", "tie")
+    press = "Press et al. 2022 (ALiBi, arXiv:2108.12409)"
+    at_long, at_ctx = f"PPL at {longest}", f"PPL at {longest} vs at {context}"
+    for name, paper in (("alibi", press), ("kerple", "Chi et al. 2022 (KERPLE, arXiv:2205.09921)"),
+                        ("fire", "Li et al. 2023 (FIRE, arXiv:2310.04418)"),
+                        ("bam", "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)"),
+                        ("bam_ssmax", "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)")):
+        add(paper, f"{name}'s perplexity does not rise past the training context ({longest // context}x)", ppl_mode,
+            f"{name}@{longest}", ppl(name, longest), f"{name}@{context}", ppl(name, context), higher=False,
+            expect=no_rise, metric=at_ctx)
+    add(press, "RoPE's perplexity rises past the training context", ppl_mode, f"rope@{longest}", ppl("rope", longest),
+        f"rope@{context}", ppl("rope", context), higher=False, expect=("worse",), metric=at_ctx)
+    add(press, "ALiBi extrapolates better than RoPE", ppl_mode, "alibi", ppl("alibi", longest), "rope",
+        ppl("rope", longest), higher=False, expect=("better",), metric=at_long)
+    add("Bianchessi et al. 2025 (BAM, arXiv:2505.22842)", "BAM-SSMax extrapolates at least as well as ALiBi",
+        ppl_mode, "bam_ssmax", ppl("bam_ssmax", longest), "alibi", ppl("alibi", longest), higher=False,
+        expect=no_rise, metric=at_long)
+
+    at_ext = f"PPL at {ext} ({factor:g}x, factor {factor:g}, no fine-tune)"
+    for name, paper in (("rope+ntk", "bloc97 2023 (NTK-aware scaling)"),
+                        ("rope+yarn", "Peng et al. 2023 (YaRN, arXiv:2309.00071)"),
+                        ("rope+llama3", "Meta 2024 (Llama 3.1 scaling, arXiv:2407.21783)"),
+                        ("rope+longrope", "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)")):
+        add(paper, f"{name} at inference beats plain RoPE at {factor:g}x the context", ppl_mode, name,
+            ppl(name, ext), "rope", ppl("rope", ext), higher=False, expect=("better",), metric=at_ext)
+    for other in ("rope+linear", "rope+ntk"):
+        add("Peng et al. 2023 (YaRN, arXiv:2309.00071)", f"YaRN beats {other.split('+')[1]} at the same factor "
+            "without fine-tuning", ppl_mode, "rope+yarn", ppl("rope+yarn", ext), other, ppl(other, ext),
+            higher=False, expect=("better",), metric=at_ext)
+    out.append({"paper": "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)",
+                "claim": "searched non-uniform rescale factors beat PI / NTK / YaRN", "mode": ppl_mode,
+                "evidence": "the evolutionary search is not run (long factors taken from NTK-by-parts)",
+                "verdict": "untested"})
+    add("emozilla 2023 (dynamic NTK; HF 'dynamic')", "dynamic NTK at inference beats plain RoPE past the context",
+        ppl_mode, "rope+dynamic", ppl("rope+dynamic", longest), "rope", ppl("rope", longest), higher=False,
+        expect=("better",), metric=f"{at_long} (scale follows the length)")
+    at_ft = f"PPL at {ft_len} (the fine-tune length, {multiple}x)"
+    add("Chen et al. 2023 (PI, arXiv:2306.15595)", "PI with a short fine-tune extends the context past plain RoPE",
+        ppl_mode, "rope+linear+ft", ppl("rope+linear+ft", ft_len), "rope", ppl("rope", ft_len), higher=False,
+        expect=("better",), metric=at_ft)
+    add("Chen et al. 2023 (PI, arXiv:2306.15595)", "PI needs the fine-tune: fine-tuned beats inference-only at the "
+        "same factor", ppl_mode, "rope+linear+ft", ppl("rope+linear+ft", ft_len), f"rope+linear (factor {multiple})",
+        ppl("rope+linear", ft_len, multiple), higher=False, expect=("better",), metric=at_ft)
+    add("Peng et al. 2023 (YaRN, arXiv:2309.00071)", "a short YaRN fine-tune beats YaRN at inference at the same "
+        "factor", ppl_mode, "rope+yarn+ft", ppl("rope+yarn+ft", ft_len), f"rope+yarn (factor {multiple})",
+        ppl("rope+yarn", ft_len, multiple), higher=False, expect=("better",), metric=at_ft)
+
+    wang = "Wang et al. 2024 (NoPE length generalization, arXiv:2404.12224)"
+    add(wang, "NoPE extends past its training context further than RoPE", ppl_mode, "nope", ppl("nope", twice),
+        "rope", ppl("rope", twice), higher=False, expect=("better",), metric=f"PPL at {twice} (2x)")
+    for name in ("nope+temp1.2", "nope+temp1.5", "nope+headscale"):
+        add(wang, f"{name} improves on NoPE past the context", ppl_mode, name, ppl(name, ft_len), "nope",
+            ppl("nope", ft_len), higher=False, expect=("better",), metric=at_ft)
+    uniform = [(n, ppl(n, ft_len)) for n in ("nope+temp1.2", "nope+temp1.5") if ppl(n, ft_len) is not None]
+    best_name, best = min(uniform, key=lambda nv: nv[1]["mean"]) if uniform else ("best uniform scale", None)
+    add(wang, "HeadScale beats the best uniform scale", ppl_mode, "nope+headscale", ppl("nope+headscale", ft_len),
+        best_name, best, higher=False, expect=("better",), metric=at_ft)
+
+    bam = "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)"
+    for mode in modes:
+        def exact(name: str, length: int | None, mode: str = mode):
+            return _interval_at(_find(summary, name, mode), "passkey_exact", length)
+
+        metric = f"passkey exact match at {pk_longest} ({pk_longest // context}x)"
+        for other in ("alibi", "rope"):
+            add(bam, f"BAM-SSMax retrieves the passkey past the training context better than {other}", mode,
+                "bam_ssmax", exact("bam_ssmax", pk_longest), other, exact(other, pk_longest), higher=True,
+                expect=("better",), metric=metric)
+        pk_ft = ft_len if ft_len in pk_lengths else None
+        add(wang, "HeadScale extends NoPE's passkey retrieval", mode, "nope+headscale",
+            exact("nope+headscale", pk_ft), "nope", exact("nope", pk_ft), higher=True, expect=("better",),
+            metric=f"passkey exact match at {pk_ft}")
+    return out
+
+
+def passkey_learned(summary: list[dict[str, Any]], context: int) -> dict[str, list[str]]:
+    """Per mode, the variants whose digit accuracy at the training context is not above 2x chance
+    (interval upper end at most 0.2): their passkey numbers at longer lengths say nothing."""
+    floor = 2 * PASSKEY_DIGIT_CHANCE
+    out: dict[str, list[str]] = {}
+    for entry in summary:
+        at = _interval_at(entry, "passkey_digits", context)
+        if at is not None:
+            high = at["high"] if math.isfinite(at["high"]) else at["mean"]
+            if high <= floor:
+                out.setdefault(entry["mode"], []).append(entry["variant"])
+    return out
+
+
+# ------------------------------------------------------------------------------------------- plots
 def _fmt_len(length: int) -> str:
     return f"{length // 1024}k" if length >= 1024 and length % 1024 == 0 else str(length)
 
 
-def _fmt_num(value: Any) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if value >= 1000:
-        return f"{value:.3g}"
-    return f"{value:.2f}"
+def _errorbar(ax, entries: list[dict[str, Any]], key: str, **style) -> None:
+    finite = [e for e in entries if e["n"] and math.isfinite(e["mean"])]
+    xs = [e[key] for e in finite]
+    ys = [e["mean"] for e in finite]
+    low = [e["mean"] - e["low"] if math.isfinite(e["low"]) else 0.0 for e in finite]
+    high = [e["high"] - e["mean"] if math.isfinite(e["high"]) else 0.0 for e in finite]
+    ax.errorbar(xs, ys, yerr=[low, high], capsize=2, **style)
 
 
-def summary_tables(variant_rows: list[dict[str, Any]], context: int) -> tuple[list[dict], list[dict]]:
-    """One row per variant for the perplexity table and the passkey table."""
-    ppl_table, passkey_table = [], []
-    for row in variant_rows:
-        ppl = {f"x{item['length'] // context}": item["ppl"] for item in row["ppl"]}
-        base_ppl = _value_at(row["ppl"], context, "ppl")
-        longest = row["ppl"][-1]
-        ratio = longest["ppl"] / base_ppl if base_ppl and longest["ppl"] is not None else None
-        ppl_table.append({"variant": row["variant"], **ppl, "ratio": ratio})
-        exact = {f"x{item['length'] // context}": item["exact_match"] for item in row["passkey_by_length"]}
-        last = row["passkey_by_length"][-1]
-        passkey_table.append({"variant": row["variant"], **exact, "digits_last": last["digit_accuracy"]})
-    return ppl_table, passkey_table
-
-
-def claims(variant_rows: list[dict[str, Any]], context: int) -> list[str]:
-    """Checks of the papers' qualitative claims, each with the measured numbers it rests on."""
-    by_name = {r["variant"]: r for r in variant_rows}
-    lines = []
-
-    def ratio(name: str) -> float | None:
-        row = by_name.get(name)
-        if row is None:
-            return None
-        base = _value_at(row["ppl"], context, "ppl")
-        last = row["ppl"][-1]["ppl"]
-        return None if not base or last is None else last / base
-
-    flat, blowup = 1.25, 2.0
-    longest = variant_rows[0]["ppl"][-1]["length"] if variant_rows else None
-    how = f"PPL at {longest} / PPL at {context}"
-    rope = ratio("rope")
-    if rope is not None:
-        verdict = "holds" if rope >= blowup else "does not hold"
-        lines.append(f"- RoPE's perplexity blows up past the training context ({how}: {rope:.3f}; blown up = at "
-                     f"least {blowup}): **{verdict}** here.")
-    for name in ("alibi", "bam", "bam_ssmax"):
-        r = ratio(name)
-        if r is not None:
-            verdict = "holds" if r <= flat else "does not hold"
-            compare = f" (rope: {rope:.3f})" if rope is not None else ""
-            lines.append(f"- {name} keeps perplexity flat past the training context ({how}: {r:.3f}{compare}; "
-                         f"flat = at most {flat}): **{verdict}** here.")
-    passkey_last = {
-        name: row["passkey_by_length"][-1] for name, row in by_name.items() if row["passkey_by_length"]
-    }
-    at_context = {
-        name: row["passkey_by_length"][0] for name, row in by_name.items()
-        if row["passkey_by_length"] and row["passkey_by_length"][0]["length"] == context
-    }
-    if at_context:
-        # Chance is 0.1 per digit; a model at most 2x chance at its own context never learned the task,
-        # and its passkey numbers at longer lengths say nothing about extrapolation.
-        floor = 2 * PASSKEY_DIGIT_CHANCE
-        unlearned = sorted(n for n, v in at_context.items() if v["digit_accuracy"] <= floor)
-        shown = ", ".join(f"{n} {v['exact_match']:.2f} ({v['digit_accuracy']:.2f})" for n, v in at_context.items())
-        verdict = "learned by all"
-        if unlearned:
-            verdict = (f"**not learned** by {', '.join(unlearned)} (digit accuracy at most {floor:.1f}, chance "
-                       f"{PASSKEY_DIGIT_CHANCE}): their longer-length passkey numbers say nothing")
-        lines.append(f"- Passkey retrieval at the training context ({context} bytes), exact match (digit accuracy): "
-                     f"{shown}. Retrieval {verdict}.")
-    if "bam" in passkey_last or "bam_ssmax" in passkey_last:
-        length = next(iter(passkey_last.values()))["length"]
-        ranking = sorted(passkey_last.items(), key=lambda kv: (-kv[1]["exact_match"], -kv[1]["digit_accuracy"]))
-        shown = ", ".join(f"{n} {v['exact_match']:.2f} ({v['digit_accuracy']:.2f})" for n, v in ranking)
-        lines.append(
-            f"- Passkey retrieval at {length} bytes ({length // context}x the training context), exact match "
-            f"(digit accuracy): {shown}. BAM (Bianchessi et al. 2025) reports retrieval far beyond its training "
-            "context with BAM-SSMax."
-        )
-    # Methods that extend a model are compared by their perplexity at the longest length, "better"
-    # meaning at least 2 % lower (the last digits of a few windows' perplexity are noise).
-    def last_ppl(name: str) -> float | None:
-        row = by_name.get(name)
-        return None if row is None else row["ppl"][-1]["ppl"]
-
-    margin = 0.98
-    at = f"PPL at {longest}"
-    nope = last_ppl("nope")
-    for name in ("nope+temp1.2", "nope+temp1.5", "nope+headscale"):
-        value = last_ppl(name)
-        if value is not None and nope is not None:
-            verdict = "holds" if value <= margin * nope else "does not hold"
-            lines.append(f"- {name} extends NoPE (Wang et al. 2024): {at} {value:.3f} vs NoPE {nope:.3f} "
-                         f"(better = at least 2 % lower): **{verdict}** here.")
-    head = last_ppl("nope+headscale")
-    uniform = [v for v in (last_ppl("nope+temp1.2"), last_ppl("nope+temp1.5")) if v is not None]
-    if head is not None and uniform:
-        verdict = "holds" if head <= margin * min(uniform) else "does not hold"
-        lines.append(f"- HeadScale beats a uniform scale (Wang et al. 2024): {at} {head:.3f} vs best uniform "
-                     f"{min(uniform):.3f}: **{verdict}** here.")
-    for scaling in ("linear", "yarn"):
-        inference, tuned = last_ppl(f"rope+{scaling}"), last_ppl(f"rope+{scaling}+ft")
-        if inference is not None and tuned is not None:
-            verdict = "holds" if tuned <= margin * inference else "does not hold"
-            lines.append(f"- A short fine-tune helps rope+{scaling}: {at} {tuned:.3f} after vs {inference:.3f} at "
-                         f"inference only: **{verdict}** here.")
-    for name in ("rope+linear", "rope+ntk", "rope+dynamic", "rope+yarn"):
-        value, plain = last_ppl(name), last_ppl("rope")
-        if value is not None and plain is not None:
-            verdict = "holds" if value <= margin * plain else "does not hold"
-            lines.append(f"- {name} at inference improves on plain RoPE past the context: {at} {value:.3f} vs "
-                         f"{plain:.3f}: **{verdict}** here.")
-    return lines
-
-
-# ------------------------------------------------------------------------------------------- plots
-def plot_ppl(variant_rows: list[dict[str, Any]], context: int, path: Path) -> None:
+def plot_ppl(summary: list[dict[str, Any]], mode: str, context: int, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
+    entries = [s for s in summary if s["mode"] == mode]
     fig, ax = plt.subplots(figsize=(9, 5))
     colors = plt.get_cmap("tab10").colors
-    bases = list(dict.fromkeys(row["base"] for row in variant_rows))
-    markers = "o^sDvP*X"
+    bases = list(dict.fromkeys(VARIANTS[s["variant"]].base for s in entries))
+    markers = "o^sDvP*X<>"
     seen: dict[str, int] = {}
-    for row in variant_rows:
-        # one colour per trained model; line style: as trained / swapped at inference / fine-tuned
-        spec_variant = row["spec"]["variant"]
-        style = ":" if spec_variant["finetune"] else ("--" if spec_variant["encoding"] else "-")
-        index = seen[row["base"]] = seen.get(row["base"], -1) + 1
-        finite = [p for p in row["ppl"] if p["ppl"] is not None and math.isfinite(p["ppl"])]
-        lengths = [p["length"] for p in finite]
-        values = [p["ppl"] for p in finite]
-        ax.plot(lengths, values, style, marker=markers[index % len(markers)], markersize=4,
-                color=colors[bases.index(row["base"]) % len(colors)], label=row["variant"])
+    for entry in entries:
+        variant = VARIANTS[entry["variant"]]
+        style = ":" if variant.finetune else ("--" if variant.encoding else "-")
+        index = seen[variant.base] = seen.get(variant.base, -1) + 1
+        _errorbar(ax, entry["ppl"], "length", linestyle=style, marker=markers[index % len(markers)], markersize=4,
+                  color=colors[bases.index(variant.base) % len(colors)], label=entry["variant"])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    empty = note_if_empty(ax, "validation perplexity")  # an empty panel: y back to linear
-    lengths = sorted({p["length"] for row in variant_rows for p in row["ppl"]})
-    ax.xaxis.set_major_locator(FixedLocator(lengths))
+    empty = note_if_empty(ax, "validation perplexity")
+    lengths = sorted({e["length"] for s in entries for e in s["ppl"]})
+    if lengths:
+        ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(ScalarFormatter())
@@ -708,10 +1020,11 @@ def plot_ppl(variant_rows: list[dict[str, Any]], context: int, path: Path) -> No
         ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.axvline(context, color="grey", linestyle="--", linewidth=1)
     ax.text(context, ax.get_ylim()[1], " training context", va="top", fontsize=8, color="grey")
-    ax.set_xlabel("evaluation length (bytes)")
+    ax.set_xlabel("evaluation length (bytes; the same scored bytes at every length)")
     ax.set_ylabel("validation perplexity (bytes)")
-    ax.set_title("Perplexity vs length (solid: as trained; dashed: swapped at inference; dotted: fine-tuned)",
-                 fontsize=9)
+    seeds = max((len(s["seeds"]) for s in entries), default=0)
+    ax.set_title(f"Perplexity vs length, {mode} models, mean and 95 % interval over {seeds} seeds\n"
+                 "(solid: as trained; dashed: swapped at inference; dotted: fine-tuned)", fontsize=9)
     if not empty:
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
@@ -719,44 +1032,81 @@ def plot_ppl(variant_rows: list[dict[str, Any]], context: int, path: Path) -> No
     plt.close(fig)
 
 
-def plot_passkey(variant_rows: list[dict[str, Any]], context: int, path: Path) -> None:
+def plot_sweep(summary: list[dict[str, Any]], context: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [s for s in summary if s["sweep"]]
+    count = max(1, len(entries))
+    fig, axes = plt.subplots(1, count, figsize=(3.6 * count, 3.4), squeeze=False, sharey=True)
+    cmap = plt.get_cmap("viridis")
+    for ax, entry in zip(axes.flat, entries):
+        for i, swept in enumerate(entry["sweep"]):
+            _errorbar(ax, swept["ppl"], "length", marker="o", markersize=3,
+                      color=cmap(i / max(1, len(entry["sweep"]) - 1)), label=f"factor {swept['factor']:g}")
+        rope = _find(summary, "rope", entry["mode"])
+        if rope is not None:
+            _errorbar(ax, rope["ppl"], "length", color="black", linestyle="--", label="rope (no scaling)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.axvline(context, color="grey", linestyle="--", linewidth=1)
+        ax.set_title(entry["variant"], fontsize=9)
+        ax.set_xlabel("length (bytes)", fontsize=8)
+        ax.legend(fontsize=6)
+    if not entries:
+        note_if_empty(axes[0, 0], "factor sweep", reason="no fixed-factor scaling variant with a sweep ran")
+    axes[0, 0].set_ylabel("validation perplexity (bytes)")
+    fig.suptitle("Fixed-factor RoPE scalings at inference, by factor (zero-shot models, mean and 95 % interval)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    count = len(variant_rows)
+    entries = [s for s in summary if s["mode"] == mode]
+    count = max(1, len(entries))
     columns = min(4, count)
     rows_n = math.ceil(count / columns)
     fig, axes = plt.subplots(rows_n, columns, figsize=(3.6 * columns, 2.7 * rows_n), squeeze=False,
                              layout="constrained")
     image = None
-    for ax, row in zip(axes.flat, variant_rows):
-        lengths = sorted({p["length"] for p in row["passkey"]})
-        depths = sorted({p["depth"] for p in row["passkey"]})
+    for ax, entry in zip(axes.flat, entries):
+        lengths = sorted({p["length"] for p in entry["passkey_cells"]})
+        depths = sorted({p["depth"] for p in entry["passkey_cells"]})
         grid = np.full((len(depths), len(lengths)), np.nan)
-        for p in row["passkey"]:
-            if p["digit_accuracy"] is not None:
-                grid[depths.index(p["depth"]), lengths.index(p["length"])] = p["digit_accuracy"]
+        for p in entry["passkey_cells"]:
+            if p["digit_accuracy"]["n"]:
+                grid[depths.index(p["depth"]), lengths.index(p["length"])] = p["digit_accuracy"]["mean"]
         shown = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
         if not note_if_empty(ax, "passkey digit accuracy"):
             image = shown
         for (i, j), value in np.ndenumerate(grid):
             if math.isfinite(value):
-                ax.text(j, i, f"{value:.1f}", ha="center", va="center", fontsize=6,
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6,
                         color="white" if value < 0.6 else "black")
         ax.set_xticks(range(len(lengths)), [_fmt_len(n) for n in lengths], fontsize=7)
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
-        ax.set_title(row["variant"], fontsize=9)
+        ax.set_title(entry["variant"], fontsize=9)
         ax.set_xlabel("length (bytes)", fontsize=7)
         if ax in axes[:, 0]:
             ax.set_ylabel("needle depth", fontsize=7)
-    for ax in list(axes.flat)[count:]:
+    if not entries:
+        note_if_empty(axes[0, 0], "passkey digit accuracy", reason=f"no {mode} run")
+    for ax in list(axes.flat)[len(entries):]:
         ax.axis("off")
     if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8, label="passkey digit accuracy")
-    fig.suptitle(f"Passkey retrieval (teacher-forced digit accuracy); training context {context}", fontsize=10)
+        fig.colorbar(image, ax=axes, shrink=0.8, label="passkey digit accuracy (mean over seeds)")
+    fig.suptitle(f"Passkey retrieval, {mode} models (teacher-forced digit accuracy, chance 0.1); training context "
+                 f"{context}", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -775,254 +1125,308 @@ def _memory_text(row: dict[str, Any] | None) -> str:
     return "## Memory\n\n" + head + table
 
 
-def build_report(config: dict[str, Any], rows: list[dict[str, Any]], seconds: float) -> str:
+MODE_TITLES = {"zero_shot": "zero-shot models (trained on text only)",
+               "trained": "passkey-trained models (passkey rows in training)"}
+
+
+def _length_table(entries: list[dict[str, Any]], key: str, lengths: list[int], context: int, fmt: str) -> str:
+    columns = [f"x{n // context}" if n % context == 0 else str(n) for n in lengths]
+    rows = []
+    for entry in entries:
+        row = {"variant": entry["variant"], "n": len(entry["seeds"])}
+        for n, column in zip(lengths, columns):
+            row[column] = _iv(_at(entry[key], "length", n), fmt)
+        rows.append(row)
+    return markdown_table(rows, ["variant", ("n", "seeds"), *columns])
+
+
+def build_report(config: dict[str, Any], rows: list[dict[str, Any]], summary: list[dict[str, Any]],
+                 claim_list: list[dict[str, Any]], seconds: float) -> str:
     context = config["training"]["context"]
     training_rows = [r for r in rows if r["kind"] == "training"]
-    variant_rows = [r for r in rows if r["kind"] == "variant"]
     failed = [r for r in rows if r["kind"] == "failed"]
     memory = next((r for r in rows if r["kind"] == "memory"), None)
     model, training, ft = config["model"], config["training"], config["finetune"]
+    evaluation, scalings = config["evaluation"], config["scalings"]
     parameters = training_rows[0]["parameters_without_pe"] if training_rows else None
     body = (
-        f"Model: byte-level decoder, {model} (same trunk for every encoder; "
+        f"Preset `{config['preset']}`. Model: byte-level decoder, {model} (same trunk for every encoder; "
         + (f"{parameters:,} parameters without the PE" if parameters else "parameters n/a")
         + f"), trained {training['steps']} steps of batch {training['batch_size']} x {context} bytes, AdamW lr "
-        f"{training['lr']}, on the standard-library corpus with {training['passkey_fraction']:.0%} of each batch "
-        f"passkey prompts ({training['passkey_template']} template, loss on the answer only); one seed "
-        f"({training['seed']}). Fine-tunes: {ft['steps']} steps of batch {ft['batch_size']} at "
-        f"{ft['multiple']}x the context (lr {ft['lr']} for every weight, {ft['positional_lr']} for HeadScale "
-        f"alone). Inference-time RoPE scalings use factor {config['inference_factor']:g} (longest evaluated "
-        f"length / training context). Perplexity: held-out documents, sequential windows. Passkey: "
-        f"{config['passkey_template']} template, depths {config['evaluation']['passkey_depths']}, 5-digit keys, "
-        "scored teacher-forced (exact match = all 5 digits right = what greedy decoding gives).\n\n"
+        f"{training['lr']}, on the standard-library corpus; seeds {config['seeds']} (model initialisation and "
+        f"training windows; one document split, split seed {training['split_seed']}, for all), "
+        f"{config['threads']} thread(s) per run, device {config['device']}. Passkey modes: "
+        f"{', '.join(config['passkey_modes'])} (zero-shot: no passkey rows in training; trained: "
+        f"{training['passkey_fraction']:.0%} of each batch passkey prompts, {training['passkey_template']} template, "
+        f"loss on the answer only, averaged per row). Fine-tunes: {ft['steps']} steps of batch {ft['batch_size']} at "
+        f"{ft['multiple']}x the context (lr {ft['lr']} for every weight, {ft['positional_lr']} for HeadScale alone), "
+        f"on the data of the model's mode. Fixed-factor RoPE scalings at inference use factor {scalings['factor']:g} "
+        f"(swept over {scalings['sweep_factors']} on the zero-shot models); dynamic NTK uses HF's rule with factor "
+        f"{scalings['dynamic_factor']:g}: NTK scale {scalings['dynamic_factor']:g} x max(l, {context}) / {context} - "
+        f"{scalings['dynamic_factor'] - 1:g} at evaluated length l.\n\n"
+        f"Perplexity: the first {evaluation['ppl_tokens']:,} held-out bytes of the validation split, cut into "
+        f"windows of each length, so every length scores the same {evaluation['ppl_tokens']:,} bytes. Passkey: "
+        f"{evaluation['passkey_samples']} prompts per (length, depth), depths {evaluation['passkey_depths']}, 5-digit "
+        "keys, scored teacher-forced (exact match = all 5 digits right = what greedy decoding gives). Every cell: "
+        "mean over seeds [Student-t 95 % interval].\n\n"
     )
     if failed:
         body += "**Failed runs:** " + "; ".join(f"{r['name']}: {r['error']}" for r in failed) + "\n\n"
     if training_rows:
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in training_rows:
+            groups.setdefault((r["base"], r["mode"]), []).append(r)
+        table = [{"base": b, "mode": m, "n": len(rs),
+                  "loss": _iv(mean_interval([r["final_train_loss"] for r in rs]), ".3f"),
+                  "seconds": statistics_mean([r["seconds"] for r in rs])}
+                 for (b, m), rs in groups.items()]
         body += "## Training\n\n" + markdown_table(
-            training_rows, ["base", ("final_train_loss", "final loss (nats/byte)"), "parameters",
-                            ("seconds", "seconds")], {"final_train_loss": ".3f", "seconds": ".0f"})
-    if variant_rows:
-        ppl_table, passkey_table = summary_tables(variant_rows, context)
-        multiples = [f"x{n // context}" for n in config["evaluation"]["ppl_lengths"]]
+            table, ["base", "mode", ("n", "seeds"), ("loss", "final loss (nats/byte)"), ("seconds", "seconds (mean)")],
+            {"seconds": ".0f"})
+    claim_rows = [{"verdict": f"**{c['verdict']}**", **{k: c[k] for k in ("paper", "claim", "mode", "evidence")}}
+                  for c in claim_list]
+    if claim_rows:
+        counts = {v: sum(c["verdict"] == v for c in claim_list) for v in ("reproduced", "not reproduced", "untested")}
         body += (
-            f"\n## Validation perplexity (bytes) by length, as a multiple of the training context {context}\n\n"
-            + markdown_table(ppl_table, ["variant", *multiples, ("ratio", "last / x1")],
-                             dict.fromkeys([*multiples, "ratio"], _fmt_num))
-            + "\n![perplexity vs length](ppl_vs_length.png)\n"
+            "\n## Against the papers' claims\n\n"
+            "A claim is *reproduced* when the intervals over seeds separate in the claimed direction (for 'does not "
+            "rise': when the longer length is not separated above the training context), *not reproduced* "
+            "otherwise, *untested* when a side was not measured or has fewer than 2 seeds. "
+            f"Here: {counts['reproduced']} reproduced, {counts['not reproduced']} not reproduced, "
+            f"{counts['untested']} untested.\n\n"
+            + markdown_table(claim_rows, ["paper", "claim", "mode", "verdict", "evidence"])
         )
-        pk_multiples = [f"x{n // context}" for n in config["evaluation"]["passkey_lengths"]]
-        last = pk_multiples[-1]
-        body += (
-            "\n## Passkey retrieval: exact match by length (mean over depths)\n\n"
-            + markdown_table(passkey_table, ["variant", *pk_multiples, ("digits_last", f"digit acc. {last}")],
-                             dict.fromkeys([*pk_multiples, "digits_last"], ".2f"))
-            + "\n![passkey heatmap](passkey_heatmap.png)\n"
-        )
-        greedy = [{"variant": r["variant"], **r["greedy_check"]} for r in variant_rows]
-        body += (
-            "\n### Greedy decoding check at the training context\n\n"
-            + markdown_table(greedy, ["variant", "length", "examples", ("greedy_exact_match", "greedy exact match"),
-                                      ("teacher_forced_exact_match", "teacher-forced exact match")],
-                             {"greedy_exact_match": ".2f", "teacher_forced_exact_match": ".2f"})
-        )
-        entropy_rows = []
-        for r in variant_rows:
-            entry = {"variant": r["variant"]}
-            for e in r["entropy"]:
-                entry[f"x{e['multiple']}"] = e["mean_bits"]
-            entropy_rows.append(entry)
-        entropy_cols = [f"x{m}" for m in config["evaluation"]["entropy_multiples"]]
-        body += (
-            "\n## Attention entropy (bits, mean over layers, heads and queries) at multiples of the context\n\n"
-            "Rising entropy past the training context is the 'distraction' of Wang et al. 2024.\n\n"
-            + markdown_table(entropy_rows, ["variant", *entropy_cols], dict.fromkeys(entropy_cols, ".2f"))
-        )
-        finetuned = [{"variant": r["variant"], **r["finetune"]} for r in variant_rows if r["finetune"]]
-        if finetuned:
-            body += "\n## Fine-tunes\n\n" + markdown_table(
-                finetuned, ["variant", "kind", "context", "steps", "lr", ("final_train_loss", "final loss"),
-                            ("seconds", "seconds")], {"final_train_loss": ".3f", "seconds": ".0f"})
-        learned = [{"variant": r["variant"], "parameter": k, "per head": ", ".join(map(str, v))}
-                   for r in variant_rows for k, v in r["learned"].items()]
-        if learned:
-            body += "\n## Learned positional parameters\n\n" + markdown_table(learned, ["variant", "parameter",
-                                                                                       "per head"])
-        checks = claims(variant_rows, context)
-        if checks:
-            body += "\n## Against the papers' claims (measured here)\n\n" + "\n".join(checks) + "\n"
+    unlearned = passkey_learned(summary, context)
+    for mode in config["passkey_modes"]:
+        entries = [s for s in summary if s["mode"] == mode]
+        if not entries:
+            continue
+        body += (f"\n## Validation perplexity (bytes) by length, {MODE_TITLES[mode]}, as a multiple of the training "
+                 f"context {context}\n\n"
+                 + _length_table(entries, "ppl", evaluation["ppl_lengths"], context, ".2f"))
+        if mode == "zero_shot":
+            body += "\n![perplexity vs length](ppl_vs_length.png)\n"
+        swept = [s for s in entries if s["sweep"]]
+        if swept:
+            lengths = evaluation["ppl_lengths"]
+            sweep_rows = []
+            for s in swept:
+                for entry in s["sweep"]:
+                    sweep_rows.append({"variant": s["variant"], "factor": f"{entry['factor']:g}",
+                                       **{f"x{n // context}": _iv(_at(entry["ppl"], "length", n)) for n in lengths}})
+            body += ("\n### Factor sweep of the fixed-factor scalings at inference (perplexity)\n\n"
+                     + markdown_table(sweep_rows, ["variant", "factor", *[f"x{n // context}" for n in lengths]])
+                     + "\n![factor sweep](factor_sweep.png)\n")
+        samples = entries[0]["passkey_samples"]
+        body += (f"\n## Passkey retrieval, {MODE_TITLES[mode]}: exact match by length (mean over depths; "
+                 f"{samples} prompts per length and depth per seed)\n\n"
+                 + _length_table(entries, "passkey_exact", evaluation["passkey_lengths"], context, ".2f")
+                 + f"\nDigit accuracy (chance {PASSKEY_DIGIT_CHANCE}):\n\n"
+                 + _length_table(entries, "passkey_digits", evaluation["passkey_lengths"], context, ".2f"))
+        heatmap = "passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"
+        body += f"\n![passkey heatmap, {mode}]({heatmap})\n"
+        if unlearned.get(mode):
+            body += (f"\nNot retrieved at the training context (digit accuracy interval at most "
+                     f"{2 * PASSKEY_DIGIT_CHANCE:.1f}, twice chance): {', '.join(unlearned[mode])}; their passkey "
+                     "numbers at longer lengths say nothing about extrapolation.\n")
+        greedy = [{"variant": s["variant"], "agree": f"{s['greedy_agrees']} of {len(s['seeds'])}",
+                   "greedy": _iv(s["greedy_exact"])} for s in entries]
+        body += ("\nGreedy decoding check at the training context (greedy exact match, and the seeds where it "
+                 "equals the teacher-forced exact match):\n\n"
+                 + markdown_table(greedy, ["variant", ("greedy", "greedy exact match"), ("agree", "agrees")]))
+        entropy_cols = [f"x{m}" for m in evaluation["entropy_multiples"]]
+        entropy_rows = [{"variant": s["variant"], **{f"x{e['multiple']}": _iv(e) for e in s["entropy"]}}
+                        for s in entries]
+        body += (f"\nAttention entropy (bits, mean over layers, heads and queries), {mode}; rising entropy past the "
+                 "training context is the 'distraction' of Wang et al. 2024:\n\n"
+                 + markdown_table(entropy_rows, ["variant", *entropy_cols]))
+        tuned = [{"variant": s["variant"], "kind": s["finetune"]["kind"], "context": s["finetune"]["context"],
+                  "steps": s["finetune"]["steps"], "loss": _iv(s["finetune_loss"], ".3f")}
+                 for s in entries if s["finetune"]]
+        if tuned:
+            body += f"\nFine-tunes ({mode}):\n\n" + markdown_table(
+                tuned, ["variant", "kind", "context", "steps", ("loss", "final loss")])
     body += "\n" + _memory_text(memory)
     body += f"\nTotal wall time {seconds:.0f} s.\n"
     return body
 
 
+def statistics_mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
 # -------------------------------------------------------------------------------------------- main
-def _load_if_same(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    stored = json.loads(path.read_text())
-    return stored if stored.get("spec") == json.loads(json.dumps(spec)) else None
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0])
-    parser.add_argument("--variants", nargs="+", help=f"subset of {list(VARIANTS)}")
-    parser.add_argument("--steps", type=int, help="training steps per base encoder (overrides the preset)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
-    parser.add_argument("--memory-only", action="store_true", help="only measure the BAM attention layer's memory")
-    parser.add_argument("--memory-length", type=int, help="sequence length of the memory measurement "
-                        "(default: 32768, quick: 4096)")
-    args = parser.parse_args(argv)
-
-    preset = copy.deepcopy(QUICK if args.quick else FULL)
-    variants = args.variants or preset["variants"]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        parser.error(f"unknown variant(s) {unknown}; available: {list(VARIANTS)}")
+def load_preset_from_args(args, parser) -> dict[str, Any]:
+    """The preset (``--preset``/``--quick``, ``--config``, ``--set``) with the shortcut flags applied."""
+    try:
+        preset = preset_from_args(args, NAME)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.variants is not None:
+        preset["variants"] = list(args.variants)
     if args.steps is not None:
         if args.steps < 1:
             parser.error(f"--steps must be >= 1, got {args.steps}")
         preset["training"]["steps"] = args.steps
         preset["training"]["warmup_steps"] = max(1, min(preset["training"]["warmup_steps"], args.steps // 10))
+    if args.jobs is not None:
+        if args.jobs < 1:
+            parser.error(f"--jobs must be >= 1, got {args.jobs}")
+        preset["jobs"] = args.jobs
     if args.memory_length is not None:
         if args.memory_length < 1:
             parser.error(f"--memory-length must be >= 1, got {args.memory_length}")
         preset["memory"]["length"] = args.memory_length
-    jobs = max(1, args.jobs)
-    threads = 1  # small models: a second OpenMP thread gains little, and on a busy machine it stalls
+    try:
+        return check_preset(preset)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
+    parser.add_argument("--variants", nargs="+", help=f"subset of {list(VARIANTS)} (preset key variants)")
+    parser.add_argument("--steps", type=int, help="training steps per base model (preset key training.steps)")
+    parser.add_argument("--jobs", type=int, help="runs in parallel, each with the preset's threads (preset key jobs)")
+    parser.add_argument("--resume", action="store_true", help="reuse finished runs whose whole spec matches")
+    parser.add_argument("--memory-only", action="store_true", help="only measure the BAM attention layer's memory")
+    parser.add_argument("--memory-length", type=int, help="sequence length of the memory measurement "
+                        "(preset key memory.length)")
+    args = parser.parse_args(argv)
+    preset = load_preset_from_args(args, parser)
+    device = device_options(args)
+    jobs = preset["jobs"]
     out_dir = Path(args.out) / NAME
-    runs_dir = out_dir / "runs" / ("quick" if args.quick else "full")  # quick runs never overwrite full ones
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    store = RunStore(out_dir / "runs" / preset["preset"], resume=args.resume)  # presets never overwrite each other
     start = time.perf_counter()
 
-    memory_path = runs_dir / f"memory__{preset['memory']['encoding']}_L{preset['memory']['length']}.json"
+    memory_key = f"memory__{preset['memory']['encoding']}_L{preset['memory']['length']}"
 
     def memory_row() -> dict[str, Any]:
-        stored = _load_if_same(memory_path, preset["memory"]) if args.resume else None
+        stored = store.load(memory_key, preset["memory"])
         if stored is not None:
             return stored
         print(f"{NAME}: measuring one {preset['memory']['encoding']} attention layer at "
               f"L={preset['memory']['length']} in a forked process", flush=True)
         row = measure_memory(preset["memory"])  # this process has run no torch compute: forking is safe
         if row["status"] == "ok":
-            memory_path.write_text(json.dumps(row, indent=1) + "\n")
+            store.save(memory_key, preset["memory"], row)
         return row
 
     if args.memory_only:
         row = memory_row()
         seconds = time.perf_counter() - start
-        write_results(NAME, {"quick": args.quick, "memory_only": True, "memory": preset["memory"]}, [row], seconds,
-                      root=args.out)
+        write_results(NAME, {"preset": preset["preset"], "memory_only": True, "memory": preset["memory"]}, [row],
+                      seconds, root=args.out)
         write_report(NAME, "Extrapolation benchmark: attention memory only", _memory_text(row)
                      + f"\nTotal wall time {seconds:.0f} s.\n", root=args.out)
         print(f"{NAME}: memory {row.get('peak_mib')} MiB, {row.get('seconds')} s ({row['status']})", flush=True)
         return 0 if row["status"] == "ok" else 1
 
+    variants, modes, seeds = preset["variants"], preset["passkey_modes"], preset["seeds"]
     bases = list(dict.fromkeys(VARIANTS[v].base for v in variants))
-    common_spec = {"model": preset["model"], "training": preset["training"], "threads": threads}
-    train_specs = {b: {"base": b, **common_spec} for b in bases}
-    eval_specs = {}
-    for name in variants:
-        v = VARIANTS[name]
-        eval_specs[name] = {
-            "name": name, "base": v.base, "variant": dataclasses.asdict(v), "options": resolve_options(v, preset),
-            "finetune": preset["finetune"] if v.finetune else None, "evaluation": preset["evaluation"],
-            **common_spec,
-        }
-    weights = {b: runs_dir / f"train__{b}.pt" for b in bases}
-    train_paths = {b: runs_dir / f"train__{b}.json" for b in bases}
-    eval_paths = {n: runs_dir / f"eval__{n}.json" for n in variants}
+    trainings = {(b, m, s): train_spec(preset, b, m, s, device) for b in bases for m in modes for s in seeds}
+    evals = {(n, m, s): eval_spec(preset, n, m, s, device) for n in variants for m in modes for s in seeds}
+    weights = {k: store.runs_dir / (run_key("train", *k) + ".pt") for k in trainings}
 
     rows: list[dict[str, Any]] = []
-    trained: set[str] = set()
-    train_todo, eval_todo = [], {}
-    for b in bases:
-        stored = _load_if_same(train_paths[b], _public(train_specs[b])) if args.resume else None
-        if stored is not None and weights[b].exists():
+    trained: set[tuple[str, str, int]] = set()
+    train_todo, eval_todo = [], dict(evals)
+    for key, spec in trainings.items():
+        stored = store.load(run_key("train", *key), spec)
+        if stored is not None and weights[key].exists():
             rows.append(stored)
-            trained.add(b)
+            trained.add(key)
         else:
-            train_todo.append(b)
-    for name in variants:
-        stored = _load_if_same(eval_paths[name], _public(eval_specs[name])) if args.resume else None
-        if stored is not None and VARIANTS[name].base in trained:
+            train_todo.append(key)
+    for key, spec in evals.items():
+        stored = store.load(run_key("eval", *key), spec)
+        if stored is not None and (spec["base"], key[1], key[2]) in trained:
             rows.append(stored)
-        else:
-            eval_todo[name] = eval_specs[name]
-    reused = len(bases) - len(train_todo) + len(variants) - len(eval_todo)
+            del eval_todo[key]
+    reused = len(rows)
     total = len(train_todo) + len(eval_todo)
-    print(f"{NAME}: {len(bases)} base models, {len(variants)} variants ({reused} reused), {jobs} in parallel",
+    print(f"{NAME}: preset {preset['preset']}: {len(trainings)} trained models ({len(bases)} bases x {len(modes)} "
+          f"modes x {len(seeds)} seeds), {len(evals)} evaluations ({reused} runs reused), {jobs} in parallel",
           flush=True)
     progress = Progress(total, NAME)
     with worker_pool(jobs) as pool:
-        futures: dict[concurrent.futures.Future, tuple[str, str]] = {}
+        futures: dict[concurrent.futures.Future, tuple[str, tuple]] = {}
 
-        def submit_evals(base: str) -> None:
-            for name, spec in list(eval_todo.items()):
-                if spec["base"] == base:
-                    futures[pool.submit(evaluate_variant, spec, str(weights[base]))] = ("eval", name)
-                    del eval_todo[name]
+        def submit_evals(train_key: tuple[str, str, int]) -> None:
+            base, mode, seed = train_key
+            for key, spec in list(eval_todo.items()):
+                if spec["base"] == base and key[1] == mode and key[2] == seed:
+                    futures[pool.submit(evaluate_variant, spec, str(weights[train_key]))] = ("eval", key)
+                    del eval_todo[key]
 
-        for b in sorted(train_todo, key=lambda b: TRAIN_ORDER.index(b) if b in TRAIN_ORDER else len(TRAIN_ORDER)):
-            futures[pool.submit(train_base, train_specs[b], str(weights[b]))] = ("train", b)
-        for b in trained:
-            submit_evals(b)
+        def order(key: tuple[str, str, int]) -> tuple:
+            base, mode, seed = key
+            return (seeds.index(seed), TRAIN_ORDER.index(base) if base in TRAIN_ORDER else len(TRAIN_ORDER),
+                    modes.index(mode))
+
+        for key in sorted(train_todo, key=order):
+            futures[pool.submit(train_base, trainings[key], str(weights[key]))] = ("train", key)
+        for key in trained:
+            submit_evals(key)
         while futures:
             done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
-                kind, name = futures.pop(future)
+                kind, key = futures.pop(future)
+                label = f"{kind} {key[0]} {key[1]} seed {key[2]}"
                 try:
                     row = future.result()
                 except Exception as error:  # noqa: BLE001  (report it, keep the other runs going)
                     message = "".join(traceback.format_exception_only(type(error), error)).strip()
-                    rows.append({"kind": "failed", "name": f"{kind} {name}", "error": message[-300:]})
-                    progress(f"{kind} {name}: FAILED {message.splitlines()[-1][:200]}")
+                    rows.append({"kind": "failed", "name": label, "error": message[-300:]})
+                    progress(f"{label}: FAILED {message.splitlines()[-1][:200]}")
                     if kind == "train":  # its variants cannot run
-                        for variant_name in [n for n, s in eval_todo.items() if s["base"] == name]:
-                            rows.append({"kind": "failed", "name": f"eval {variant_name}",
-                                         "error": f"base model {name} failed"})
-                            del eval_todo[variant_name]
+                        for eval_key in [k for k, s in eval_todo.items()
+                                         if s["base"] == key[0] and k[1] == key[1] and k[2] == key[2]]:
+                            rows.append({"kind": "failed", "name": f"eval {eval_key[0]} {key[1]} seed {key[2]}",
+                                         "error": f"base model {key[0]} failed"})
+                            del eval_todo[eval_key]
                     continue
-                rows.append(row)
                 if kind == "train":
-                    train_paths[name].write_text(json.dumps(row, indent=1) + "\n")
-                    progress(f"trained {name}: loss {row['final_train_loss']:.3f} ({row['seconds']:.0f}s)")
-                    submit_evals(name)
+                    store.save(run_key("train", *key), trainings[key], row)
+                    rows.append({**row, "spec": trainings[key]})
+                    progress(f"trained {key[0]} ({key[1]}, seed {key[2]}): loss {row['final_train_loss']:.3f} "
+                             f"({row['seconds']:.0f}s)")
+                    submit_evals(key)
                 else:
-                    eval_paths[name].write_text(json.dumps(row, indent=1) + "\n")
+                    store.save(run_key("eval", *key), evals[key], row)
+                    rows.append({**row, "spec": evals[key]})
                     first, last = row["ppl"][0], row["ppl"][-1]
-                    pk = row["passkey_by_length"][-1]
-                    progress(f"{name}: ppl {first['ppl']:.2f} @{first['length']} -> {last['ppl']:.3g} "
-                             f"@{last['length']}; passkey @{pk['length']} exact {pk['exact_match']:.2f} "
-                             f"digits {pk['digit_accuracy']:.2f} ({row['seconds']:.0f}s)")
+                    pk = row["passkey_by_length"]
+                    progress(f"{label}: ppl {first['ppl']:.2f} @{first['length']} -> {last['ppl']:.3g} "
+                             f"@{last['length']}; passkey exact {pk[0]['exact_match']:.2f} @{pk[0]['length']}, "
+                             f"{pk[-1]['exact_match']:.2f} @{pk[-1]['length']} ({row['seconds']:.0f}s)")
 
     rows.append(memory_row())
-    order = {name: i for i, name in enumerate(VARIANTS)}
+    order_of = {name: i for i, name in enumerate(VARIANTS)}
     kinds = {"training": 0, "variant": 1, "memory": 2, "failed": 3}
     rows.sort(key=lambda r: (kinds[r["kind"]], BASE_ENCODERS.index(r["base"]) if r["kind"] == "training" else 0,
-                             order.get(r.get("variant"), 0)))
-    seconds = time.perf_counter() - start
-    config = {
-        "quick": args.quick,
-        "variants": variants,
-        "bases": bases,
-        "model": preset["model"],
-        "training": preset["training"],
-        "finetune": preset["finetune"],
-        "evaluation": preset["evaluation"],
-        "inference_factor": resolve_options(VARIANTS["rope+yarn"], preset)["factor"],
-        "passkey_template": preset["training"]["passkey_template"],
-        "memory": preset["memory"],
-        "jobs": jobs,
-    }
-    write_results(NAME, config, rows, seconds, root=args.out)
+                             order_of.get(r.get("variant"), 0), MODES.index(r["mode"]) if "mode" in r else 0,
+                             r.get("seed", 0)))
     variant_rows = [r for r in rows if r["kind"] == "variant"]
-    if variant_rows:
-        plot_ppl(variant_rows, preset["training"]["context"], out_dir / "ppl_vs_length.png")
-        plot_passkey(variant_rows, preset["training"]["context"], out_dir / "passkey_heatmap.png")
+    summary = summarize(variant_rows)
+    config = {
+        "preset": preset["preset"], "variants": variants, "bases": bases, "seeds": seeds, "passkey_modes": modes,
+        "model": preset["model"], "training": preset["training"], "scalings": preset["scalings"],
+        "finetune": preset["finetune"], "evaluation": preset["evaluation"], "memory": preset["memory"],
+        "threads": preset["threads"], "jobs": jobs, "device": device,
+    }
+    claim_list = claims(summary, config)
+    seconds = time.perf_counter() - start
+    write_results(NAME, {**config, "summary": summary, "claims": claim_list}, rows, seconds, root=args.out)
+    context = preset["training"]["context"]
+    plot_ppl(summary, "zero_shot" if "zero_shot" in modes else modes[0], context, out_dir / "ppl_vs_length.png")
+    plot_sweep(summary, context, out_dir / "factor_sweep.png")
+    for mode in modes:
+        name = "passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"
+        plot_passkey(summary, mode, context, out_dir / name)
     write_report(NAME, "Context-length extrapolation: perplexity and passkey retrieval",
-                 build_report(config, rows, seconds), root=args.out)
+                 build_report(config, rows, summary, claim_list, seconds), root=args.out)
     print(f"{NAME}: wrote {out_dir} in {seconds:.0f} s", flush=True)
     return 1 if any(r["kind"] == "failed" for r in rows) else 0
 

@@ -1,4 +1,5 @@
-"""The extrapolation benchmark: the variant table, the encoding swap, a fine-tune, one tiny end-to-end run.
+"""The extrapolation benchmark: presets, the protocol (dynamic NTK, equal tokens, zero-shot data), run
+identity, the encoding swap, a fine-tune, the claims, one tiny end-to-end run.
 
 The end-to-end run goes through ``extrapolation.main`` in a fresh interpreter: it forks a child for the
 memory measurement, and a child forked from a process that already used torch's OpenMP pool (as this
@@ -7,20 +8,25 @@ pytest process may have) would hang. See benchmarks/common.py.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+import importlib
 import json
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import pe_toolkit as pet
 from benchmarks import extrapolation as ext
-from pe_toolkit.encoders.rotary import ROPE_SCALINGS
+from pe_toolkit.encoders.rotary import ROPE_SCALINGS, rope_inverse_frequencies
+
+presets = importlib.import_module("presets")  # the module extrapolation imports (benchmarks/ is on sys.path)
 
 TINY_MODEL = {"dim": 16, "num_heads": 2, "num_layers": 2}
+CPU = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
 
 
 @pytest.fixture(autouse=True)
@@ -31,32 +37,183 @@ def seeded():
     torch.set_num_threads(threads)  # the benchmark's workers set one thread; do not leak it into other tests
 
 
-def test_variant_table_is_well_formed():
+@pytest.fixture(scope="module")
+def loaded():
+    return {name: presets.load_preset("extrapolation", name) for name in ("quick", "full", "gpu")}
+
+
+# ------------------------------------------------------------------------------------------ presets
+def test_presets_load_validate_and_build_every_variant(loaded):
+    assert presets.available_presets("extrapolation") == ["full", "gpu", "quick"]
     names = pet.list_encoders()
-    assert set(ext.QUICK_VARIANTS) <= set(ext.VARIANTS) and ext.FULL["variants"] == list(ext.VARIANTS)
-    required = {"nope", "rope", "alibi", "t5", "kerple", "fire", "bam", "bam_ssmax"}
-    assert required <= set(ext.BASE_ENCODERS)
-    for preset in (ext.QUICK, ext.FULL):
-        context = preset["training"]["context"]
-        assert max(preset["evaluation"]["passkey_lengths"]) >= 16 * context
-        for name, variant in ext.VARIANTS.items():
-            assert variant.base in names, name
-            assert variant.encoding is None or variant.encoding in names, name
-            assert variant.finetune in (None, "positional", "full"), name
+    for name, preset in loaded.items():
+        assert ext.check_preset(preset) is preset and preset["preset"] == name
+        assert set(preset["variants"]) <= set(ext.VARIANTS)
+        for variant_name in preset["variants"]:
+            variant = ext.VARIANTS[variant_name]
+            assert variant.base in names and (variant.encoding is None or variant.encoding in names)
             options = ext.resolve_options(variant, preset)
-            assert options.get("scaling") in ROPE_SCALINGS, name
-            if variant.factor is not None:
-                assert options["factor"] >= 1
-            # every resolved option set builds an encoder
-            pet.get_encoder(variant.encoding or variant.base, 32, 2, causal=True, **options)
-    full = ext.FULL
-    assert max(full["evaluation"]["passkey_lengths"]) == 64 * full["training"]["context"]
-    assert max(full["evaluation"]["ppl_lengths"]) == 8192 and full["memory"]["length"] == 32768
-    yarn = ext.resolve_options(ext.VARIANTS["rope+yarn"], full)
-    assert yarn == {"scaling": "yarn", "factor": 64.0, "original_max_position": 256}
+            assert options.get("scaling") in ROPE_SCALINGS
+            pet.get_encoder(variant.encoding or variant.base, preset["model"]["dim"], preset["model"]["num_heads"],
+                            causal=True, **options)
+    full, gpu = loaded["full"], loaded["gpu"]
+    for preset in (full, gpu):  # the issue's protocol
+        assert len(preset["seeds"]) >= 3 and preset["passkey_modes"] == ["zero_shot", "trained"]
+        assert preset["evaluation"]["passkey_samples"] >= 50
+        assert {2, 4, 8, 16} <= set(preset["scalings"]["sweep_factors"])
+        assert preset["variants"] == list(ext.VARIANTS)
+    assert gpu["model"]["dim"] > full["model"]["dim"] and gpu["training"]["steps"] > full["training"]["steps"]
+    context = full["training"]["context"]
+    assert ext.resolve_options(ext.VARIANTS["rope+yarn"], full) == {
+        "scaling": "yarn", "factor": 8.0, "original_max_position": context}
+    assert ext.resolve_options(ext.VARIANTS["rope+yarn"], full, 16) == {
+        "scaling": "yarn", "factor": 16.0, "original_max_position": context}
     assert ext.resolve_options(ext.VARIANTS["rope+linear+ft"], full) == {"scaling": "linear", "factor": 4.0}
+    assert ext.resolve_options(ext.VARIANTS["rope+dynamic"], full)["factor"] == 1.0
 
 
+def test_command_line_overrides_reach_the_preset(loaded):
+    parser = ext.standard_argparser("t", presets="extrapolation")
+    for flag in ("--variants", "--steps", "--jobs", "--memory-length"):
+        parser.add_argument(flag, nargs="+" if flag == "--variants" else None,
+                            type=None if flag == "--variants" else int)
+    args = parser.parse_args(["--quick", "--set", "scalings.factor=16", "--set", "seeds=[3, 4, 5]", "--steps", "7",
+                              "--variants", "rope", "alibi", "--jobs", "1", "--accelerator", "cpu"])
+    preset = ext.load_preset_from_args(args, parser)
+    assert preset["preset"] == "quick" and preset["scalings"]["factor"] == 16 and preset["seeds"] == [3, 4, 5]
+    assert preset["training"]["steps"] == 7 and preset["variants"] == ["rope", "alibi"] and preset["jobs"] == 1
+    assert ext.device_options(args) == CPU
+    with pytest.raises(SystemExit):
+        ext.load_preset_from_args(parser.parse_args(["--quick", "--set", "scalings.factr=2"]), parser)
+
+
+@pytest.mark.parametrize(("key", "value", "named"), [
+    (("seeds",), [0, 0], "seeds"),
+    (("seeds",), [], "seeds"),
+    (("passkey_modes",), ["zero-shot"], "passkey_modes"),
+    (("variants",), ["rope+yran"], "variants"),
+    (("scalings", "factor"), 0.5, "scalings.factor"),
+    (("scalings", "sweep_factors"), [2, "x"], "scalings.sweep_factors"),
+    (("evaluation", "ppl_tokens"), 1000, "evaluation.ppl_tokens"),
+    (("evaluation", "ppl_lengths"), [256, 128], "evaluation.ppl_lengths"),
+    (("evaluation", "passkey_samples"), 0, "evaluation.passkey_samples"),
+    (("training", "passkey_fraction"), 0.0, "training.passkey_fraction"),
+    (("threads",), 0, "threads"),
+])
+def test_bad_presets_are_value_errors_naming_the_key(loaded, key, value, named):
+    preset = copy.deepcopy(loaded["quick"])
+    target = preset
+    for part in key[:-1]:
+        target = target[part]
+    target[key[-1]] = value
+    with pytest.raises(ValueError, match=named.replace(".", r"\.")):
+        ext.check_preset(preset)
+
+
+# ------------------------------------------------------------------------------------------ protocol
+def test_dynamic_ntk_follows_the_evaluated_length_as_hf_does(loaded):
+    """At every evaluated length the swapped-in encoder uses HF's dynamic base for that length."""
+    rope_utils = pytest.importorskip("transformers.modeling_rope_utils")
+
+    preset = loaded["full"]
+    context, head_dim = preset["training"]["context"], preset["model"]["dim"] // preset["model"]["num_heads"]
+    options = ext.resolve_options(ext.VARIANTS["rope+dynamic"], preset)
+    encoder = pet.get_encoder("rope", preset["model"]["dim"], preset["model"]["num_heads"], causal=True, **options)
+    # what _compute_dynamic_ntk_parameters reads from a model config (a LlamaConfig costs seconds to import)
+    config = SimpleNamespace(hidden_size=preset["model"]["dim"], num_attention_heads=preset["model"]["num_heads"],
+                             max_position_embeddings=context, standardize_rope_params=lambda: None,
+                             rope_parameters={"rope_type": "dynamic", "rope_theta": 10_000.0,
+                                              "factor": options["factor"]})
+    for length in preset["evaluation"]["ppl_lengths"] + preset["evaluation"]["passkey_lengths"]:
+        scale = ext.dynamic_ntk_scale(length, context, options["factor"])
+        assert scale == pytest.approx(max(1.0, length / context))  # factor 1: the scale is the length multiple
+        hf_freq, _ = rope_utils._compute_dynamic_ntk_parameters(config, "cpu", seq_len=length)
+        ours = encoder.traced_inverse_frequencies(length)  # what rotate uses at current length `length`
+        torch.testing.assert_close(ours.float(), hf_freq.float(), rtol=1e-6, atol=0)
+        expected_base = 10_000.0 * scale ** (head_dim / (head_dim - 2))
+        torch.testing.assert_close(ours, rope_inverse_frequencies(head_dim, expected_base).to(ours.dtype))
+    # another factor: HF's rule 1 + f (l / L0 - 1), never the old constant factor 64 l / L0 - 63
+    assert ext.dynamic_ntk_scale(4 * context, context, 2.0) == 7.0
+    assert ext.dynamic_ntk_scale(context // 2, context, 2.0) == 1.0
+
+
+def test_perplexity_windows_score_the_same_tokens_at_every_length():
+    data = torch.arange(5000) % 251
+    lengths = [64, 128, 256, 512]
+    windows = ext.equal_token_windows(data, lengths, 1024)
+    for length, w in windows.items():
+        assert w.shape == (1024 // length, length + 1)
+        torch.testing.assert_close(w[:, 1:].reshape(-1), data[1:1025])  # the same targets, in order
+        torch.testing.assert_close(w[:, 0], data[torch.arange(0, 1024, length)])
+    with pytest.raises(ValueError, match="divisible"):
+        ext.equal_token_windows(data, [64, 96], 1024)
+    with pytest.raises(ValueError, match="1025"):
+        ext.equal_token_windows(data[:1000], lengths, 1024)
+
+
+def test_zero_shot_training_data_has_no_passkey_rows(loaded):
+    training = {**loaded["quick"]["training"], "passkey_fraction": 0.5, "max_bytes": 200_000}
+    zero = ext.training_data(training, "zero_shot", 0, 128, 8, 3)
+    trained = ext.training_data(training, "trained", 0, 128, 8, 3)
+    assert zero.passkey_rows == 0 and trained.passkey_rows == 4
+
+    def rows_with_a_needle(data):
+        count = 0
+        for batch in data.train_dataloader():
+            for ids, targets in zip(batch["input_ids"], batch["targets"]):
+                if b"The pass key is" in bytes(ids.tolist()):
+                    count += 1
+                    assert (targets == -100).any()  # a passkey row is scored on its answer only
+                else:
+                    assert (targets != -100).all()
+        return count
+
+    assert rows_with_a_needle(zero) == 0
+    assert rows_with_a_needle(trained) == 3 * 4
+    # one document split for every seed (the same held-out text), other training windows
+    other = ext.training_data(training, "zero_shot", 1, 128, 8, 3)
+    torch.testing.assert_close(other.val_bytes, zero.val_bytes)
+    first = next(iter(zero.train_dataloader()))["input_ids"]
+    assert not torch.equal(next(iter(other.train_dataloader()))["input_ids"], first)
+    with pytest.raises(ValueError, match="mode"):
+        ext.training_data(training, "zero-shot", 0, 128, 8, 3)
+
+
+def test_batched_passkey_scores_equal_the_one_prompt_scorer():
+    from pe_toolkit.data import COMPACT_TEMPLATE, passkey_grid, teacher_forced_digit_accuracy
+
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=256, **TINY_MODEL, encoding="rope")).eval()
+    examples = passkey_grid([123], [0.0, 1.0], 3, seed=0, template=COMPACT_TEMPLATE)
+    with torch.no_grad():
+        one = [teacher_forced_digit_accuracy(model, ex) for ex in examples]
+    assert ext.passkey_scores(model, examples, batch_tokens=2 * 128) == one
+    with pytest.raises(ValueError, match="one length"):
+        ext.passkey_scores(model, examples + passkey_grid([150], [0.0], 1, template=COMPACT_TEMPLATE),
+                           batch_tokens=512)
+
+
+def test_run_identity_includes_seed_threads_device_and_the_trained_model(loaded, tmp_path):
+    preset = loaded["quick"]
+    spec = ext.eval_spec(preset, "rope+yarn", "zero_shot", 0, CPU)
+    assert spec["seed"] == 0 and spec["threads"] == preset["threads"] and spec["device"] == CPU
+    assert spec["trained"] == ext.train_spec(preset, "rope", "zero_shot", 0, CPU)
+    assert ext.eval_spec(preset, "rope+yarn", "trained", 0, CPU)["sweep"] == []  # sweeps on text-only models
+    store = ext.RunStore(tmp_path, resume=True)
+    store.save(ext.run_key("eval", "rope+yarn", "zero_shot", 0), spec, {"value": 1})
+    assert store.load(ext.run_key("eval", "rope+yarn", "zero_shot", 0), spec)["value"] == 1
+    changed = [
+        ext.eval_spec(preset, "rope+yarn", "zero_shot", 1, CPU),
+        ext.eval_spec({**preset, "threads": 2}, "rope+yarn", "zero_shot", 0, CPU),
+        ext.eval_spec(preset, "rope+yarn", "zero_shot", 0, {**CPU, "accelerator": "cuda"}),
+        ext.eval_spec({**preset, "training": {**preset["training"], "steps": 1}}, "rope+yarn", "zero_shot", 0, CPU),
+        ext.eval_spec({**preset, "scalings": {**preset["scalings"], "factor": 2}}, "rope+yarn", "zero_shot", 0, CPU),
+    ]
+    for other in changed:
+        assert store.load(ext.run_key("eval", "rope+yarn", "zero_shot", 0), other) is None
+    assert ext.run_key("train", "rope", "trained", 2) == "train__rope__trained__s2"
+
+
+# ------------------------------------------------------------------------------------------ the swap
 def _tiny_transformer(encoding="nope"):
     return pet.Transformer(pet.TransformerConfig(vocab_size=64, **TINY_MODEL, encoding=encoding))
 
@@ -85,50 +242,31 @@ def test_swap_rope_scaling_keeps_outputs_within_the_original_context():
         plain = model(tokens)
         ext.swap_encoding(model, "rope", {"scaling": "dynamic", "factor": 4.0, "original_max_position": 32})
         dynamic = model(tokens)  # dynamic NTK is plain RoPE up to original_max_position
-    assert model.encoding_for_layer(1).scaling == "dynamic"
+        preset = {"training": {"context": 16}, "model": TINY_MODEL, "scalings": {"factor": 4}}
+        ext.swap_encoding(model, "rope", ext.resolve_options(ext.VARIANTS["rope+longrope"], preset))
+        longrope = model(tokens)  # short factors 1: plain RoPE up to L0 (times the attention factor)
+    assert model.encoding_for_layer(1).scaling == "longrope"
     torch.testing.assert_close(dynamic, plain)
+    assert longrope.shape == plain.shape and torch.isfinite(longrope).all()
 
 
-def _spec(name, steps=2):
-    variant = ext.VARIANTS[name]
+def _spec(name, steps=2, mode="zero_shot"):
     preset = {
+        "model": TINY_MODEL, "threads": 1,
         "training": {
-            "context": 112,
-            "steps": steps,
-            "batch_size": 4,
-            "lr": 3e-3,
-            "warmup_steps": 1,
-            "weight_decay": 0.1,
-            "passkey_fraction": 0.25,
-            "passkey_template": "compact",
+            "context": 112, "steps": steps, "batch_size": 4, "lr": 3e-3, "warmup_steps": 1, "weight_decay": 0.1,
+            "passkey_fraction": 0.25, "passkey_template": "compact", "split_seed": 0, "max_bytes": 300_000,
             "loss_average": "rows",
-            "seed": 0,
         },
+        "scalings": {"factor": 2, "sweep_factors": [2, 4], "dynamic_factor": 1.0},
         "finetune": {"multiple": 2, "steps": 3, "batch_size": 2, "lr": 1e-3, "positional_lr": 0.05},
         "evaluation": {
-            "ppl_lengths": [112, 224],
-            "ppl_tokens": 224,
-            "ppl_min_windows": 1,
-            "ppl_max_windows": 2,
-            "passkey_lengths": [112, 448],
-            "passkey_depths": [0.0, 1.0],
-            "passkey_tokens": 112,
-            "passkey_max_samples": 1,
-            "block_size": 64,
-            "entropy_multiples": [1, 2],
+            "ppl_lengths": [112, 224], "ppl_tokens": 448, "passkey_lengths": [112, 224],
+            "passkey_depths": [0.0, 1.0], "passkey_samples": 2, "passkey_batch_tokens": 512, "greedy_samples": 1,
+            "block_size": 64, "entropy_multiples": [1, 2],
         },
     }
-    return {
-        "name": name,
-        "base": variant.base,
-        "variant": dataclasses.asdict(variant),
-        "options": ext.resolve_options(variant, preset),
-        "finetune": preset["finetune"],
-        "evaluation": preset["evaluation"],
-        "model": TINY_MODEL,
-        "training": preset["training"],
-        "threads": 1,
-    }
+    return ext.eval_spec(preset, name, mode, 0, CPU)
 
 
 def test_headscale_finetune_trains_the_scales_only_and_evaluates(tmp_path):
@@ -138,40 +276,99 @@ def test_headscale_finetune_trains_the_scales_only_and_evaluates(tmp_path):
     state = torch.load(weights, weights_only=True)
     module, finetune = ext.build_variant(spec, str(weights))
     assert finetune["kind"] == "positional" and finetune["context"] == 224 and finetune["steps"] == 3
-    assert module.hparams.loss_average == "rows"
     after = module.state_dict()
     for key, value in state.items():  # the trunk is frozen during a positional-only fine-tune
         torch.testing.assert_close(after[key], value)
     scales = torch.cat([module.model.encoding_for_layer(i).head_scale.detach() for i in range(2)])
-    assert (
-        scales.shape == (4,)
-        and bool((scales >= 1.0).all())
-        and not torch.equal(scales, torch.full((4,), 1.6))
-    )
+    assert scales.shape == (4,) and bool((scales >= 1.0).all()) and not torch.equal(scales, torch.full((4,), 1.6))
 
+
+def test_evaluate_variant_measures_every_length_and_the_sweep(tmp_path):
+    spec = _spec("rope+yarn")
+    weights = tmp_path / "rope.pt"
+    torch.save(ext._module(spec).state_dict(), weights)
     row = ext.evaluate_variant(spec, str(weights))
-    assert row["kind"] == "variant" and row["encoding"] == "nope_temperature"
-    assert len([k for k in row["learned"] if k.endswith("head_scale")]) == 2
-    assert [p["length"] for p in row["ppl"]] == [112, 224]
+    assert row["kind"] == "variant" and row["mode"] == "zero_shot" and row["options"]["factor"] == 2.0
+    assert [(p["length"], p["tokens"]) for p in row["ppl"]] == [(112, 448), (224, 448)]
     assert all(math.isfinite(p["ppl"]) and p["ppl"] > 1 for p in row["ppl"])
-    assert {(p["length"], p["depth"]) for p in row["passkey"]} == {
-        (112, 0.0),
-        (112, 1.0),
-        (448, 0.0),
-        (448, 1.0),
-    }
-    assert all(0 <= p["digit_accuracy"] <= 1 and p["exact_match"] in (0.0, 1.0) for p in row["passkey"])
+    assert [s["factor"] for s in row["sweep"]] == [2.0, 4.0]
+    assert row["sweep"][0]["ppl"] == row["ppl"]  # the preset's factor is not evaluated twice
+    assert row["sweep"][1]["ppl"][1]["ppl"] != row["ppl"][1]["ppl"]
+    assert {(p["length"], p["depth"], p["samples"]) for p in row["passkey"]} == {
+        (112, 0.0, 2), (112, 1.0, 2), (224, 0.0, 2), (224, 1.0, 2)}
     check = row["greedy_check"]
     assert check["greedy_exact_match"] == check["teacher_forced_exact_match"]
-    assert [e["length"] for e in row["entropy"]] == [112, 224] and all(
-        e["mean_bits"] >= 0 for e in row["entropy"]
-    )
+    assert [e["length"] for e in row["entropy"]] == [112, 224]
 
 
+# ------------------------------------------------------------------------------------ claims, tables
+def _variant_row(name, seed, ppl, exact=(0.0, 0.0), mode="zero_shot"):
+    lengths = [64, 128, 256, 512]
+    return {
+        "variant": name, "mode": mode, "seed": seed, "description": name, "finetune": None,
+        "ppl": [{"length": n, "ppl": v} for n, v in zip(lengths, ppl)], "sweep": [],
+        "passkey": [{"length": n, "depth": 0.5, "samples": 50, "digit_accuracy": e, "exact_match": e}
+                    for n, e in zip((64, 512), exact)],
+        "passkey_by_length": [{"length": n, "examples": 50, "digit_accuracy": e, "exact_match": e}
+                              for n, e in zip((64, 512), exact)],
+        "greedy_check": {"greedy_exact_match": 0.0, "teacher_forced_exact_match": 0.0},
+        "entropy": [{"multiple": 1, "mean_bits": 2.0}],
+    }
+
+
+def _config(modes=("zero_shot",)):
+    return {"training": {"context": 64}, "scalings": {"factor": 4}, "finetune": {"multiple": 2},
+            "passkey_modes": list(modes),
+            "evaluation": {"ppl_lengths": [64, 128, 256, 512], "passkey_lengths": [64, 512]}}
+
+
+def test_claims_are_computed_from_the_seed_intervals():
+    rows = []
+    for seed, jitter in enumerate((0.0, 0.1, -0.1)):
+        rows.append(_variant_row("rope", seed, [10 + jitter, 14 + jitter, 20 + jitter, 30 + jitter]))
+        rows.append(_variant_row("alibi", seed, [10.5 + jitter, 10.4 + jitter, 10.6 + jitter, 10.5 + jitter]))
+        rows.append(_variant_row("rope+yarn", seed, [10.8 + jitter, 12 + jitter, 19 + jitter, 25 + jitter]))
+        rows.append(_variant_row("rope+ntk", seed, [11 + jitter, 13 + jitter, 12 + 3 * jitter, 26 + jitter]))
+    summary = ext.summarize(rows)
+    assert [(s["variant"], s["seeds"]) for s in summary][0] == ("rope", [0, 1, 2])
+    rope = ext._find(summary, "rope", "zero_shot")
+    assert ext._at(rope["ppl"], "length", 512)["mean"] == pytest.approx(30.0) and rope["ppl"][0]["n"] == 3
+    found = {c["claim"]: c for c in ext.claims(summary, _config())}
+    assert found["RoPE's perplexity rises past the training context"]["verdict"] == "reproduced"
+    assert found["alibi's perplexity does not rise past the training context (8x)"]["verdict"] == "reproduced"
+    assert found["ALiBi extrapolates better than RoPE"]["verdict"] == "reproduced"
+    assert "alibi 10.50 [" in found["ALiBi extrapolates better than RoPE"]["evidence"]
+    assert found["rope+yarn at inference beats plain RoPE at 4x the context"]["verdict"] == "reproduced"
+    # at 256 (factor 4 x 64) NTK's interval overlaps YaRN's: a tie is not reproduced
+    assert found["YaRN beats ntk at the same factor without fine-tuning"]["verdict"] == "not reproduced"
+    assert found["rope+llama3 at inference beats plain RoPE at 4x the context"]["verdict"] == "untested"
+    assert "not measured" in found["rope+llama3 at inference beats plain RoPE at 4x the context"]["evidence"]
+    one_seed = ext.summarize([r for r in rows if r["seed"] == 0])
+    assert ext.claims(one_seed, _config())[5]["verdict"] == "untested"  # RoPE rises: no interval with one seed
+
+
+def test_passkey_claims_per_mode_and_not_learned_flag():
+    rows = []
+    for seed, j in enumerate((0.0, 0.02, -0.02)):
+        for mode in ("zero_shot", "trained"):
+            good = (0.9 + j, 0.6 + j) if mode == "trained" else (0.05 + j / 4, 0.05 + j / 4)
+            rows.append(_variant_row("bam_ssmax", seed, [10, 10, 10, 10], exact=good, mode=mode))
+            rows.append(_variant_row("alibi", seed, [10, 10, 10, 10], exact=(0.9 + j, 0.1 + j), mode=mode))
+    summary = ext.summarize(rows)
+    found = [c for c in ext.claims(summary, _config(("zero_shot", "trained")))
+             if c["claim"].startswith("BAM-SSMax retrieves the passkey past the training context better than alibi")]
+    assert {c["mode"]: c["verdict"] for c in found} == {"zero_shot": "not reproduced", "trained": "reproduced"}
+    assert ext.passkey_learned(summary, 64) == {"zero_shot": ["bam_ssmax"]}
+
+
+# ------------------------------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("extrapolation_out")
     argv = ["--quick", "--variants", "rope+yarn", "--steps", "3", "--jobs", "1", "--memory-length", "1024",
+            "--set", "seeds=[0]", "--set", "passkey_modes=[zero_shot]", "--set", "evaluation.passkey_samples=1",
+            "--set", "evaluation.ppl_lengths=[128,256]", "--set", "evaluation.passkey_lengths=[128,256]",
+            "--set", "scalings.sweep_factors=[2]", "--set", "training.max_bytes=300000", "--accelerator", "cpu",
             "--out", str(out)]
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import extrapolation; "
@@ -188,67 +385,20 @@ def quick_run(tmp_path_factory):
 def test_tiny_end_to_end_run_writes_results_report_and_plots(quick_run):
     document = json.loads((quick_run / "results.json").read_text())
     assert set(document) == {"benchmark", "config", "rows", "environment", "seconds"}
-    assert document["benchmark"] == "extrapolation" and document["config"]["variants"] == ["rope+yarn"]
+    config = document["config"]
+    assert config["variants"] == ["rope+yarn"] and config["seeds"] == [0] and config["device"] == CPU
     assert [r["kind"] for r in document["rows"]] == ["training", "variant", "memory"]
     training, variant, memory = document["rows"]
-    assert training["base"] == "rope" and math.isfinite(training["final_train_loss"])
-    assert variant["variant"] == "rope+yarn" and variant["options"]["scaling"] == "yarn"
-    assert variant["options"]["factor"] == max(ext.QUICK["evaluation"]["passkey_lengths"]) / 128
-    assert [p["length"] for p in variant["ppl"]] == ext.QUICK["evaluation"]["ppl_lengths"]
-    assert all(p["ppl"] is not None and math.isfinite(p["ppl"]) and p["ppl"] > 1 for p in variant["ppl"])
-    assert [p["length"] for p in variant["passkey_by_length"]] == ext.QUICK["evaluation"]["passkey_lengths"]
+    assert training["base"] == "rope" and training["mode"] == "zero_shot" and training["spec"]["threads"] == 1
+    assert variant["options"] == {"scaling": "yarn", "factor": 4.0, "original_max_position": 128}
+    assert [(p["length"], p["tokens"]) for p in variant["ppl"]] == [(128, 4096), (256, 4096)]
+    assert [s["factor"] for s in variant["sweep"]] == [2.0]
     assert memory["status"] == "ok" and memory["peak_mib"] > 0 and memory["length"] == 1024
+    assert config["summary"][0]["variant"] == "rope+yarn" and config["claims"]
     report = (quick_run / "report.md").read_text()
-    assert "rope+yarn" in report and "Passkey" in report and "## Memory" in report
-    for png in ("ppl_vs_length.png", "passkey_heatmap.png"):
+    assert "Against the papers' claims" in report and "**untested**" in report and "## Memory" in report
+    for png in ("ppl_vs_length.png", "passkey_heatmap.png", "factor_sweep.png"):
         assert (quick_run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     runs = quick_run / "runs" / "quick"
-    assert (runs / "train__rope.pt").is_file() and (runs / "eval__rope+yarn.json").is_file()
-
-
-def _row(name, ppl, exact=0.0, digits=0.1):
-    return {
-        "variant": name,
-        "ppl": [{"length": 64, "ppl": ppl[0]}, {"length": 512, "ppl": ppl[1]}],
-        "passkey_by_length": [{"length": 4096, "exact_match": exact, "digit_accuracy": digits}],
-    }
-
-
-def test_claims_and_tables_use_the_measured_ratios():
-    rows = [_row("rope", (10.0, 40.0)), _row("alibi", (11.0, 11.5)), _row("bam", (11.0, 20.0), exact=0.5)]
-    ppl_table, passkey_table = ext.summary_tables(rows, context=64)
-    assert ppl_table[0] == {"variant": "rope", "x1": 10.0, "x8": 40.0, "ratio": 4.0}
-    assert passkey_table[2] == {"variant": "bam", "x64": 0.5, "digits_last": 0.1}
-    text = "\n".join(ext.claims(rows, context=64))
-    assert "RoPE's perplexity blows up past the training context (PPL at 512 / PPL at 64: 4.000" in text
-    assert "alibi keeps perplexity flat" in text and "1.045 (rope: 4.000); flat = at most 1.25): **holds**" in text
-    assert "bam keeps perplexity flat" in text
-    assert "1.818 (rope: 4.000); flat = at most 1.25): **does not hold**" in text
-    assert "Passkey retrieval at 4096 bytes (64x the training context)" in text and "bam 0.50 (0.10)" in text
-
-
-def test_claims_flag_passkey_not_learned_at_the_training_context():
-    def row(name, digits_at_context):
-        return {
-            "variant": name,
-            "ppl": [{"length": 64, "ppl": 10.0}, {"length": 512, "ppl": 12.0}],
-            "passkey_by_length": [
-                {"length": 64, "exact_match": 0.0, "digit_accuracy": digits_at_context},
-                {"length": 4096, "exact_match": 0.0, "digit_accuracy": 0.1},
-            ],
-        }
-
-    text = "\n".join(ext.claims([row("rope", 0.6), row("nope", 0.2), row("bam", 0.21)], context=64))
-    assert "Passkey retrieval at the training context (64 bytes), exact match (digit accuracy): " in text
-    assert "rope 0.00 (0.60), nope 0.00 (0.20), bam 0.00 (0.21)" in text
-    assert "**not learned** by nope (digit accuracy at most 0.2" in text
-    learned = "\n".join(ext.claims([row("rope", 0.6)], context=64))
-    assert "Retrieval learned by all." in learned
-
-
-def test_resume_reuses_only_a_matching_spec(tmp_path):
-    path = tmp_path / "run.json"
-    assert ext._load_if_same(path, {"a": 1}) is None
-    path.write_text(json.dumps({"spec": {"a": 1, "lengths": [1, 2]}, "value": 3}))
-    assert ext._load_if_same(path, {"a": 1, "lengths": (1, 2)})["value"] == 3
-    assert ext._load_if_same(path, {"a": 2, "lengths": (1, 2)}) is None
+    assert (runs / "train__rope__zero_shot__s0.pt").is_file()
+    assert (runs / "eval__rope+yarn__zero_shot__s0.json").is_file()
