@@ -6,8 +6,9 @@ read offline from the copy that ships in the ``recbole`` wheel
 ``importlib.util.find_spec`` and never imported. A user's own file may be
 
 * RecBole atomic ``.inter`` (Zhao et al. 2021, RecBole, arXiv:2011.01731): tab separated, a header of
-  ``name:type`` fields that includes ``user_id``, ``item_id`` and ``timestamp``; token ids may be any
-  non-empty strings;
+  ``name:type`` fields that includes the user, item and (optional) time fields, by default ``user_id``,
+  ``item_id`` and ``timestamp`` (any names: ``user_field=``, ``item_field=``, ``time_field=``); token ids
+  may be any non-empty strings;
 * MovieLens ``u.data`` (100k): ``user <tab> item <tab> rating <tab> timestamp``, no header, integer ids;
 * MovieLens ``ratings.dat`` (1M / 10M): ``user::item::rating::timestamp``, integer ids.
 
@@ -15,6 +16,10 @@ Every interaction is kept (ratings are implicit feedback, as in SASRec, Kang & M
 arXiv:1808.09781). Each user's interactions are ordered by timestamp; equal timestamps keep their
 order in the file (a stable sort): in MovieLens-100k 415 of 943 users have their last two interactions
 at the same second, so the tie-break decides which one is the test item.
+
+Files are UTF-8 by default (a byte-order mark is skipped); ``encoding=`` reads any other codec, and
+bytes that do not decode raise a ``ValueError`` naming the file, the line and the byte.
+:func:`filter_kcore` keeps the k-core of users and items (RecBole's interaction-count filters).
 
 Leave-one-out (SASRec): for a user with items ``s_1 .. s_n`` (``n >= 3``), ``s_n`` is the test target
 (history ``s_1 .. s_{n-1}``), ``s_{n-1}`` the validation target (history ``s_1 .. s_{n-2}``) and
@@ -25,6 +30,7 @@ Item indices are ``1 .. num_items`` (``0`` is padding); user indices ``0 .. num_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -38,6 +44,7 @@ __all__ = [
     "Interactions",
     "UserSequences",
     "build_sequences",
+    "filter_kcore",
     "load_interactions",
     "movielens_100k_path",
 ]
@@ -77,6 +84,8 @@ class Interactions:
         timestamps: ``(N,)`` float64.
         user_ids: original id of each user index.
         item_ids: original id of each item index ``i`` at ``item_ids[i - 1]``.
+        has_timestamps: False when the file had no timestamp column (``timestamps`` are then the
+            line index, so chronology is file order).
     """
 
     users: np.ndarray
@@ -84,6 +93,7 @@ class Interactions:
     timestamps: np.ndarray
     user_ids: tuple[str, ...]
     item_ids: tuple[str, ...]
+    has_timestamps: bool = True
 
     @property
     def num_users(self) -> int:
@@ -137,7 +147,38 @@ def _detect_format(path: Path) -> str:
     return "movielens_tab"
 
 
-def load_interactions(path: str | os.PathLike | None = None, *, format: str = "auto") -> Interactions:
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _read_text(path: Path, encoding: str) -> str:
+    """The file's text: a UTF-8 byte-order mark is dropped, a UTF-16 one selects UTF-16 (for ``"utf-8"``)."""
+    raw = path.read_bytes()
+    codec = encoding
+    if encoding.lower().replace("_", "-") in ("utf-8", "utf8"):
+        codec = "utf-16" if raw.startswith(_UTF16_BOMS) else "utf-8-sig"
+    try:
+        text = raw.decode(codec)
+    except LookupError:
+        raise ValueError(f"load_interactions: encoding {encoding!r} is not a known text encoding") from None
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"load_interactions: {path}: line {line} is not valid {encoding} (byte {error.start}: "
+            f"{raw[error.start:error.start + 1]!r}, {error.reason}); pass encoding= the file's encoding, "
+            "e.g. encoding='latin-1' or 'cp1252'"
+        ) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def load_interactions(
+    path: str | os.PathLike | None = None,
+    *,
+    format: str = "auto",
+    user_field: str = "user_id",
+    item_field: str = "item_id",
+    time_field: str | None = "timestamp",
+    encoding: str = "utf-8",
+) -> Interactions:
     """Read an interaction file (default: MovieLens-100k from the recbole wheel).
 
     Args:
@@ -145,70 +186,135 @@ def load_interactions(path: str | os.PathLike | None = None, *, format: str = "a
         format: ``"recbole"`` (``.inter``), ``"movielens_tab"`` (``u.data``), ``"movielens_dat"``
             (``ratings.dat``) or ``"auto"``: by suffix, ``.inter`` -> recbole, ``.dat`` -> movielens_dat,
             anything else -> movielens_tab.
+        user_field, item_field, time_field: header names of the user, item and time columns of a RecBole
+            file (RecBole's ``USER_ID_FIELD``, ``ITEM_ID_FIELD``, ``TIME_FIELD``; the ``:type`` suffix of a
+            header entry is not part of its name). ``time_field=None``: the file has no timestamp (or it
+            is ignored); each user's interactions keep their file order, and the timestamps become the
+            line index (0, 1, 2, ...; ``Interactions.has_timestamps`` is False). The MovieLens formats
+            have fixed columns: only ``time_field=None`` applies there (the 4th column is then ignored).
+        encoding: text encoding. With ``"utf-8"`` (default) a UTF-8 byte-order mark is skipped and a
+            UTF-16 byte-order mark reads the file as UTF-16; any codec Python knows may be named
+            (``"latin-1"``, ``"cp1252"``, ...).
 
     Returns:
         the :class:`Interactions`, in file order.
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: an unknown format; a missing header column; a line with the wrong number of
-            fields; an empty id; a non-integer id in a MovieLens file; a timestamp that is not a
-            finite number; a file without interactions. Messages name the file and the line.
+        ValueError: an unknown format or encoding; bytes that are not valid in ``encoding``; a missing
+            header column; a line with the wrong number of fields; an empty id; a non-integer id in a
+            MovieLens file; a timestamp that is not a finite number; a file without interactions.
+            Messages name the file and the line.
     """
     if format not in FORMATS:
         raise ValueError(f"load_interactions: format must be one of {FORMATS}, got {format!r}")
+    for name, value in (("user_field", user_field), ("item_field", item_field)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"load_interactions: {name} must be a non-empty string, got {value!r}")
+    if time_field is not None and (not isinstance(time_field, str) or not time_field):
+        raise ValueError(f"load_interactions: time_field must be a non-empty string or None, got {time_field!r}")
+    if len({user_field, item_field, time_field} - {None}) != 2 + (time_field is not None):
+        raise ValueError(f"load_interactions: user_field, item_field and time_field must differ, got "
+                         f"{user_field!r}, {item_field!r}, {time_field!r}")
+    if not isinstance(encoding, str) or not encoding:
+        raise ValueError(f"load_interactions: encoding must be a non-empty string, got {encoding!r}")
     path = movielens_100k_path() if path is None else Path(os.fspath(path))
     if not path.is_file():
         raise FileNotFoundError(f"load_interactions: no such file {str(path)!r}")
     kind = _detect_format(path) if format == "auto" else format
+    lines = _read_text(path, encoding).replace("\r\n", "\n").replace("\r", "\n").split("\n")
     users: list[str] = []
     items: list[str] = []
     times: list[float] = []
-    with path.open(encoding="utf-8") as f:
-        if kind == "recbole":
-            header = f.readline().rstrip("\r\n")
-            if not header:
-                raise ValueError(f"load_interactions: {path} is empty (a RecBole .inter file needs a header line)")
-            names = [field.split(":", 1)[0].strip() for field in header.split("\t")]
-            missing = [c for c in _REQUIRED if c not in names]
-            if missing:
-                raise ValueError(
-                    f"load_interactions: {path}: header lacks column(s) {missing}; found {names} "
-                    f"(a RecBole .inter file needs {list(_REQUIRED)})"
-                )
-            columns = [names.index(c) for c in _REQUIRED]
-            width, sep, first, integer_ids = len(names), "\t", 2, False
-        else:
-            columns = [0, 1, 3]
-            width, sep, first, integer_ids = 4, ("::" if kind == "movielens_dat" else "\t"), 1, True
-        for lineno, line in enumerate(f, start=first):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.split(sep)
-            where = f"load_interactions: {path}, line {lineno}"
-            if len(fields) != width:
-                raise ValueError(
-                    f"{where}: expected {width} fields separated by {sep!r}, got {len(fields)}: {line!r}"
-                )
-            user, item, stamp = (fields[c].strip() for c in columns)
-            for name, value in (("user id", user), ("item id", item)):
-                if not value:
-                    raise ValueError(f"{where}: empty {name}")
-                if integer_ids and not _INT.fullmatch(value):
-                    raise ValueError(f"{where}: {name} must be an integer in this MovieLens format, got {value!r}")
+    if kind == "recbole":
+        if not lines or not lines[0].strip():
+            raise ValueError(f"load_interactions: {path} is empty (a RecBole .inter file needs a header line)")
+        names = [field.split(":", 1)[0].strip() for field in lines[0].split("\t")]
+        wanted = [user_field, item_field] + ([time_field] if time_field is not None else [])
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            hint = "" if time_field is None or missing != [time_field] else (
+                "; a file without timestamps: pass time_field=None (file order is then the chronology)")
+            raise ValueError(
+                f"load_interactions: {path}: header lacks column(s) {missing}; found {names} "
+                f"(fields asked for: user_field={user_field!r}, item_field={item_field!r}, "
+                f"time_field={time_field!r}){hint}"
+            )
+        duplicated = sorted({c for c in wanted if names.count(c) > 1})
+        if duplicated:
+            raise ValueError(f"load_interactions: {path}: header names column(s) {duplicated} more than once: {names}")
+        columns = [names.index(c) for c in wanted]
+        width, sep, first, integer_ids = len(names), "\t", 2, False
+        body = lines[1:]
+    else:
+        columns = [0, 1, 3] if time_field is not None else [0, 1]
+        width, sep, first, integer_ids = 4, ("::" if kind == "movielens_dat" else "\t"), 1, True
+        body = lines
+    for lineno, line in enumerate(body, start=first):
+        if not line.strip():
+            continue
+        fields = line.split(sep)
+        where = f"load_interactions: {path}, line {lineno}"
+        if len(fields) != width:
+            raise ValueError(
+                f"{where}: expected {width} fields separated by {sep!r}, got {len(fields)}: {line!r}"
+            )
+        values = [fields[c].strip() for c in columns]
+        for name, value in (("user id", values[0]), ("item id", values[1])):
+            if not value:
+                raise ValueError(f"{where}: empty {name}")
+            if integer_ids and not _INT.fullmatch(value):
+                raise ValueError(f"{where}: {name} must be an integer in this MovieLens format, got {value!r}")
+        if time_field is not None:
+            stamp = values[2]
             try:
                 t = float(stamp)
             except ValueError:
                 raise ValueError(f"{where}: timestamp must be a number, got {stamp!r}") from None
             if not np.isfinite(t):
                 raise ValueError(f"{where}: timestamp must be finite, got {stamp!r}")
-            users.append(user)
-            items.append(item)
-            times.append(t)
+        else:
+            t = float(len(times))
+        users.append(values[0])
+        items.append(values[1])
+        times.append(t)
     if not users:
         raise ValueError(f"load_interactions: {path} holds no interactions")
-    return Interactions.from_arrays(users, items, times)
+    log = Interactions.from_arrays(users, items, times)
+    return log if time_field is not None else dataclasses.replace(log, has_timestamps=False)
+
+
+def filter_kcore(interactions: Interactions, *, user_core: int = 5, item_core: int = 5) -> Interactions:
+    """The k-core of a log: drop users with fewer than ``user_core`` and items with fewer than ``item_core``
+    interactions, repeatedly, until every remaining user and item has enough (RecBole's
+    ``user_inter_num_interval`` / ``item_inter_num_interval`` lower bounds, applied until stable).
+
+    Interactions keep their file order; users and items are renumbered (ids in sorted order, as
+    :meth:`Interactions.from_arrays`).
+
+    Raises:
+        ValueError: a core below 1, or nothing left.
+    """
+    if not isinstance(interactions, Interactions):
+        raise TypeError(f"filter_kcore: interactions must be Interactions, got {type(interactions).__name__}")
+    for name, value in (("user_core", user_core), ("item_core", item_core)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"filter_kcore: {name} must be an int >= 1, got {value!r}")
+    keep = np.ones(len(interactions), dtype=bool)
+    while True:
+        user_counts = np.bincount(interactions.users[keep], minlength=interactions.num_users)
+        item_counts = np.bincount(interactions.items[keep], minlength=interactions.num_items + 1)
+        drop = keep & ((user_counts[interactions.users] < user_core) | (item_counts[interactions.items] < item_core))
+        if not drop.any():
+            break
+        keep &= ~drop
+    if not keep.any():
+        raise ValueError(f"filter_kcore: no interaction survives the {user_core}-core of users and the "
+                         f"{item_core}-core of items")
+    users = np.asarray(interactions.user_ids, dtype=object)[interactions.users[keep]]
+    items = np.asarray(interactions.item_ids, dtype=object)[interactions.items[keep] - 1]
+    out = Interactions.from_arrays(users.tolist(), items.tolist(), interactions.timestamps[keep])
+    return dataclasses.replace(out, has_timestamps=interactions.has_timestamps)
 
 
 @dataclass(frozen=True)

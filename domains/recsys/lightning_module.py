@@ -3,7 +3,8 @@
 ``SASRecModule`` trains :class:`~pe_toolkit.domains.recsys.model.SASRec` and evaluates with full ranking
 (:class:`FullRankingMetrics`, over :func:`~pe_toolkit.domains.recsys.metrics.ranking_metrics`), logging
 ``val/ndcg@10`` etc. for early stopping.
-``SequentialRecDataModule`` serves the leave-one-out examples of :func:`~pe_toolkit.domains.recsys.split.leave_one_out`.
+``SequentialRecDataModule`` serves the examples of :func:`~pe_toolkit.domains.recsys.split.sequential_split`
+(leave-one-out or ratio splits; SASRec's shifted windows or RecBole's every-prefix training examples).
 
 Resume without loss: the training loader is a :class:`~pe_toolkit.training.resumable.ResumableDataLoader`
 (order a function of ``(seed, epoch)``, position saved in checkpoints); the BCE negatives of a batch come
@@ -39,14 +40,16 @@ from torchmetrics import Metric
 from pe_toolkit.domains.recsys.data import UserSequences
 from pe_toolkit.domains.recsys.metrics import TIE_POLICIES, check_ks, ranking_metrics
 from pe_toolkit.domains.recsys.model import SASRec
-from pe_toolkit.domains.recsys.split import EvalExamples, TrainExamples, leave_one_out
+from pe_toolkit.domains.recsys.split import EvalExamples, TrainExamples, sequential_split
 from pe_toolkit.encoders.base import check_choice, check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import ResumableDataLoader, batch_seed, data_seed, seeded_step, trainer_shard
 
-__all__ = ["LOSSES", "FullRankingMetrics", "SASRecModule", "SequentialRecDataModule", "sample_negatives"]
+__all__ = ["LOSSES", "RANKINGS", "FullRankingMetrics", "SASRecModule", "SequentialRecDataModule", "sample_negatives"]
 
 LOSSES = ("bce", "ce")
+#: the two candidate sets every evaluation reports: every item, and every item outside the history
+RANKINGS = ("all", "unseen")
 
 
 def sample_negatives(
@@ -119,7 +122,7 @@ class _Rows(Dataset):
 
 
 class SequentialRecDataModule(L.LightningDataModule):
-    """Leave-one-out loaders over chronological user sequences.
+    """Chronological train / validation / test loaders over user sequences (leave-one-out by default).
 
     Batches are dicts: training ``users (B,)``, ``items (B, L)``, ``targets (B, L)``, ``times (B, L)`` and,
     with ``negatives=True``, ``negatives (B, L)`` (fresh each epoch, drawn from a generator seeded by
@@ -138,11 +141,14 @@ class SequentialRecDataModule(L.LightningDataModule):
             subset); ``None`` uses all.
         seed: seed of the training order and of the negatives; ``None``: ``torch.initial_seed()`` at
             construction (the seed given to ``seed_everything``).
+        split, ratios, train_targets: see :func:`~pe_toolkit.domains.recsys.split.sequential_split`
+            (``train_targets="prefixes"`` is RecBole's sequential protocol: every training prefix an example).
     """
 
     def __init__(self, sequences: UserSequences, *, max_len: int = 50, batch_size: int = 128,
                  eval_batch_size: int | None = None, negatives: bool = False, train_users: int | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, split: str = "leave_one_out", ratios: Sequence[float] = (0.8, 0.1, 0.1),
+                 train_targets: str = "shifted") -> None:
         super().__init__()
         if not isinstance(sequences, UserSequences):
             raise TypeError(f"SequentialRecDataModule: sequences must be UserSequences, got {type(sequences).__name__}")
@@ -159,7 +165,8 @@ class SequentialRecDataModule(L.LightningDataModule):
                 raise ValueError(f"SequentialRecDataModule: train_users={train_users} exceeds the "
                                  f"{sequences.num_users} users")
         self.num_items = sequences.num_items
-        self.examples = leave_one_out(sequences, max_len)
+        self.examples = sequential_split(sequences, max_len=max_len, split=split, ratios=tuple(ratios),
+                                         train_targets=train_targets)
         if train_users is not None:
             self.examples = {stage: _head(ex, train_users) for stage, ex in self.examples.items()}
         # items each user interacted with in training (negatives must avoid them)
@@ -220,9 +227,12 @@ class SASRecModule(L.LightningModule):
     """SASRec trained with ``loss="bce"`` or ``"ce"``, evaluated by full ranking.
 
     Logged: ``train/loss`` (per step and epoch), and per evaluation stage ``s``: ``s/hr@K``, ``s/ndcg@K``
-    for ``K`` in ``ks`` and ``s/mrr`` (epoch values over all users; candidates = every item except the
+    for ``K`` in ``ks`` and ``s/mrr`` (epoch values over all queries; candidates = every item except the
     user's history unless ``exclude_history=False``, the target always included; ties by ``ties``).
-    Monitor ``"val/ndcg@10"`` with ``mode="max"`` for early stopping.
+    Both rankings are also logged under their own names, so each protocol's numbers come from the same
+    model: ``s/all/...`` ranks every item (RecBole's full ranking for sequential models) and
+    ``s/unseen/...`` excludes the history (SASRec's). Monitor ``"val/ndcg@10"`` with ``mode="max"`` for
+    early stopping.
 
     Args:
         num_items: items ``1 .. num_items``.
@@ -270,7 +280,8 @@ class SASRecModule(L.LightningModule):
         self.model = SASRec(num_items, max_len=max_len, dim=dim, num_heads=num_heads, num_layers=num_layers,
                             dropout=dropout, encoding=encoding, encoding_options=encoding_options,
                             share_encoding=share_encoding)
-        self.metrics = torch.nn.ModuleDict({s: FullRankingMetrics(tuple(ks), ties) for s in ("val", "test")})
+        self.metrics = torch.nn.ModuleDict({f"{s}_{r}": FullRankingMetrics(tuple(ks), ties)
+                                            for s in ("val", "test") for r in RANKINGS})
 
     def forward(self, items: Tensor, times: Tensor | None = None) -> Tensor:
         return self.model(items, times)
@@ -303,20 +314,27 @@ class SASRecModule(L.LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         constrain_encodings(self)
 
-    def rank_scores(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    def rank_scores(self, batch: dict[str, Tensor], exclude_history: bool | None = None) -> tuple[Tensor, Tensor]:
         """Scores ``(B, N + 1)`` of every item after each history, and the exclusion mask (padding, and the
-        history when ``exclude_history``)."""
+        history when ``exclude_history``, by default the module's)."""
         hidden = self.model(batch["items"], batch["times"])[:, -1]
         scores = self.model.scores(hidden)
+        return scores, self._exclusion(scores, batch, self.hparams.exclude_history if exclude_history is None
+                                       else exclude_history)
+
+    @staticmethod
+    def _exclusion(scores: Tensor, batch: dict[str, Tensor], exclude_history: bool) -> Tensor:
         exclude = torch.zeros_like(scores, dtype=torch.bool)
-        if self.hparams.exclude_history:
+        if exclude_history:
             exclude.scatter_(1, batch["history"], True)
         exclude[:, 0] = True
-        return scores, exclude
+        return exclude
 
     def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
-        scores, exclude = self.rank_scores(batch)
-        self.metrics[stage].update(scores, batch["targets"], exclude)
+        scores, _ = self.rank_scores(batch)
+        for ranking in RANKINGS:
+            exclude = self._exclusion(scores, batch, ranking == "unseen")
+            self.metrics[f"{stage}_{ranking}"].update(scores, batch["targets"], exclude)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")
@@ -325,10 +343,14 @@ class SASRecModule(L.LightningModule):
         self._evaluate(batch, "test")
 
     def _log_epoch(self, stage: str) -> None:
-        values = self.metrics[stage].compute()
-        self.metrics[stage].reset()
-        for name, value in values.items():
-            self.log(f"{stage}/{name}", value.float(), prog_bar=name == "ndcg@10")
+        primary = "unseen" if self.hparams.exclude_history else "all"
+        for ranking in RANKINGS:
+            values = self.metrics[f"{stage}_{ranking}"].compute()
+            self.metrics[f"{stage}_{ranking}"].reset()
+            for name, value in values.items():
+                self.log(f"{stage}/{ranking}/{name}", value.float())
+                if ranking == primary:
+                    self.log(f"{stage}/{name}", value.float(), prog_bar=name == "ndcg@10")
 
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val")

@@ -178,3 +178,113 @@ def test_synthetic_bad_arguments():
         contextual_count_log(5, filler_prob=1.0)
     with pytest.raises(TypeError, match="lag must be an int"):
         contextual_count_log(5, lag=2.5)
+
+
+# --------------------------------------------------------------------- field names, encodings, k-core, splits
+def test_configurable_field_names_and_optional_timestamp(tmp_path):
+    path = write(tmp_path, "z.inter", "session:token\tsku:token\twhen:float\tuser_id:token\n"
+                 "s1\ta\t3\tx\ns1\tb\t1\tx\ns2\ta\t2\ty\n")
+    log = load_interactions(path, user_field="session", item_field="sku", time_field="when")
+    assert log.user_ids == ("s1", "s2") and log.item_ids == ("a", "b") and log.has_timestamps
+    np.testing.assert_array_equal(log.timestamps, [3.0, 1.0, 2.0])
+    # no timestamp: file order is the chronology, timestamps are the line index
+    untimed = write(tmp_path, "n.inter", "user_id:token\titem_id:token\nu\tb\nu\ta\nv\ta\n")
+    log = load_interactions(untimed, time_field=None)
+    assert not log.has_timestamps and log.timestamps.tolist() == [0.0, 1.0, 2.0]
+    assert build_sequences(log).user(0)[0].tolist() == [2, 1]  # b then a, as in the file
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['timestamp'\].*pass time_field=None"):
+        load_interactions(untimed)
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['sku'\].*item_field='sku'"):
+        load_interactions(untimed, item_field="sku", time_field=None)
+    # MovieLens formats: time_field=None ignores the 4th column
+    udata = write(tmp_path, "u.data", "1\t5\t3\t900\n1\t6\t3\t100\n")
+    assert load_interactions(udata, time_field=None).timestamps.tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="user_field must be a non-empty string"):
+        load_interactions(untimed, user_field="")
+    with pytest.raises(ValueError, match="must differ"):
+        load_interactions(untimed, user_field="item_id", time_field=None)
+    dup = write(tmp_path, "d.inter", "user_id:token\titem_id:token\titem_id:token\ttimestamp:float\n1\t2\t3\t4\n")
+    with pytest.raises(ValueError, match=r"d.inter: header names column\(s\) \['item_id'\] more than once"):
+        load_interactions(dup)
+
+
+def test_bom_and_other_encodings(tmp_path):
+    text = "user_id:token\titem_id:token\ttimestamp:float\nJosé\tcafé\t1\nJosé\tthé\t2\n"
+    bom = tmp_path / "bom.inter"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    log = load_interactions(bom)  # the BOM is not part of the first header name
+    assert log.user_ids == ("José",) and log.item_ids == ("café", "thé")
+    utf16 = tmp_path / "utf16.inter"
+    utf16.write_bytes(text.encode("utf-16"))  # with its BOM
+    assert load_interactions(utf16).item_ids == ("café", "thé")
+    latin = tmp_path / "latin.inter"
+    latin.write_bytes(text.encode("latin-1"))
+    with pytest.raises(ValueError,
+                       match=r"latin.inter: line 2 is not valid utf-8 \(byte \d+: b'\\xe9'.*encoding='latin-1'"):
+        load_interactions(latin)
+    assert load_interactions(latin, encoding="latin-1").item_ids == ("café", "thé")
+    with pytest.raises(ValueError, match="encoding 'klingon' is not a known text encoding"):
+        load_interactions(latin, encoding="klingon")
+
+
+def test_kcore_is_applied_until_stable():
+    from pe_toolkit.domains.recsys import filter_kcore
+
+    # item c has 1 interaction -> dropped; then user v has 1 left -> dropped; then item b has 1 -> dropped
+    users = ["u", "u", "v", "v", "w", "w", "u", "w"]
+    items = ["a", "b", "b", "c", "a", "d", "d", "a"]
+    log = Interactions.from_arrays(users, items, range(8))
+    core = filter_kcore(log, user_core=2, item_core=2)
+    assert core.user_ids == ("u", "w") and core.item_ids == ("a", "d")
+    kept = [(core.user_ids[u], core.item_ids[i - 1], t) for u, i, t in zip(core.users, core.items, core.timestamps)]
+    assert kept == [("u", "a", 0.0), ("w", "a", 4.0), ("w", "d", 5.0), ("u", "d", 6.0), ("w", "a", 7.0)]
+    whole = filter_kcore(log, user_core=1, item_core=1)
+    np.testing.assert_array_equal(whole.items, log.items)
+    np.testing.assert_array_equal(whole.users, log.users)
+    with pytest.raises(ValueError, match="no interaction survives"):
+        filter_kcore(log, user_core=9)
+    with pytest.raises(ValueError, match="item_core must be an int >= 1"):
+        filter_kcore(log, item_core=0)
+
+
+def test_prefix_examples_are_every_training_target():
+    from pe_toolkit.domains.recsys import sequential_split
+
+    items = [11, 12, 13, 14, 15, 16]
+    log = Interactions.from_arrays([0] * 6, items, [0, 10, 20, 40, 40, 50])
+    ex = sequential_split(build_sequences(log), max_len=2, train_targets="prefixes")
+    i = {v: k + 1 for k, v in enumerate(sorted(items))}
+    train = ex["train"]
+    # training part s1..s4: targets s2, s3, s4, each after at most 2 items, in the last slot only
+    assert train.items.tolist() == [[0, i[11]], [i[11], i[12]], [i[12], i[13]]]
+    assert train.targets.tolist() == [[0, i[12]], [0, i[13]], [0, i[14]]]
+    assert train.users.tolist() == [0, 0, 0] and train.times.tolist() == [[0.0, 0.0], [0.0, 1.0], [1.0, 2.0]]
+    # validation / test are the same as with shifted windows
+    shifted = sequential_split(build_sequences(log), max_len=2)
+    for stage in ("val", "test"):
+        for name in ("items", "targets", "history", "times"):
+            assert torch.equal(getattr(ex[stage], name), getattr(shifted[stage], name))
+    # SASRec's one window keeps only the last max_len targets: s3, s4 (s2 lost)
+    assert shifted["train"].targets.tolist() == [[i[13], i[14]]]
+
+
+def test_ratio_split_gives_every_evaluation_item_a_query():
+    from pe_toolkit.domains.recsys import sequential_split, split_points
+
+    assert split_points(10, "ratio", (0.8, 0.1, 0.1)) == (8, 9)
+    assert split_points(25, "ratio", (0.6, 0.2, 0.2)) == (15, 20)
+    assert split_points(3, "ratio") == (1, 2) and split_points(7, "leave_one_out") == (5, 6)
+    items = list(range(1, 11))
+    log = Interactions.from_arrays([0] * 10, items, range(10))
+    ex = sequential_split(build_sequences(log), max_len=3, split="ratio", ratios=(0.6, 0.2, 0.2))
+    assert ex["val"].targets.tolist() == [7, 8] and ex["test"].targets.tolist() == [9, 10]
+    assert ex["test"].items.tolist() == [[6, 7, 8], [7, 8, 9]]
+    assert ex["test"].history[1].tolist() == list(range(1, 10))
+    assert ex["train"].targets.tolist() == [[4, 5, 6]]  # shifted window over s1..s6, last 3 targets
+    for bad, match in (((0.8, 0.2), "three numbers"), ((0.8, 0.3, 0.1), "sum to 1"), ((1.0, 0.0, 0.0), r"\(0, 1\)")):
+        with pytest.raises(ValueError, match=match):
+            sequential_split(build_sequences(log), split="ratio", ratios=bad)
+    with pytest.raises(ValueError, match="split must be one of"):
+        sequential_split(build_sequences(log), split="random")
+    with pytest.raises(ValueError, match="train_targets must be one of"):
+        sequential_split(build_sequences(log), train_targets="all")

@@ -122,7 +122,12 @@ def test_lightning_fit_early_stopping_and_test(tiny_log, tmp_path):
     trainer.fit(module, data)
     assert "val/ndcg@10" in trainer.callback_metrics
     result = trainer.test(module, data, verbose=False)[0]
-    assert set(result) >= {"test/hr@5", "test/ndcg@10", "test/hr@20", "test/mrr"}
+    assert set(result) >= {"test/hr@5", "test/ndcg@10", "test/hr@20", "test/mrr", "test/all/ndcg@10",
+                           "test/unseen/ndcg@10"}
+    # the primary metrics are the module's ranking (history excluded by default), the other beside them
+    assert result["test/ndcg@10"] == result["test/unseen/ndcg@10"]
+    # excluding candidates can only raise the target's rank: the unseen ranking scores at least as high
+    assert result["test/unseen/mrr"] >= result["test/all/mrr"]
     assert 0.0 <= result["test/ndcg@10"] <= result["test/hr@10"] <= result["test/hr@20"] <= 1.0
     # 18 items, histories of <= 11: K = 20 exceeds the candidates, so every target is within the top 20
     assert result["test/hr@20"] == 1.0
@@ -150,3 +155,38 @@ def test_datamodule_bad_arguments(tiny_log):
         SASRecModule(10, loss="bpr")
     subset = SequentialRecDataModule(tiny_log, train_users=5)
     assert subset.examples["test"].users.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_input_dropout_is_applied_once():
+    # SASRec's dropout acts once on item + position embedding: the first block's input has a fraction p
+    # of zeros in training (two dropouts would zero 1 - (1 - p)^2 = 36 % at p = 0.2)
+    torch.manual_seed(0)
+    model = SASRec(50, max_len=64, dim=64, num_layers=1, dropout=0.2, encoding="nope").train()
+    seen = {}
+    model.trunk.blocks[0].register_forward_pre_hook(lambda mod, args, kwargs: seen.update(x=args[0]),
+                                                    with_kwargs=True)
+    items = torch.randint(1, 51, (16, 64))
+    model(items)
+    zero = float((seen["x"] == 0).double().mean())
+    assert abs(zero - 0.2) < 0.01, zero
+    # the kept entries are the embeddings scaled by 1 / (1 - p), once
+    embedded = model.item_embedding(items)
+    kept = seen["x"] != 0
+    torch.testing.assert_close(seen["x"][kept], embedded[kept] / 0.8)
+
+
+def test_prefix_protocol_trains_on_the_last_slot(tiny_log):
+    data = SequentialRecDataModule(tiny_log, max_len=12, batch_size=8, train_targets="prefixes")
+    shifted = SequentialRecDataModule(tiny_log, max_len=12, batch_size=8)
+    train = data.examples["train"]
+    # one example per training target: sum over users of (n - 2) - 1
+    assert len(train) == int((tiny_log.lengths - 3).sum())
+    assert bool((train.targets[:, :-1] == 0).all()) and bool((train.targets[:, -1] != 0).all())
+    # every training target of the shifted windows is also a prefix target (and none is lost to the window)
+    assert int((shifted.examples["train"].targets != 0).sum()) <= len(train)
+    module = SASRecModule(tiny_log.num_items, max_len=12, dim=16, num_layers=1, encoding="learned", dropout=0.0)
+    batch = data._collate_train(list(range(8)))
+    loss = module.loss(batch)
+    hidden = module.model(batch["items"], batch["times"])[:, -1]
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(module.model.scores(hidden),
+                                                                       batch["targets"][:, -1]))
