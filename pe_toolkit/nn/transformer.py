@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pe_toolkit.checkpoint import load_weights
 from pe_toolkit.encoders.base import (
     PositionalEncoding,
     PositionBiasEncoding,
@@ -275,16 +276,25 @@ class Transformer(nn.Module):
         for name in (cls.CONFIG_FILE, cls.WEIGHTS_FILE):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"{directory / name} does not exist (written by Transformer.save_pretrained)")
-        fields = json.loads((directory / cls.CONFIG_FILE).read_text())
+        try:
+            fields = json.loads((directory / cls.CONFIG_FILE).read_text())
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{directory / cls.CONFIG_FILE} is not valid JSON ({error})") from None
+        if not isinstance(fields, dict):
+            raise ValueError(f"{directory / cls.CONFIG_FILE} must hold a JSON object, got {type(fields).__name__}")
         known = {f.name for f in dataclasses.fields(TransformerConfig)}
         unknown = sorted(set(fields) - known)
         if unknown:
             raise ValueError(f"{directory / cls.CONFIG_FILE} has fields TransformerConfig does not know: {unknown}")
-        state = torch.load(directory / cls.WEIGHTS_FILE, map_location=map_location, weights_only=True)
+        state = load_weights(directory / cls.WEIGHTS_FILE, map_location=map_location)
         model = cls(TransformerConfig(**fields))
         reference = next(iter(state.values()))
         model = model.to(device=reference.device, dtype=reference.dtype)
-        model.load_state_dict(state)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as error:  # missing / unexpected keys, wrong shapes
+            weights, config = directory / cls.WEIGHTS_FILE, directory / cls.CONFIG_FILE
+            raise ValueError(f"{weights} does not fit {config}: {error}") from None
         return model.eval()
 
     @torch.no_grad()
