@@ -102,6 +102,19 @@ def _mlp(dim: int, hidden: int, out: int, dropout: float) -> nn.Sequential:
     return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, out))
 
 
+def _keys_mask(mask: Tensor) -> Tensor:
+    """``mask`` with the first (padding) slot opened in rows that have no real node.
+
+    Attention over keys that are all padding has no distribution (the core attention refuses it). A robot
+    that sees nothing still gets a defined forward pass: its rows attend to one padding slot, and every
+    output that depends on them is masked later (no matches, a zero pooling gate, no overlap decided).
+    """
+    empty = ~mask.any(-1, keepdim=True)  # (B, 1)
+    first = torch.zeros_like(mask)
+    first[..., 0] = True
+    return mask | (empty & first)
+
+
 class _GraphLayer(nn.Module):
     """One layer of ``Psi``: edge-aware self-attention and an MLP, each followed by residual + LayerNorm."""
 
@@ -115,7 +128,7 @@ class _GraphLayer(nn.Module):
         self.mlp = _mlp(config.dim, 2 * config.dim, config.dim, config.dropout)
 
     def forward(self, h: Tensor, graph_pos: Tensor, mask: Tensor) -> Tensor:
-        h = self.norm1(h + self.attn(h, q_pos=graph_pos, key_padding_mask=mask))
+        h = self.norm1(h + self.attn(h, q_pos=graph_pos, key_padding_mask=_keys_mask(mask)))
         return self.norm2(h + self.mlp(h))
 
 
@@ -132,7 +145,7 @@ class _CrossLayer(nn.Module):
 
     def forward(self, h: Tensor, other: Tensor, xy: Tensor, other_xy: Tensor, other_mask: Tensor) -> Tensor:
         positions = {"q_pos": xy, "k_pos": other_xy} if self.attn.encoding is not None else {}
-        h = self.norm1(h + self.attn(h, other, key_padding_mask=other_mask, **positions))
+        h = self.norm1(h + self.attn(h, other, key_padding_mask=_keys_mask(other_mask), **positions))
         return self.norm2(h + self.mlp(h))
 
 
@@ -149,7 +162,7 @@ class _GatedPooling(nn.Module):
 
     def forward(self, h: Tensor, xy: Tensor, mask: Tensor) -> Tensor:
         positions = {"q_pos": xy} if self.attn.encoding is not None else {}
-        h = self.norm(h + self.attn(h, key_padding_mask=mask, **positions))
+        h = self.norm(h + self.attn(h, key_padding_mask=_keys_mask(mask), **positions))
         logits = self.gate(h).squeeze(-1).masked_fill(~mask, float("-inf"))  # (B, L)
         any_node = mask.any(-1, keepdim=True)
         gate = torch.softmax(torch.where(any_node, logits, 0.0), dim=-1) * any_node  # a graph without nodes -> 0

@@ -111,3 +111,85 @@ def test_metrics_hand_case(pairs):
     assert metrics["te_mean"] == pytest.approx(5.0) and metrics["success"] == 0.0
     with pytest.raises(ValueError, match="predictions"):
         evaluate_predictions(pairs, none[:-1])
+
+
+def _rewrite(tmp_path, path, name, **changes):
+    arrays = dict(np.load(path))
+    arrays.update(changes)
+    np.savez(tmp_path / name, **arrays)
+    return tmp_path / name
+
+
+def test_load_validates_every_array(tmp_path, pairs):
+    path = save_pairs(tmp_path / "good.npz", pairs)
+    arrays = dict(np.load(path))
+    poses = arrays["poses"].copy()
+    poses[2, 0] = np.nan
+    with pytest.raises(ValueError, match=r"nan_pose\.npz.*poses of pair\(s\) \[2\] contain NaN"):
+        load_pairs(_rewrite(tmp_path, path, "nan_pose.npz", poses=poses))
+    poses = arrays["poses"].copy()
+    poses[0, 2] = np.inf
+    with pytest.raises(ValueError, match="poses of pair"):
+        load_pairs(_rewrite(tmp_path, path, "inf_theta.npz", poses=poses))
+    with pytest.raises(ValueError, match=r"poses must have shape \(P, 3\).*got \(10, 4\)"):
+        load_pairs(_rewrite(tmp_path, path, "wide.npz", poses=np.zeros((10, 4))))
+    positions = arrays["positions_b"].copy()
+    positions[1, 1] = np.nan
+    with pytest.raises(ValueError, match=r"positions_b contains NaN or inf \(rows \[1\]\)"):
+        load_pairs(_rewrite(tmp_path, path, "nan_xy.npz", positions_b=positions))
+    with pytest.raises(ValueError, match="descriptors_a has dim"):
+        load_pairs(_rewrite(tmp_path, path, "dims.npz", descriptors_a=arrays["descriptors_a"][:, :-1]))
+    with pytest.raises(ValueError, match="overlap must be bool"):
+        load_pairs(_rewrite(tmp_path, path, "overlap.npz", overlap=arrays["overlap"].astype(np.float64) * 0.5))
+    # index ranges: a match past b's detections, the same detection matched twice, overlap against matches
+    first = next(s for s, p in enumerate(pairs) if p.overlap)
+    offset = int(arrays["match_counts"][:first].sum())
+    matches = arrays["matches"].copy()
+    matches[offset, 1] = len(pairs[first].b)
+    with pytest.raises(ValueError, match=rf"range\.npz.*pairs\[{first}\]\.matches has an index outside"):
+        load_pairs(_rewrite(tmp_path, path, "range.npz", matches=matches))
+    matches = arrays["matches"].copy()
+    matches[offset + 1, 0] = matches[offset, 0]
+    with pytest.raises(ValueError, match="uses a detection of a twice"):
+        load_pairs(_rewrite(tmp_path, path, "twice.npz", matches=matches))
+    overlap = arrays["overlap"].copy()
+    overlap[first] = False
+    with pytest.raises(ValueError, match=rf"pairs\[{first}\]: overlap is False but the pair has"):
+        load_pairs(_rewrite(tmp_path, path, "flag.npz", overlap=overlap))
+
+
+def test_load_reads_se2_matrices_and_rejects_invalid_rotations(tmp_path, pairs):
+    path = save_pairs(tmp_path / "good.npz", pairs)
+    poses = dict(np.load(path))["poses"]
+    c, s = np.cos(poses[:, 2]), np.sin(poses[:, 2])
+    matrices = np.zeros((len(poses), 3, 3))
+    matrices[:, 0, 0], matrices[:, 0, 1], matrices[:, 1, 0], matrices[:, 1, 1] = c, -s, s, c
+    matrices[:, :2, 2], matrices[:, 2, 2] = poses[:, :2], 1.0
+    loaded = load_pairs(_rewrite(tmp_path, path, "matrices.npz", poses=matrices))
+    np.testing.assert_allclose(np.stack([p.pose for p in loaded]), poses, atol=1e-12)
+    scaled = matrices.copy()
+    scaled[3, :2, :2] *= 1.01  # not orthonormal
+    with pytest.raises(ValueError, match=r"poses\[3\] has a rotation block that is not orthonormal"):
+        load_pairs(_rewrite(tmp_path, path, "scaled.npz", poses=scaled))
+    reflected = matrices.copy()
+    reflected[4, :2, 1] *= -1  # orthonormal, det -1
+    with pytest.raises(ValueError, match=r"poses\[4\] has a rotation block with det != \+1"):
+        load_pairs(_rewrite(tmp_path, path, "reflected.npz", poses=reflected))
+    projective = matrices.copy()
+    projective[0, 2, 0] = 0.5
+    with pytest.raises(ValueError, match=r"poses\[0\] has a last row other than \[0, 0, 1\]"):
+        load_pairs(_rewrite(tmp_path, path, "projective.npz", poses=projective))
+
+
+def test_a_nan_pose_is_rejected_before_any_fit(pairs):
+    from dataclasses import replace
+
+    from pe_toolkit.domains.multirobot.data import PairDataModule
+
+    bad = list(pairs)
+    bad[1] = replace(bad[1], pose=np.array([np.nan, 0.0, 0.0]))
+    data = PairDataModule(SIM, train_pairs=bad, val_pairs=pairs, test_pairs=pairs)
+    with pytest.raises(ValueError, match=r"train_pairs\[1\]\.pose must be 3 finite numbers"):
+        data.setup()
+    with pytest.raises(ValueError, match=r"collate_pairs: pairs \[1\] have a non-finite pose"):
+        collate_pairs(bad, SIM.fov_range)
