@@ -129,10 +129,17 @@ def render_scene(scene: Scene, image_size: int | Sequence[int], *, supersample: 
     xs = (torch.arange(width * supersample, dtype=torch.float32) + 0.5) / (width * supersample)
     y, x = torch.meshgrid(ys, xs, indexing="ij")
     image = torch.tensor(scene.background, dtype=torch.float32).view(3, 1, 1).expand(3, *y.shape).clone()
+    rows, cols = y.shape
     for shape in scene.shapes:
-        mask = _coverage(shape, x, y)
+        # only the samples inside the shape's bounding box can change (a shape covers a few % of the image)
+        r0, r1 = (max(0, int((shape.y - shape.size) * rows) - 1), min(rows, int((shape.y + shape.size) * rows) + 2))
+        c0, c1 = (max(0, int((shape.x - shape.size) * cols) - 1), min(cols, int((shape.x + shape.size) * cols) + 2))
+        if r0 >= r1 or c0 >= c1:
+            continue
+        mask = _coverage(shape, x[r0:r1, c0:c1], y[r0:r1, c0:c1])
         colour = torch.tensor(shape.colour, dtype=torch.float32).view(3, 1, 1)
-        image = image * (1 - mask) + colour * mask
+        window = image[:, r0:r1, c0:c1]
+        image[:, r0:r1, c0:c1] = window * (1 - mask) + colour * mask
     return F.avg_pool2d(image.unsqueeze(0), supersample)[0]
 
 
