@@ -28,17 +28,18 @@ from pe_toolkit.domains.music.metrics import (
     frame_f1,
     grooving_similarity,
     nll_per_step,
+    note_counts,
     note_density_distance,
     ssm_distance,
 )
-from pe_toolkit.domains.music.midi import midi_to_piece, roll_to_midi
+from pe_toolkit.domains.music.midi import load_midi_folder, midi_to_piece, roll_to_midi
 from pe_toolkit.domains.music.scores import ChoraleCorpus, Piece, load_bach_chorales, load_score_file, score_to_piece
-from pe_toolkit.domains.music.structure import FIELDS, LABEL_FIELDS, add_segment_fields
+from pe_toolkit.domains.music.structure import FIELDS, LABEL_FIELDS, add_segment_fields, estimate_key, melody_chords
 
 __all__ = [
     "FIELDS", "LABEL_FIELDS", "ChoraleCorpus", "MusicRelativeAttention", "NonStationaryStructureRPE", "Piece",
-    "StructureAPE", "StructureRPE", "add_segment_fields", "chroma_similarity", "frame_f1", "grooving_similarity",
-    "load_bach_chorales", "load_score_file",
-    "midi_to_piece", "nll_per_step", "note_density_distance", "roll_to_midi", "score_to_piece",
+    "StructureAPE", "StructureRPE", "add_segment_fields", "chroma_similarity", "estimate_key", "frame_f1",
+    "grooving_similarity", "load_bach_chorales", "load_midi_folder", "load_score_file", "melody_chords",
+    "midi_to_piece", "nll_per_step", "note_counts", "note_density_distance", "roll_to_midi", "score_to_piece",
     "ssm_distance",
 ]

@@ -2,8 +2,12 @@
 
 Tasks (Agarwal et al. 2024, arXiv:2402.13301, adapted to four-part chorales):
 
-* ``"next_step"``: next-timestep prediction. Inputs are the flattened roll of steps ``0 .. L-1``
-  (``V * 128`` features), targets the roll of steps ``1 .. L``, positions the structure of steps ``0 .. L-1``.
+A step of a voice is :data:`CHANNELS` ``= 2`` rows of 128 pitches, *sounding* then *onset* (the note starts
+at this step), so a re-struck pitch is not a held one: ``V * 256`` features per step for ``V`` voices
+(:func:`step_features`). The binary cross-entropy covers both rows.
+
+* ``"next_step"``: next-timestep prediction. Inputs are the steps ``0 .. L-1`` of all voices, targets
+  steps ``1 .. L``, positions the structure of steps ``0 .. L-1``.
 * ``"accompaniment"``: given the soprano, generate alto, tenor and bass. The input at step ``t`` is the
   soprano of step ``t`` and the lower voices of step ``t - 1`` (zeros at ``t = 0``: teacher forcing of an
   autoregressive decoder), the target the lower voices of step ``t``; positions the structure of step ``t``.
@@ -24,40 +28,75 @@ from pe_toolkit.domains.music.scores import Piece
 from pe_toolkit.domains.music.structure import add_segment_fields
 from pe_toolkit.encoders.base import check_choice, check_int
 
-__all__ = ["TASKS", "WindowDataset", "task_features", "task_tensors"]
+__all__ = ["CHANNELS", "TASKS", "WindowDataset", "split_step_features", "step_features", "task_features",
+           "task_tensors"]
 
 TASKS = ("next_step", "accompaniment")
+#: Rows per voice and step: sounding, onset.
+CHANNELS = 2
 
 
 def task_features(task: str, voices: int = 4) -> tuple[int, int]:
-    """``(in_features, out_features)`` of a task for ``voices`` voices of 128 pitches."""
+    """``(in_features, out_features)`` of a task for ``voices`` voices (``CHANNELS x 128`` features each)."""
     check_choice("task", task, TASKS)
+    per_voice = CHANNELS * 128
     if task == "next_step":
-        return voices * 128, voices * 128
+        return voices * per_voice, voices * per_voice
     if voices < 2:
         raise ValueError(f"accompaniment needs at least 2 voices (melody + accompaniment), got {voices}")
-    return voices * 128, (voices - 1) * 128
+    return voices * per_voice, (voices - 1) * per_voice
 
 
-def task_tensors(task: str, roll: Tensor, labels: Tensor) -> dict[str, Tensor]:
+def step_features(roll: Tensor, onsets: Tensor | None = None) -> Tensor:
+    """``(..., V, 128)`` roll (and onsets) -> ``(..., V * 256)`` float features, per voice sounding then onset.
+
+    ``onsets=None``: one onset where each run of sounding steps starts along the time axis, dim ``-3``
+    (``(T, V, 128)`` or ``(B, T, V, 128)``).
+    """
+    if roll.dim() < 2 or roll.shape[-1] != 128:
+        raise ValueError(f"step_features: roll must have shape (..., V, 128), got {tuple(roll.shape)}")
+    if onsets is None:
+        if roll.dim() < 3:
+            raise ValueError("step_features: onsets are needed for a single step (no time axis to derive them)")
+        from pe_toolkit.domains.music.scores import onsets_from_roll
+
+        onsets = onsets_from_roll(roll.movedim(-3, 0)).movedim(0, -3)
+    if onsets.shape != roll.shape:
+        raise ValueError(f"step_features: onsets {tuple(onsets.shape)} must have the roll's shape {tuple(roll.shape)}")
+    return torch.stack([roll.float(), onsets.float()], dim=-2).flatten(-3)
+
+
+def split_step_features(features: Tensor, voices: int) -> tuple[Tensor, Tensor]:
+    """Inverse of :func:`step_features`: ``(..., voices * 256)`` -> ``(roll, onsets)``, each ``(..., voices, 128)``."""
+    if features.shape[-1] != voices * CHANNELS * 128:
+        raise ValueError(f"split_step_features: expected {voices} x {CHANNELS} x 128 = {voices * CHANNELS * 128} "
+                         f"features, got {features.shape[-1]}")
+    both = features.view(*features.shape[:-1], voices, CHANNELS, 128)
+    return both[..., 0, :], both[..., 1, :]
+
+
+def task_tensors(task: str, roll: Tensor, labels: Tensor, onsets: Tensor | None = None) -> dict[str, Tensor]:
     """Inputs / targets / structure of one window.
 
     Args:
         roll: ``(T, V, 128)``: ``T = L + 1`` steps for ``next_step``, ``L`` for ``accompaniment``.
         labels: ``(T, len(LABEL_FIELDS))``.
+        onsets: ``(T, V, 128)`` note starts (:attr:`Piece.onsets`); ``None``: derived from the roll.
     Returns:
         ``{"inputs": (L, in_features) float, "targets": (L, out_features) float, "structure": (L, F) long,
         "labels": (T, len(LABEL_FIELDS)) long}`` (``labels``: the window's score labels, e.g. for MIDI export).
     """
     check_choice("task", task, TASKS)
-    roll = roll.float()
+    if roll.dim() != 3 or roll.shape[-1] != 128:
+        raise ValueError(f"task_tensors: roll must have shape (T, V, 128), got {tuple(roll.shape)}")
+    features = step_features(roll, onsets)  # (T, V * 256)
     if task == "next_step":
-        flat = roll.flatten(-2)
-        return {"inputs": flat[:-1], "targets": flat[1:], "structure": add_segment_fields(labels[:-1]),
+        return {"inputs": features[:-1], "targets": features[1:], "structure": add_segment_fields(labels[:-1]),
                 "labels": labels.long()}
-    lower = roll[:, 1:].flatten(-2)
+    per_voice = CHANNELS * 128
+    lower = features[:, per_voice:]
     shifted = torch.cat([torch.zeros_like(lower[:1]), lower[:-1]])
-    return {"inputs": torch.cat([roll[:, 0], shifted], dim=-1), "targets": lower,
+    return {"inputs": torch.cat([features[:, :per_voice], shifted], dim=-1), "targets": lower,
             "structure": add_segment_fields(labels), "labels": labels.long()}
 
 
@@ -98,4 +137,7 @@ class WindowDataset(Dataset):
     def __getitem__(self, item: int) -> dict[str, Tensor]:
         i, start = self.index[item]
         piece = self.pieces[i]
-        return task_tensors(self.task, piece.roll[start:start + self.need], piece.labels[start:start + self.need])
+        window = slice(start, start + self.need)
+        onsets = piece.onsets[window].clone()
+        onsets[0] |= piece.roll[start]  # a note held into the window starts (for the model) at its first step
+        return task_tensors(self.task, piece.roll[window], piece.labels[window], onsets)

@@ -41,6 +41,7 @@ from pe_toolkit.domains.music.structure import (
     add_segment_fields,
     chord_label,
     field_index,
+    melody_chords,
 )
 from pe_toolkit.encoders.absolute import sinusoidal_table
 from pe_toolkit.encoders.base import (
@@ -75,10 +76,11 @@ REFERENCE = "Agarwal, Wang, Richard 2024, Structure-informed Positional Encoding
 #: (in the slot of the paper's "tempo", 9919) are the official values; the others are this toolkit's choice.
 DEFAULT_BASES: dict[str, float] = {
     "melody": 7920.0, "beat": 9919.0, "chord": 10001.0, "phrase": 11339.0,
-    "bar": 12289.0, "key": 13337.0, "time": 10000.0,
+    "bar": 12289.0, "key": 13337.0, "time": 10000.0, "melody_chord": 10001.0,
 }
-#: Bases of NS-RPE's within-segment time lags (official: chords 9919, sections 24149).
-NS_LAG_BASES: dict[str, float] = {"chord": 9919.0, "phrase": 24149.0}
+#: Bases of NS-RPE's within-segment time lags (official: chords 9919, sections 24149; chords inferred from the
+#: melody take the chord value).
+NS_LAG_BASES: dict[str, float] = {"chord": 9919.0, "phrase": 24149.0, "melody_chord": 9919.0}
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -201,7 +203,8 @@ def example_structure_positions(length: int) -> Tensor:
     The piece: C major (``key`` 0), bars of 16 steps (``bar = t // 16``, ``beat = t % 16``), two-bar phrases
     (``phrase = t // 32``), the progression I IV V I with one chord per half bar (:data:`EXAMPLE_CHORDS`,
     labelled with :func:`~pe_toolkit.domains.music.structure.chord_label`) and a melody of chord tones, one
-    quarter note per beat (:data:`EXAMPLE_MELODY`); the ``*_run`` / ``*_tau`` columns come from
+    quarter note per beat (:data:`EXAMPLE_MELODY`), ``melody_chord`` inferred from that melody in C major
+    (:func:`~pe_toolkit.domains.music.structure.melody_chords`); the ``*_run`` / ``*_tau`` columns come from
     :func:`~pe_toolkit.domains.music.structure.add_segment_fields`, so they agree with the labels.
     """
     check_int("length", length)
@@ -212,6 +215,7 @@ def example_structure_positions(length: int) -> Tensor:
         "chord": chords[(t // 8) % len(EXAMPLE_CHORDS)],
         "melody": torch.tensor(EXAMPLE_MELODY)[(t // 4) % len(EXAMPLE_MELODY)],
     }
+    labels["melody_chord"] = melody_chords(labels["melody"], labels["bar"], labels["beat"], key=0)
     return add_segment_fields(torch.stack([labels[name] for name in LABEL_FIELDS], dim=-1))
 
 
@@ -280,10 +284,12 @@ class StructureAPE(_StructureEncoding):
 class StructureRPE(_StructureEncoding):
     """S-RPE: a query-dependent bias from sinusoids of structure-label differences (Agarwal et al. 2024).
 
-    ``e_ij = q_i . k_j / sqrt(hd) + sum_s q_i . r_s(i, j)``, ``r_s(i, j) = W_s PE_{B_s}(l_s(i) - l_s(j)) + b_s``
-    with a learned ``W_s`` (``dim x dim``, official ``StructureBiasSineRPE``: ``nn.Linear`` with bias)
-    split over heads; no clipping of the difference. Computed factorised
-    (:func:`structure_rpe_logits`), never as a ``(L, L, dim)`` tensor.
+    ``e_ij = q_i . k_j / sqrt(hd) + sum_s (q_i / sqrt(hd)) . r_s(i, j)``,
+    ``r_s(i, j) = W_s PE_{B_s}(l_s(i) - l_s(j)) + b_s`` with a learned ``W_s`` (``dim x dim``, official
+    ``StructureBiasSineRPE``: ``nn.Linear`` with bias) split over heads; no clipping of the difference. The
+    query is scaled by ``1 / sqrt(hd)`` before the dot product with ``r``, as the official attention does
+    (``torch_replace/nn/functional.py``: ``q_scaled = q / math.sqrt(E)`` feeds both ``e_att`` and ``e_rpe``).
+    Computed factorised (:func:`structure_rpe_logits`), never as a ``(L, L, dim)`` tensor.
 
     Options:
         structures: label columns (default melody, chord, phrase, as the paper).
@@ -305,6 +311,7 @@ class StructureRPE(_StructureEncoding):
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         _check_structure_positions("q_pos", q_pos)
         _check_structure_positions("k_pos", k_pos)
+        q = q / math.sqrt(self.head_dim)  # the official q_scaled (see the class docstring)
         return sum(
             structure_rpe_logits(q, self._column(q_pos, s), self._column(k_pos, s), self.weights[s].weight,
                                  self.weights[s].bias, self.bases[s])
@@ -321,11 +328,12 @@ class StructureRPE(_StructureEncoding):
 class NonStationaryStructureRPE(_StructureEncoding):
     """NS-RPE: stationary S-RPE terms plus within-segment time-lag terms, zero across segments (Agarwal et al. 2024).
 
-    For every stationary structure ``s`` the S-RPE term ``q_i . (W_s PE(l_s(i) - l_s(j)) + b_s)``; for every
+    For every stationary structure ``s`` the S-RPE term ``q'_i . (W_s PE(l_s(i) - l_s(j)) + b_s)``; for every
     segment structure ``g`` with ``tau(t)`` = steps since the start of ``t``'s segment (run of equal labels)::
 
-        q_i . (V_g PE_{C_g}(tau(i) - tau(j)) + c_g) * m_ij  +  q_i . (V_g PE_{C_g}(tau(i)) + c_g) * m_ij
+        q'_i . (V_g PE_{C_g}(tau(i) - tau(j)) + c_g) * m_ij  +  q'_i . (V_g PE_{C_g}(tau(i)) + c_g) * m_ij
 
+    with ``q' = q / sqrt(hd)``, the scaled query of the official attention (as :class:`StructureRPE`)
     (the lag inside the segment ``t - s`` and the offset from the segment start ``t - t0``, one learned
     ``V_g`` for both, as the official ``StructureBiasSineNonStationaryRPE``), where ``m_ij = 1`` if ``i`` and
     ``j`` are in the same segment and 0 otherwise.
@@ -364,6 +372,7 @@ class NonStationaryStructureRPE(_StructureEncoding):
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         _check_structure_positions("q_pos", q_pos)
         _check_structure_positions("k_pos", k_pos)
+        q = q / math.sqrt(self.head_dim)  # the official q_scaled
         out = sum(
             structure_rpe_logits(q, self._column(q_pos, s), self._column(k_pos, s), self.weights[s].weight,
                                  self.weights[s].bias, self.bases[s])

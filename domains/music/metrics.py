@@ -8,7 +8,9 @@ SSM per eighth note ("half beat", 8 ticks).
 
 Inputs are rolls ``(T, V, 128)`` or batches ``(B, T, V, 128)`` (binary or probabilities; voices are kept
 apart where the official code keeps its tracks apart). Every function returns one value per sample,
-``()`` or ``(B,)``, as a float64 tensor.
+``()`` or ``(B,)``, as a float64 tensor. The onset-based metrics (chroma, grooving) take the note starts as
+``pred_onsets`` / ``ref_onsets`` (same shapes; :attr:`Piece.onsets`, or what generation returns), so a
+re-struck note counts; without them onsets are read off the roll (:func:`onsets`: repeated notes merge).
 
 Deliberate differences from the official code, stated so they can be judged:
 
@@ -33,6 +35,7 @@ __all__ = [
     "grooving_similarity",
     "nll_per_step",
     "note_density",
+    "note_counts",
     "note_density_distance",
     "onsets",
     "pitch_class_fold",
@@ -90,6 +93,24 @@ def onsets(roll: Tensor) -> Tensor:
     return (roll - previous).clamp_min(0)
 
 
+def _onsets_or_derived(name: str, given: Tensor | None, roll: Tensor) -> Tensor:
+    if given is None:
+        return onsets(roll)
+    x, _ = _as_batch(name, given)
+    if x.shape != roll.shape:
+        raise ValueError(f"{name} must have the roll's shape {tuple(roll.shape)}, got {tuple(x.shape)}")
+    return x
+
+
+def note_counts(note_onsets: Tensor) -> Tensor:
+    """Notes per voice: the number of onsets of each voice, ``(V,)`` or ``(B, V)`` (float64).
+
+    A generated voice that holds one pitch throughout (a drone) counts 1.
+    """
+    x, single = _as_batch("note_onsets", note_onsets)
+    return _out(x.sum((1, 3)), single)
+
+
 def pitch_class_fold(x: Tensor) -> Tensor:
     """Fold the last dim of 128 pitches into 12 pitch classes (sum over octaves): ``(..., 12)``."""
     return F.pad(x, (0, 4)).view(*x.shape[:-1], 11, 12).sum(-2)
@@ -107,7 +128,8 @@ def note_density_distance(pred: Tensor, ref: Tensor) -> Tensor:
     return _out((p.sum((-1, -2)) - r.sum((-1, -2))).abs().mean(-1), single)
 
 
-def grooving_similarity(pred: Tensor, ref: Tensor, *, bins: int = 20) -> Tensor:
+def grooving_similarity(pred: Tensor, ref: Tensor, *, bins: int = 20, pred_onsets: Tensor | None = None,
+                        ref_onsets: Tensor | None = None) -> Tensor:
     """Histogram overlap of the L2-normalised onset-count curves (official ``onset_metric``), in ``[0, 1]``.
 
     Per sample: onset counts per step ``g`` (all voices and pitches), ``g / ||g||``; histograms of the
@@ -116,7 +138,8 @@ def grooving_similarity(pred: Tensor, ref: Tensor, *, bins: int = 20) -> Tensor:
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be a positive int, got {bins!r}")
     p, r, single = _pair(pred, ref)
-    curves = [F.normalize(onsets(x).sum((-1, -2)), dim=-1) for x in (p, r)]  # (B, T) each
+    starts = (_onsets_or_derived("pred_onsets", pred_onsets, p), _onsets_or_derived("ref_onsets", ref_onsets, r))
+    curves = [F.normalize(x.sum((-1, -2)), dim=-1) for x in starts]  # (B, T) each
     lo = torch.minimum(curves[0].min(-1).values, curves[1].min(-1).values)
     hi = torch.maximum(curves[0].max(-1).values, curves[1].max(-1).values)
     width = torch.where(hi > lo, (hi - lo) / bins, torch.ones_like(hi))
@@ -128,7 +151,8 @@ def grooving_similarity(pred: Tensor, ref: Tensor, *, bins: int = 20) -> Tensor:
     return _out(overlap, single)
 
 
-def chroma_similarity(pred: Tensor, ref: Tensor, *, unit: int = 8) -> Tensor:
+def chroma_similarity(pred: Tensor, ref: Tensor, *, unit: int = 8, pred_onsets: Tensor | None = None,
+                      ref_onsets: Tensor | None = None) -> Tensor:
     """Mean cosine similarity (x100) of per-voice chroma onset counts per ``unit`` steps (official: half notes).
 
     Per unit, a vector of ``V x 12`` onset counts (pitch classes per voice); cosine between pred and ref;
@@ -136,7 +160,8 @@ def chroma_similarity(pred: Tensor, ref: Tensor, *, unit: int = 8) -> Tensor:
     """
     unit = _check_unit("unit", unit)
     p, r, single = _pair(pred, ref)
-    vecs = [_units(pitch_class_fold(onsets(x)), unit).flatten(2) for x in (p, r)]  # (B, U, V*12)
+    starts = (_onsets_or_derived("pred_onsets", pred_onsets, p), _onsets_or_derived("ref_onsets", ref_onsets, r))
+    vecs = [_units(pitch_class_fold(x), unit).flatten(2) for x in starts]  # (B, U, V*12)
     cos = F.cosine_similarity(vecs[0], vecs[1], dim=-1, eps=1e-12)
     both_empty = (vecs[0].abs().sum(-1) == 0) & (vecs[1].abs().sum(-1) == 0)
     return _out(torch.where(both_empty, torch.ones_like(cos), cos).mean(-1) * 100, single)

@@ -1,16 +1,19 @@
 """MIDI in and out with ``pretty_midi``: piano rolls on the 16th grid <-> ``.mid`` files.
 
 * :func:`roll_to_midi` writes one instrument per voice; consecutive active steps of one pitch in one voice
-  become one note (a piano roll cannot tell a held note from re-struck ones). Optional structure labels
-  write the bars as time signatures, so a pickup survives the round trip.
+  become one note unless ``onsets`` marks a re-strike (then a repeated note stays two notes). Optional
+  structure labels write the bars as time signatures, so a pickup survives the round trip.
 * :func:`midi_to_piece` reads any MIDI file: note times are converted to 16th steps through the file's own
   tempo map (MIDI ticks / resolution), bars and beats come from its time-signature track (each change starts
   a new bar), the key from its first key signature, chords and the melody from the notes. A first bar
   shorter than the second whose time signature differs is read as a pickup and right-aligned, which undoes
-  what :func:`roll_to_midi` writes for a pickup.
+  what :func:`roll_to_midi` writes for a pickup. Note starts become the piece's ``onsets``.
+* :func:`load_midi_folder` reads every MIDI file of a folder (a user's corpus) into a
+  :class:`~pe_toolkit.domains.music.scores.ChoraleCorpus`; a bad file is an error naming it (or, with
+  ``skip_errors=True``, recorded with its reason).
 
-``piece -> midi -> piece`` is exact on the grid (roll, bars, beats, chords, melody; phrases are not stored
-in MIDI and read back as 0, the key only if given).
+``piece -> midi -> piece`` is exact on the grid (roll, onsets, bars, beats, chords, melody; phrases are not
+stored in MIDI and read back as 0, the key only if given).
 """
 
 from __future__ import annotations
@@ -22,10 +25,19 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from pe_toolkit.domains.music.scores import STEPS_PER_QUARTER, Piece, melody_from_roll
-from pe_toolkit.domains.music.structure import LABEL_FIELDS, chord_labels_from_roll
+from pe_toolkit.domains.music.scores import (
+    STEPS_PER_QUARTER,
+    ChoraleCorpus,
+    Piece,
+    melody_from_roll,
+    onsets_from_roll,
+)
+from pe_toolkit.domains.music.structure import LABEL_FIELDS, chord_labels_from_roll, melody_chords
 
-__all__ = ["bar_lengths", "midi_to_piece", "roll_to_midi"]
+__all__ = ["MIDI_SUFFIXES", "bar_lengths", "load_midi_folder", "midi_to_piece", "roll_to_midi"]
+
+#: File suffixes :func:`load_midi_folder` reads (case-insensitive).
+MIDI_SUFFIXES = (".mid", ".midi")
 
 VOICE_NAMES = ("Soprano", "Alto", "Tenor", "Bass")
 
@@ -48,7 +60,7 @@ def _time_signature_for(steps: int) -> tuple[int, int]:
 
 def roll_to_midi(roll: Tensor, path: str | os.PathLike | None = None, *, tempo: float = 90.0,
                  labels: Tensor | None = None, velocity: int = 80, program: int = 0,
-                 voice_names: tuple[str, ...] | None = None):
+                 voice_names: tuple[str, ...] | None = None, onsets: Tensor | None = None):
     """Write a piano roll ``(T, V, 128)`` as MIDI (one instrument per voice); returns the ``PrettyMIDI``.
 
     Args:
@@ -59,10 +71,12 @@ def roll_to_midi(roll: Tensor, path: str | os.PathLike | None = None, *, tempo: 
             (a pickup becomes a short first bar), their ``key`` the key signature. Default: 4/4 throughout.
         velocity, program: of every note.
         voice_names: instrument names (default Soprano, Alto, Tenor, Bass, then ``Voice <n>``).
+        onsets: optional, the roll's shape: where a note starts (a re-struck pitch ends the note before it).
+            Default: a note starts where a run of sounding steps starts.
 
     Raises:
         TypeError / ValueError: for a roll of another shape or with values other than 0 / 1, bad labels,
-            or a non-positive tempo.
+            onsets of another shape or where the roll does not sound, or a non-positive tempo.
     """
     import pretty_midi
 
@@ -78,6 +92,22 @@ def roll_to_midi(roll: Tensor, path: str | os.PathLike | None = None, *, tempo: 
         roll = roll.bool()
     if not (isinstance(tempo, (int, float)) and math.isfinite(tempo) and tempo > 0):
         raise ValueError(f"roll_to_midi: tempo must be a positive number, got {tempo!r}")
+    if onsets is None:
+        onsets = onsets_from_roll(roll)
+    else:
+        if not isinstance(onsets, Tensor):
+            raise TypeError(f"roll_to_midi: onsets must be a Tensor, got {type(onsets).__name__}")
+        if onsets.dim() == 2:
+            onsets = onsets.unsqueeze(1)
+        if onsets.shape != roll.shape:
+            raise ValueError(f"roll_to_midi: onsets must have the roll's shape {tuple(roll.shape)}, "
+                             f"got {tuple(onsets.shape)}")
+        if onsets.dtype != torch.bool and not bool(((onsets == 0) | (onsets == 1)).all()):
+            raise ValueError("roll_to_midi: onsets must be binary (0/1 or bool)")
+        onsets = onsets.bool()
+        if bool((onsets & ~roll).any()):
+            raise ValueError(f"roll_to_midi: onsets has {int((onsets & ~roll).sum())} onsets where the roll is silent")
+        onsets = onsets | onsets_from_roll(roll)
     length, voices, _ = roll.shape
     if labels is not None and tuple(labels.shape) != (length, len(LABEL_FIELDS)):
         raise ValueError(f"roll_to_midi: labels must have shape ({length}, {len(LABEL_FIELDS)}), "
@@ -89,11 +119,13 @@ def roll_to_midi(roll: Tensor, path: str | os.PathLike | None = None, *, tempo: 
     pm = pretty_midi.PrettyMIDI(resolution=resolution, initial_tempo=float(tempo))
     step_seconds = 60.0 / tempo / STEPS_PER_QUARTER
 
-    # onsets / offsets of every (voice, pitch) at once: +1 where a run starts, -1 after it ends
-    padded = torch.nn.functional.pad(roll.permute(1, 2, 0).to(torch.int8), (1, 1))  # (V, 128, T + 2)
-    change = padded[..., 1:] - padded[..., :-1]  # (V, 128, T + 1)
-    starts = torch.nonzero(change == 1)  # rows (v, pitch, t), sorted, so they pair with the ends
-    ends = torch.nonzero(change == -1)
+    # notes of every (voice, pitch) at once: a note starts at an onset and ends at the next onset or silence
+    sounding = roll.permute(1, 2, 0)  # (V, 128, T)
+    starts = torch.nonzero(onsets.permute(1, 2, 0))  # rows (v, pitch, t), sorted
+    next_sounding = torch.nn.functional.pad(sounding, (0, 1))[..., 1:]
+    next_onset = torch.nn.functional.pad(onsets.permute(1, 2, 0), (0, 1))[..., 1:]
+    ends = torch.nonzero(sounding & (~next_sounding | next_onset))  # last step of each note, sorted the same
+    ends[:, 2] += 1
     for v in range(voices):
         instrument = pretty_midi.Instrument(program=program, name=names[v])
         for (_, pitch, on), (_, _, off) in zip(starts[starts[:, 0] == v].tolist(), ends[ends[:, 0] == v].tolist()):
@@ -189,9 +221,11 @@ def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = N
         raise ValueError(f"midi_to_piece: {name} lasts {length} 16th steps, more than max_steps={max_steps} "
                          f"(a corrupted file, or pass a larger max_steps)")
     roll = torch.zeros(length, voices, 128, dtype=torch.bool)
+    onsets = torch.zeros_like(roll)
     for v, notes in zip(slots, spans):
         for start, end, pitch in notes:
             roll[start:max(end, start + 1), v, pitch] = True
+            onsets[start, v, pitch] = True
 
     # bars: every time-signature change starts a bar; default 4/4 from step 0
     changes = sorted((to_step(ts.time), ts.numerator, ts.denominator) for ts in pm.time_signature_changes)
@@ -224,5 +258,57 @@ def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = N
         "chord": chord_labels_from_roll(roll),
         "melody": melody_from_roll(roll, 0),
     }
+    columns["melody_chord"] = melody_chords(columns["melody"], bar, beat)
     labels = torch.stack([columns[f] for f in LABEL_FIELDS], dim=-1)
-    return Piece(name=name, roll=roll, labels=labels, quantized_notes=counter)
+    return Piece(name=name, roll=roll, labels=labels, quantized_notes=counter, onsets=onsets)
+
+
+def load_midi_folder(folder: str | os.PathLike, *, num_voices: int | None = None, recursive: bool = False,
+                     skip_errors: bool = False, max_steps: int = MAX_STEPS) -> ChoraleCorpus:
+    """Every MIDI file (:data:`MIDI_SUFFIXES`) of ``folder`` as :class:`Piece` s, sorted by path.
+
+    Each file goes through :func:`midi_to_piece` (labels from the file: bars and beats from its time
+    signatures, phrases 0 since MIDI has no fermatas). With ``num_voices`` every piece gets that many voices
+    (missing instruments are silent voices), so the pieces can be windowed together.
+
+    Args:
+        folder: a directory of ``.mid`` / ``.midi`` files.
+        num_voices: voices per piece (``None``: as many as each file has; the pieces must then agree).
+        recursive: also read the files of sub-folders.
+        skip_errors: record a file that cannot be read in ``ChoraleCorpus.skipped`` (name -> reason) instead of
+            raising.
+        max_steps: as :func:`midi_to_piece`.
+
+    Raises:
+        FileNotFoundError: if ``folder`` does not exist.
+        ValueError: if it is not a directory, holds no MIDI file, a file is unreadable / empty / too long (the
+            message names the file), or (``num_voices=None``) the files have different numbers of voices.
+    """
+    root = Path(folder)
+    if not root.exists():
+        raise FileNotFoundError(f"load_midi_folder: no such folder: {root}")
+    if not root.is_dir():
+        raise ValueError(f"load_midi_folder: folder must be a directory, got the file {root}")
+    pattern = "**/*" if recursive else "*"
+    paths = sorted(p for p in root.glob(pattern) if p.is_file() and p.suffix.lower() in MIDI_SUFFIXES)
+    if not paths:
+        raise ValueError(f"load_midi_folder: {root} holds no MIDI file (suffixes {', '.join(MIDI_SUFFIXES)}"
+                         f"{'' if recursive else '; sub-folders are read with recursive=True'})")
+    pieces: list[Piece] = []
+    skipped: dict[str, str] = {}
+    for path in paths:
+        name = str(path.relative_to(root))
+        try:
+            piece = midi_to_piece(path, num_voices=num_voices, name=name, max_steps=max_steps)
+        except ValueError as error:
+            if not skip_errors:
+                raise ValueError(f"load_midi_folder: {path}: {error}") from error
+            skipped[name] = str(error)[:300]
+            continue
+        pieces.append(piece)
+    voices = sorted({p.roll.shape[1] for p in pieces})
+    if len(voices) > 1:
+        counts = {v: next(p.name for p in pieces if p.roll.shape[1] == v) for v in voices}
+        raise ValueError(f"load_midi_folder: the files of {root} have different numbers of voices {voices} "
+                         f"(e.g. {counts}); pass num_voices= to pad them to one number")
+    return ChoraleCorpus(pieces=pieces, skipped=skipped, cache_file=None)

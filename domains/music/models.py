@@ -5,13 +5,18 @@ with vector positions (``s_ape``, ``s_rpe``, ``ns_rpe``) receive the whole struc
 every other encoder (``sinusoidal``, ``rope``, ``nope``, ``music_relative``, ...) receives its ``time``
 column. Agarwal et al. 2024 (arXiv:2402.13301) use a 2-layer, 4-head decoder; the sizes here are options.
 
-Decoding a step's logits into a roll (:func:`decode_step`):
+Decoding a step's logits into a step (:func:`decode_step`); a step of a voice is its sounding row and its
+onset row (:mod:`pe_toolkit.domains.music.data`):
 
 * ``"voice_top1"`` (default): per voice, the most likely pitch if the probability that the voice sounds
   any note, ``1 - prod_p (1 - p_p)`` under the model's independent cells, is at least ``threshold``; else a
   rest (a chorale voice sings at most one note);
 * ``"threshold"``: every cell with probability >= ``threshold``;
 * ``"bernoulli"``: every cell sampled independently (``generator`` for reproducibility).
+
+A sounding pitch has an onset where its onset probability is at least ``threshold`` (``"bernoulli"``: a
+sample), and always where it did not sound at the previous step (a note cannot continue from silence); an
+onset never falls on a silent cell.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 import pe_toolkit as pet
-from pe_toolkit.domains.music.data import task_features
+from pe_toolkit.domains.music.data import CHANNELS, split_step_features, step_features, task_features
 from pe_toolkit.domains.music.structure import FIELDS, field_index
 from pe_toolkit.encoders.base import check_choice, check_float, check_int
 
@@ -103,29 +108,46 @@ class PianoRollTransformer(nn.Module):
 
 
 def decode_step(logits: Tensor, voices: int, *, mode: str = "voice_top1", threshold: float = 0.5,
-                generator: torch.Generator | None = None) -> Tensor:
-    """Binary roll ``(..., voices * 128)`` from logits ``(..., voices * 128)`` (see the module docstring)."""
+                previous: Tensor | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """Binary step features ``(..., voices * 256)`` from logits ``(..., voices * 256)`` (module docstring).
+
+    Args:
+        logits: per voice 128 sounding then 128 onset logits (:func:`~pe_toolkit.domains.music.data.step_features`).
+        previous: ``(..., voices, 128)`` the roll of the step before (``None``: silence), which decides where a
+            sounding pitch must start a note.
+    """
     check_choice("mode", mode, DECODE_MODES)
     check_float("threshold", threshold)
-    if logits.shape[-1] != voices * 128:
-        raise ValueError(f"logits must have {voices} x 128 = {voices * 128} features, got {logits.shape[-1]}")
-    probs = torch.sigmoid(logits.float())
+    if logits.shape[-1] != voices * CHANNELS * 128:
+        raise ValueError(f"logits must have {voices} x {CHANNELS} x 128 = {voices * CHANNELS * 128} features, "
+                         f"got {logits.shape[-1]}")
+    frame_logits, onset_logits = split_step_features(logits.float(), voices)  # (..., V, 128) each
+    probs, onset_probs = torch.sigmoid(frame_logits), torch.sigmoid(onset_logits)
+    if previous is None:
+        previous = torch.zeros_like(probs)
+    elif previous.shape != probs.shape:
+        raise ValueError(f"previous must have shape {tuple(probs.shape)} (..., voices, 128), "
+                         f"got {tuple(previous.shape)}")
     if mode == "threshold":
-        return (probs >= threshold).float()
-    if mode == "bernoulli":
-        return torch.bernoulli(probs, generator=generator)
-    per_voice = probs.view(*probs.shape[:-1], voices, 128)
-    best = per_voice.argmax(-1, keepdim=True)
-    # P(voice sounds) = 1 - prod(1 - p), in log space: sum of log1p(-p)
-    active = 1 - torch.exp(torch.log1p(-per_voice.clamp(max=1 - 1e-7)).sum(-1, keepdim=True))
-    out = torch.zeros_like(per_voice).scatter_(-1, best, (active >= threshold).float())
-    return out.flatten(-2)
+        frame = probs >= threshold
+        struck = onset_probs >= threshold
+    elif mode == "bernoulli":
+        frame = torch.bernoulli(probs, generator=generator).bool()
+        struck = torch.bernoulli(onset_probs, generator=generator).bool()
+    else:
+        best = probs.argmax(-1, keepdim=True)
+        # P(voice sounds) = 1 - prod(1 - p), in log space: sum of log1p(-p)
+        active = 1 - torch.exp(torch.log1p(-probs.clamp(max=1 - 1e-7)).sum(-1, keepdim=True))
+        frame = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, best, active >= threshold)
+        struck = onset_probs >= threshold
+    onset = frame & (struck | ~previous.bool())
+    return step_features(frame, onset)
 
 
 @torch.no_grad()
 def generate_continuation(model: PianoRollTransformer, prompt: Tensor, structure: Tensor, steps: int, *,
-                          mode: str = "voice_top1", threshold: float = 0.5,
-                          generator: torch.Generator | None = None) -> Tensor:
+                          prompt_onsets: Tensor | None = None, mode: str = "voice_top1", threshold: float = 0.5,
+                          generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """Continue a roll step by step with the KV cache (next-step model).
 
     Args:
@@ -133,8 +155,9 @@ def generate_continuation(model: PianoRollTransformer, prompt: Tensor, structure
         structure: ``(B, >= P + steps - 1, F)`` structure of the steps that are fed to the model (the
             structure is given, the notes are generated).
         steps: new steps to generate.
+        prompt_onsets: the prompt's note starts (``None``: where its runs of sounding steps start).
     Returns:
-        ``(B, P + steps, V, 128)`` float roll (prompt followed by the generated steps).
+        ``(roll, onsets)``, each ``(B, P + steps, V, 128)`` float (prompt followed by the generated steps).
     """
     if model.config.task != "next_step":
         raise ValueError(f"generate_continuation needs a next_step model, got task {model.config.task!r}")
@@ -145,31 +168,39 @@ def generate_continuation(model: PianoRollTransformer, prompt: Tensor, structure
     if structure.shape[0] != b or structure.shape[1] < p + steps - 1:
         raise ValueError(f"structure must cover the {p + steps - 1} fed steps of each of {b} sequences, "
                          f"got shape {tuple(structure.shape)}")
+    if prompt_onsets is not None and prompt_onsets.shape != prompt.shape:
+        raise ValueError(f"prompt_onsets must have the prompt's shape {tuple(prompt.shape)}, "
+                         f"got {tuple(prompt_onsets.shape)}")
     was_training = model.training
     model.eval()
     cache = model.new_cache()
-    out = [prompt.float()]
-    logits = model(prompt.float().flatten(-2), structure[:, :p], cache=cache)[:, -1]
+    features = step_features(prompt.float(), None if prompt_onsets is None else prompt_onsets.float())
+    out = [features]  # (B, P, V * 256)
+    logits = model(features, structure[:, :p], cache=cache)[:, -1]
+    previous = prompt[:, -1].float()
     for t in range(p, p + steps):
-        step = decode_step(logits, v, mode=mode, threshold=threshold, generator=generator)  # (B, V*128)
-        out.append(step.view(b, 1, v, 128))
+        step = decode_step(logits, v, mode=mode, threshold=threshold, previous=previous, generator=generator)
+        out.append(step.unsqueeze(1))
+        previous = split_step_features(step, v)[0]
         if t + 1 < p + steps:
             logits = model(step.unsqueeze(1), structure[:, t:t + 1], cache=cache)[:, -1]
     model.train(was_training)
-    return torch.cat(out, dim=1)
+    return split_step_features(torch.cat(out, dim=1), v)
 
 
 @torch.no_grad()
 def generate_accompaniment(model: PianoRollTransformer, melody: Tensor, structure: Tensor, *,
-                           mode: str = "voice_top1", threshold: float = 0.5,
-                           generator: torch.Generator | None = None) -> Tensor:
+                           melody_onsets: Tensor | None = None, mode: str = "voice_top1", threshold: float = 0.5,
+                           generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """Generate the lower voices under a given top voice, one step at a time with the KV cache.
 
     Args:
         melody: ``(B, T, 128)`` the top voice (soprano).
         structure: ``(B, T, F)``.
+        melody_onsets: ``(B, T, 128)`` its note starts (``None``: where its runs of sounding steps start, so a
+            repeated melody note is one long note; pass :attr:`Piece.onsets` to keep it two).
     Returns:
-        ``(B, T, V, 128)`` float roll: the melody as voice 0, the generated voices below.
+        ``(roll, onsets)``, each ``(B, T, V, 128)`` float: the melody as voice 0, the generated voices below.
     """
     if model.config.task != "accompaniment":
         raise ValueError(f"generate_accompaniment needs an accompaniment model, got task {model.config.task!r}")
@@ -178,17 +209,24 @@ def generate_accompaniment(model: PianoRollTransformer, melody: Tensor, structur
     b, length, _ = melody.shape
     if tuple(structure.shape[:2]) != (b, length):
         raise ValueError(f"structure must have shape ({b}, {length}, F), got {tuple(structure.shape)}")
+    if melody_onsets is not None and melody_onsets.shape != melody.shape:
+        raise ValueError(f"melody_onsets must have the melody's shape {tuple(melody.shape)}, "
+                         f"got {tuple(melody_onsets.shape)}")
     lower_voices = model.config.voices - 1
+    given = step_features(melody.float().unsqueeze(2),
+                          None if melody_onsets is None else melody_onsets.float().unsqueeze(2))  # (B, T, 256)
     was_training = model.training
     model.eval()
     cache = model.new_cache()
-    previous = melody.new_zeros(b, lower_voices * 128).float()
+    previous = melody.new_zeros(b, lower_voices * CHANNELS * 128).float()
     steps = []
     for t in range(length):
-        x = torch.cat([melody[:, t].float(), previous], dim=-1).unsqueeze(1)
+        x = torch.cat([given[:, t], previous], dim=-1).unsqueeze(1)
         logits = model(x, structure[:, t:t + 1], cache=cache)[:, -1]
-        previous = decode_step(logits, lower_voices, mode=mode, threshold=threshold, generator=generator)
+        previous = decode_step(logits, lower_voices, mode=mode, threshold=threshold,
+                               previous=split_step_features(previous, lower_voices)[0], generator=generator)
         steps.append(previous)
     model.train(was_training)
-    lower = torch.stack(steps, dim=1).view(b, length, lower_voices, 128)
-    return torch.cat([melody.float().unsqueeze(2), lower], dim=2)
+    lower_roll, lower_onsets = split_step_features(torch.stack(steps, dim=1), lower_voices)  # (B, T, V-1, 128)
+    top_roll, top_onsets = split_step_features(given, 1)
+    return torch.cat([top_roll, lower_roll], dim=2), torch.cat([top_onsets, lower_onsets], dim=2)

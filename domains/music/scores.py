@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pe_toolkit.domains.music.structure import LABEL_FIELDS, chord_labels_from_roll
+from pe_toolkit.domains.music.structure import LABEL_FIELDS, chord_labels_from_roll, melody_chords
 
 __all__ = [
     "FORMAT_VERSION",
@@ -41,11 +41,12 @@ __all__ = [
     "load_bach_chorales",
     "load_score_file",
     "melody_from_roll",
+    "onsets_from_roll",
     "score_to_piece",
 ]
 
 #: Bumped whenever the cached format or the conversion changes; part of the cache file name.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: Grid resolution: 4 steps per quarter note = 16th notes.
 STEPS_PER_QUARTER = 4
 #: Voice order of a chorale roll.
@@ -61,12 +62,17 @@ class Piece:
         roll: ``(T, V, 128)`` bool, ``roll[t, v, p]`` = voice ``v`` sounds MIDI pitch ``p`` during step ``t``.
         labels: ``(T, len(LABEL_FIELDS))`` int64 structure labels (columns :data:`LABEL_FIELDS`).
         quantized_notes: notes whose onset or end was not on the 16th grid and were rounded to it.
+        onsets: ``(T, V, 128)`` bool, ``onsets[t, v, p]`` = voice ``v`` *starts* pitch ``p`` at step ``t``; it
+            tells a re-struck note from a held one (two quarter notes on the same pitch are two onsets). Every
+            onset sounds (``onsets <= roll``) and every run of sounding steps starts with one. ``None``
+            (default): one onset at the start of each run (:func:`onsets_from_roll`: repeated notes merge).
     """
 
     name: str
     roll: Tensor
     labels: Tensor
     quantized_notes: int = 0
+    onsets: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.roll.dim() != 3 or self.roll.shape[-1] != 128:
@@ -75,6 +81,22 @@ class Piece:
         if tuple(self.labels.shape) != (self.roll.shape[0], len(LABEL_FIELDS)):
             raise ValueError(f"Piece {self.name!r}: labels must have shape ({self.roll.shape[0]}, {len(LABEL_FIELDS)}),"
                              f" got {tuple(self.labels.shape)}")
+        if self.onsets is None:
+            self.onsets = onsets_from_roll(self.roll)
+        elif not isinstance(self.onsets, Tensor) or self.onsets.shape != self.roll.shape:
+            shape = tuple(self.onsets.shape) if isinstance(self.onsets, Tensor) else type(self.onsets).__name__
+            raise ValueError(f"Piece {self.name!r}: onsets must have the roll's shape {tuple(self.roll.shape)}, "
+                             f"got {shape}")
+        else:
+            onsets, roll = self.onsets.bool(), self.roll.bool()
+            if bool((onsets & ~roll).any()):
+                raise ValueError(f"Piece {self.name!r}: onsets has {int((onsets & ~roll).sum())} onsets where the "
+                                 "roll does not sound")
+            missing = onsets_from_roll(roll) & ~onsets
+            if bool(missing.any()):
+                raise ValueError(f"Piece {self.name!r}: {int(missing.sum())} runs of sounding steps start without an "
+                                 "onset (every note starts with one)")
+            self.onsets = onsets
 
     def __len__(self) -> int:
         return self.roll.shape[0]
@@ -90,6 +112,21 @@ def default_cache_dir() -> Path:
     """``$PE_TOOLKIT_CACHE/music`` (``~/.cache/pe_toolkit/music`` if unset)."""
     base = os.environ.get("PE_TOOLKIT_CACHE") or str(Path.home() / ".cache" / "pe_toolkit")
     return Path(base).expanduser() / "music"
+
+
+def onsets_from_roll(roll: Tensor) -> Tensor:
+    """One onset where each run of sounding steps starts: ``roll[t] & ~roll[t - 1]``, bool, same shape.
+
+    What a roll alone can tell (a re-struck note of the same pitch is not visible in it).
+
+    Example:
+        >>> onsets_from_roll(torch.tensor([[[1]], [[1]], [[0]], [[1]]]).bool()).flatten().tolist()
+        [True, False, False, True]
+    """
+    roll = roll.bool()
+    previous = torch.zeros_like(roll)
+    previous[1:] = roll[:-1]
+    return roll & ~previous
 
 
 def melody_from_roll(roll: Tensor, voice: int = 0) -> Tensor:
@@ -142,6 +179,7 @@ def score_to_piece(score, *, name: str = "score", num_voices: int | None = 4) ->
     if length <= 0:
         raise ValueError(f"score_to_piece: {name} is empty (highestTime {score.highestTime})")
     roll = torch.zeros(length, len(parts), 128, dtype=torch.bool)
+    onsets = torch.zeros_like(roll)
     notes = 0
     for v, part in enumerate(parts):
         for n in part.flatten().notes:
@@ -149,9 +187,14 @@ def score_to_piece(score, *, name: str = "score", num_voices: int | None = 4) ->
                 continue
             start = _to_step(n.offset, "onset", counter)
             end = _to_step(n.offset + n.quarterLength, "end", counter)
+            # a note tied from the previous one (across a barline) continues it: no new onset
+            tied_over = n.tie is not None and n.tie.type in ("stop", "continue")
             for p in n.pitches:
                 roll[start:max(end, start + 1), v, int(p.midi)] = True
+                if not tied_over:
+                    onsets[start, v, int(p.midi)] = True
             notes += 1
+    onsets |= onsets_from_roll(roll)  # a tie whose first note was skipped still starts a note
     if notes == 0:
         raise ValueError(f"score_to_piece: {name} has no notes")
 
@@ -181,6 +224,7 @@ def score_to_piece(score, *, name: str = "score", num_voices: int | None = 4) ->
 
     key = score.analyze("key")
     key_label = int(key.tonic.pitchClass) + (12 if key.mode == "minor" else 0)
+    melody = melody_from_roll(roll, 0)
     columns = {
         "time": torch.arange(length),
         "bar": bar,
@@ -188,10 +232,11 @@ def score_to_piece(score, *, name: str = "score", num_voices: int | None = 4) ->
         "phrase": phrase,
         "key": torch.full((length,), key_label, dtype=torch.long),
         "chord": chord_labels_from_roll(roll),
-        "melody": melody_from_roll(roll, 0),
+        "melody": melody,
+        "melody_chord": melody_chords(melody, bar, beat),  # from the melody and meter only
     }
     labels = torch.stack([columns[f] for f in LABEL_FIELDS], dim=-1)
-    return Piece(name=name, roll=roll, labels=labels, quantized_notes=counter[0])
+    return Piece(name=name, roll=roll, labels=labels, quantized_notes=counter[0], onsets=onsets)
 
 
 def load_score_file(path: str | os.PathLike, *, num_voices: int | None = None) -> Piece:
@@ -262,12 +307,13 @@ def _save(path: Path, pieces: list[Piece], skipped: dict[str, str], source_hash:
     path.parent.mkdir(parents=True, exist_ok=True)
     lengths = np.array([len(p) for p in pieces], dtype=np.int64)
     rolls = np.concatenate([p.roll.numpy() for p in pieces]) if pieces else np.zeros((0, 4, 128), bool)
+    onsets = np.concatenate([p.onsets.numpy() for p in pieces]) if pieces else np.zeros((0, 4, 128), bool)
     labels = np.concatenate([p.labels.numpy() for p in pieces]) if pieces else np.zeros((0, len(LABEL_FIELDS)))
     tmp = path.with_suffix(".tmp.npz")
     np.savez_compressed(
         tmp, format_version=np.int64(FORMAT_VERSION), source_hash=np.array(source_hash),
         names=np.array([p.name for p in pieces], dtype=str), lengths=lengths,
-        rolls=np.packbits(rolls, axis=-1), labels=labels.astype(np.int64),
+        rolls=np.packbits(rolls, axis=-1), onsets=np.packbits(onsets, axis=-1), labels=labels.astype(np.int64),
         quantized=np.array([p.quantized_notes for p in pieces], dtype=np.int64),
         skipped_names=np.array(list(skipped), dtype=str), skipped_reasons=np.array(list(skipped.values()), dtype=str),
         label_fields=np.array(LABEL_FIELDS, dtype=str),
@@ -285,11 +331,12 @@ def _load(path: Path, source_hash: str) -> tuple[list[Piece], dict[str, str]] | 
                 or tuple(data["label_fields"].tolist()) != LABEL_FIELDS):
             return None
         rolls = np.unpackbits(data["rolls"], axis=-1, count=128).astype(bool)
+        onsets = np.unpackbits(data["onsets"], axis=-1, count=128).astype(bool)
         labels, lengths = data["labels"], data["lengths"]
         starts = np.concatenate([[0], np.cumsum(lengths)])
         pieces = [
             Piece(name=str(n), roll=torch.from_numpy(rolls[a:b].copy()), labels=torch.from_numpy(labels[a:b].copy()),
-                  quantized_notes=int(q))
+                  quantized_notes=int(q), onsets=torch.from_numpy(onsets[a:b].copy()))
             for n, a, b, q in zip(data["names"], starts[:-1], starts[1:], data["quantized"])
         ]
         skipped = dict(zip(data["skipped_names"].tolist(), data["skipped_reasons"].tolist()))

@@ -69,7 +69,8 @@ def test_s_ape_same_base_and_batched_positions():
 
 
 def test_s_rpe_hand_computed_two_dims():
-    # d = 2, one head: PE(delta) = (sin delta, cos delta) (frequency base^0 = 1); W = I, b = 0
+    # d = 2, one head: PE(delta) = (sin delta, cos delta) (frequency base^0 = 1); W = I, b = 0; the official
+    # attention dots r with q / sqrt(head_dim) = q / sqrt(2)
     enc = pet.get_encoder("s_rpe", 2, 1, structures=("melody",)).double()
     with torch.no_grad():
         enc.weights["melody"].weight.copy_(torch.eye(2))
@@ -80,7 +81,7 @@ def test_s_rpe_hand_computed_two_dims():
     bias = enc.bias(q, q, pos, pos)[0, 0]
     delta = torch.tensor([60.0, 64, 67]).double()
     delta = delta[:, None] - delta[None, :]
-    torch.testing.assert_close(bias, 0.5 * delta.sin() - 2.0 * delta.cos())
+    torch.testing.assert_close(bias, (0.5 * delta.sin() - 2.0 * delta.cos()) / math.sqrt(2))
 
 
 def test_s_rpe_factorised_equals_naive():
@@ -103,7 +104,8 @@ def test_s_rpe_depends_on_label_differences_only():
 
 
 def test_ns_rpe_hand_computed_two_dims():
-    # one stationary structure (phrase) and one segment structure (chord), d = 2, W = V = I, biases 0
+    # one stationary structure (phrase) and one segment structure (chord), d = 2, W = V = I, biases 0; every
+    # term is dotted with q / sqrt(head_dim) (the official scaled query)
     enc = pet.get_encoder("ns_rpe", 2, 1, structures=("phrase",), segments=("chord",)).double()
     with torch.no_grad():
         for lin in (enc.weights["phrase"], enc.lag_weights["chord"]):
@@ -124,7 +126,7 @@ def test_ns_rpe_hand_computed_two_dims():
     tau = torch.tensor([0.0, 1, 2, 0]).double()
     same = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [0, 0, 0, 1]]).double()
     expected = u(phrase[:, None] - phrase[None, :]) + same * (u(tau[:, None] - tau[None, :]) + u(tau)[:, None])
-    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got, expected / math.sqrt(2))
 
 
 def test_ns_rpe_mask_by_label_joins_runs_of_equal_labels():
@@ -238,7 +240,7 @@ def test_bad_options_and_positions():
     with pytest.raises(TypeError, match="no_such_option"):
         pet.get_encoder("s_rpe", 8, 2, no_such_option=1)
     enc = pet.get_encoder("s_ape", 8, 2)
-    with pytest.raises(ValueError, match=r"positions must have shape \(L, 11\)"):
+    with pytest.raises(ValueError, match=r"positions must have shape \(L, 14\)"):
         enc.embed(torch.zeros(1, 4, 8), torch.zeros(4, 3, dtype=torch.long))
     with pytest.raises(TypeError, match="integer structure labels"):
         enc.embed(torch.zeros(1, 4, 8), torch.zeros(4, len(FIELDS)))

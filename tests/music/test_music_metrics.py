@@ -130,3 +130,28 @@ def test_bad_input():
         chroma_similarity(roll, roll, unit=0)
     with pytest.raises(ValueError, match="bins"):
         grooving_similarity(roll, roll, bins=0)
+
+
+def test_given_onsets_count_repeated_notes_and_note_counts():
+    from pe_toolkit.domains.music.metrics import note_counts
+
+    roll = torch.zeros(8, 2, 128)
+    roll[:, 0, 60] = 1.0  # voice 0 sounds C4 throughout...
+    roll[:4, 1, 48] = 1.0
+    struck = torch.zeros_like(roll)
+    struck[[0, 2, 4, 6], 0, 60] = 1.0  # ... struck four times
+    struck[0, 1, 48] = 1.0
+    assert note_counts(struck).tolist() == [4.0, 1.0]
+    assert note_counts(onsets(roll)).tolist() == [1.0, 1.0]  # from the roll alone: a drone
+    assert note_counts(torch.stack([struck, onsets(roll)])).tolist() == [[4.0, 1.0], [1.0, 1.0]]
+    # chroma per half note (8 steps), per voice: with the onsets given, voice 0 alone has pred 4 C onsets and ref 1
+    # (cosine 1); both voices: (4, 1) against (1, 1), cosine 5 / sqrt(34); grooving sees the re-strikes
+    assert chroma_similarity(roll[:, :1], roll[:, :1], pred_onsets=struck[:, :1],
+                             ref_onsets=onsets(roll[:, :1])).item() == pytest.approx(100.0)
+    assert chroma_similarity(roll, roll, pred_onsets=struck, ref_onsets=onsets(roll)).item() == pytest.approx(
+        100 * 5 / math.sqrt(34))
+    same = grooving_similarity(roll, roll).item()
+    different = grooving_similarity(roll, roll, pred_onsets=struck, ref_onsets=onsets(roll)).item()
+    assert same == 1.0 and different < 1.0
+    with pytest.raises(ValueError, match="pred_onsets must have the roll's shape"):
+        chroma_similarity(roll, roll, pred_onsets=struck[:4])

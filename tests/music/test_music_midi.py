@@ -6,16 +6,17 @@ import pretty_midi
 import pytest
 import torch
 
-from pe_toolkit.domains.music.midi import midi_to_piece, roll_to_midi
+from pe_toolkit.domains.music.midi import load_midi_folder, midi_to_piece, roll_to_midi
 from pe_toolkit.domains.music.structure import LABEL_FIELDS
 
 
 def test_chorale_round_trip_is_exact(bwv66, tmp_path):
     path = tmp_path / "bwv66.mid"
-    roll_to_midi(bwv66.roll, path, labels=bwv66.labels, tempo=72.0)
+    roll_to_midi(bwv66.roll, path, labels=bwv66.labels, tempo=72.0, onsets=bwv66.onsets)
     back = midi_to_piece(path)
-    assert torch.equal(back.roll, bwv66.roll)
-    for name in ("bar", "beat", "key", "chord", "melody", "time"):  # the pickup survives via a 1/4 bar
+    assert torch.equal(back.roll, bwv66.roll) and torch.equal(back.onsets, bwv66.onsets)  # repeated notes too
+    assert int(bwv66.onsets.sum()) > int(midi_to_piece(roll_to_midi(bwv66.roll)).onsets.sum())  # without: merged
+    for name in ("bar", "beat", "key", "chord", "melody", "melody_chord", "time"):  # the pickup: a 1/4 bar
         assert torch.equal(back.label(name), bwv66.label(name)), name
     assert back.label("phrase").eq(0).all()  # fermatas are not stored in MIDI
     assert back.quantized_notes == 0 and back.name == "bwv66"
@@ -27,6 +28,59 @@ def test_random_roll_round_trip_is_exact(tmp_path):
     roll[-1, 0, 60] = True  # the file ends with the roll (MIDI stores no trailing silence)
     roll_to_midi(roll, tmp_path / "r.mid", tempo=133.0)
     assert torch.equal(midi_to_piece(tmp_path / "r.mid").roll, roll)
+
+
+def test_repeated_notes_survive_the_round_trip(tmp_path):
+    roll = torch.zeros(12, 2, 128, dtype=torch.bool)
+    roll[0:8, 0, 67] = True  # voice 0: G4 struck at 0 and again at 4 (two quarters)
+    roll[8:12, 0, 65] = True
+    roll[0:12, 1, 48] = True  # voice 1: C3 struck at 0, 2, 4, ... (six eighths)
+    onsets = torch.zeros_like(roll)
+    onsets[[0, 4], 0, 67] = True
+    onsets[8, 0, 65] = True
+    onsets[0:12:2, 1, 48] = True
+    pm = roll_to_midi(roll, tmp_path / "repeat.mid", onsets=onsets)
+    assert [len(i.notes) for i in pm.instruments] == [3, 6]
+    assert [(round(n.start * pm.get_tempo_changes()[1][0] / 60 * 4), n.pitch) for n in pm.instruments[0].notes] == [
+        (0, 67), (4, 67), (8, 65)]
+    back = midi_to_piece(tmp_path / "repeat.mid")
+    assert torch.equal(back.roll, roll) and torch.equal(back.onsets, onsets)
+    assert [len(i.notes) for i in roll_to_midi(roll).instruments] == [2, 1]  # without onsets: merged
+    with pytest.raises(ValueError, match="onsets has 1 onsets where the roll is silent"):
+        bad = onsets.clone()
+        bad[0, 0, 70] = True
+        roll_to_midi(roll, onsets=bad)
+    with pytest.raises(ValueError, match="onsets must have the roll's shape"):
+        roll_to_midi(roll, onsets=onsets[:3])
+
+
+def test_load_midi_folder_reads_sorted_files_and_names_a_bad_one(tmp_path):
+    roll = torch.zeros(16, 2, 128, dtype=torch.bool)
+    roll[:, 0, 72] = roll[:, 1, 60] = True
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    roll_to_midi(roll, folder / "b.mid")
+    roll_to_midi(roll[:8], folder / "a.MIDI")
+    roll_to_midi(roll[:4, :1], folder / "sub" / "c.mid")
+    (folder / "notes.txt").write_text("ignored: not a MIDI suffix")
+    corpus = load_midi_folder(folder)
+    assert [p.name for p in corpus.pieces] == ["a.MIDI", "b.mid"] and [len(p) for p in corpus.pieces] == [8, 16]
+    with pytest.raises(ValueError, match="different numbers of voices"):
+        load_midi_folder(folder, recursive=True)
+    both = load_midi_folder(folder, recursive=True, num_voices=2)
+    assert [p.name for p in both.pieces] == ["a.MIDI", "b.mid", "sub/c.mid"] and both.pieces[2].roll.shape[1] == 2
+    (folder / "broken.mid").write_bytes(b"MThd not really")
+    with pytest.raises(ValueError, match=r"load_midi_folder: .*broken\.mid: .*not a readable MIDI file"):
+        load_midi_folder(folder)
+    skipped = load_midi_folder(folder, skip_errors=True)
+    assert list(skipped.skipped) == ["broken.mid"] and len(skipped.pieces) == 2
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        load_midi_folder(tmp_path / "missing")
+    with pytest.raises(ValueError, match="must be a directory"):
+        load_midi_folder(folder / "b.mid")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no MIDI file"):
+        load_midi_folder(tmp_path / "empty")
 
 
 def test_time_signature_change_gives_bars_and_beats(tmp_path):

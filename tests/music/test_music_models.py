@@ -6,7 +6,13 @@ import pytest
 import torch
 
 import pe_toolkit.domains.music  # noqa: F401
-from pe_toolkit.domains.music.data import WindowDataset, task_features, task_tensors
+from pe_toolkit.domains.music.data import (
+    WindowDataset,
+    split_step_features,
+    step_features,
+    task_features,
+    task_tensors,
+)
 from pe_toolkit.domains.music.models import (
     MusicModelConfig,
     PianoRollTransformer,
@@ -22,32 +28,61 @@ ENCODINGS = {"s_ape": {}, "s_rpe": {}, "ns_rpe": {}, "music_relative": {"max_dis
 
 
 def synthetic_piece(length: int = 40, seed: int = 0) -> Piece:
-    """Four voices holding random chord tones for two steps each, 4/4 bars, a phrase every 16 steps."""
+    """Four voices striking random chord tones every two steps (a repeated pitch is re-struck), 4/4 bars, a
+    phrase every 16 steps."""
     g = torch.Generator().manual_seed(seed)
     roll = torch.zeros(length, 4, 128, dtype=torch.bool)
+    onsets = torch.zeros_like(roll)
     for v, base in enumerate((72, 64, 57, 48)):
         pitches = base + torch.randint(0, 5, (length // 2 + 1,), generator=g).repeat_interleave(2)[:length]
         roll[torch.arange(length), v, pitches] = True
+        onsets[torch.arange(0, length, 2), v, pitches[::2]] = True
     labels = torch.zeros(length, len(LABEL_FIELDS), dtype=torch.long)
     t = torch.arange(length)
     for name, values in (("time", t), ("bar", t // 16), ("beat", t % 16), ("phrase", t // 16),
                          ("chord", 1 + (t // 4) % 3), ("melody", roll[:, 0].float().argmax(-1))):
         labels[:, LABEL_FIELDS.index(name)] = values
-    return Piece("synthetic", roll, labels)
+    return Piece("synthetic", roll, labels, onsets=onsets)
+
+
+def test_step_features_layout_and_inverse():
+    roll = torch.zeros(3, 2, 128, dtype=torch.bool)
+    roll[:, 0, 60] = True  # voice 0 holds C4 for three steps, struck again at step 2
+    roll[1, 1, 48] = True
+    onsets = torch.zeros_like(roll)
+    onsets[[0, 2], 0, 60] = True
+    onsets[1, 1, 48] = True
+    f = step_features(roll, onsets)
+    assert f.shape == (3, 512)
+    # per voice: 128 sounding, then 128 onset cells
+    assert torch.nonzero(f[0]).flatten().tolist() == [60, 128 + 60]
+    assert torch.nonzero(f[1]).flatten().tolist() == [60, 256 + 48, 256 + 128 + 48]
+    assert torch.nonzero(f[2]).flatten().tolist() == [60, 128 + 60]
+    back_roll, back_onsets = split_step_features(f, 2)
+    assert torch.equal(back_roll.bool(), roll) and torch.equal(back_onsets.bool(), onsets)
+    # derived onsets: only where a run starts (the re-strike at step 2 is invisible in the roll)
+    derived = split_step_features(step_features(roll), 2)[1]
+    assert torch.nonzero(derived[:, 0, 60]).flatten().tolist() == [0]
+    with pytest.raises(ValueError, match="features"):
+        split_step_features(f, 3)
+    with pytest.raises(ValueError, match="onsets .* must have the roll's shape"):
+        step_features(roll, onsets[:2])
 
 
 def test_task_tensors_align_inputs_targets_and_structure():
     piece = synthetic_piece(9)
-    nxt = task_tensors("next_step", piece.roll, piece.labels)
-    flat = piece.roll.float().flatten(-2)
+    nxt = task_tensors("next_step", piece.roll, piece.labels, piece.onsets)
+    flat = step_features(piece.roll, piece.onsets)
     assert torch.equal(nxt["inputs"], flat[:-1]) and torch.equal(nxt["targets"], flat[1:])
     assert nxt["structure"].shape == (8, len(FIELDS)) and nxt["labels"].shape == (9, len(LABEL_FIELDS))
-    acc = task_tensors("accompaniment", piece.roll, piece.labels)
-    assert acc["inputs"].shape == (9, 512) and acc["targets"].shape == (9, 384)
-    assert torch.equal(acc["inputs"][:, :128], piece.roll[:, 0].float())  # the soprano of the same step
-    assert acc["inputs"][0, 128:].eq(0).all()  # no lower voices before the first step
-    assert torch.equal(acc["inputs"][1:, 128:], acc["targets"][:-1])  # the lower voices of the previous step
-    assert task_features("next_step") == (512, 512) and task_features("accompaniment") == (512, 384)
+    # the repeated notes are in the targets: an onset every second step in every voice
+    assert split_step_features(nxt["targets"], 4)[1].sum((1, 2)).tolist() == [0, 4, 0, 4, 0, 4, 0, 4]
+    acc = task_tensors("accompaniment", piece.roll, piece.labels, piece.onsets)
+    assert acc["inputs"].shape == (9, 1024) and acc["targets"].shape == (9, 768)
+    assert torch.equal(acc["inputs"][:, :256], flat[:, :256])  # the soprano (sounding + onsets) of the same step
+    assert acc["inputs"][0, 256:].eq(0).all()  # no lower voices before the first step
+    assert torch.equal(acc["inputs"][1:, 256:], acc["targets"][:-1])  # the lower voices of the previous step
+    assert task_features("next_step") == (1024, 1024) and task_features("accompaniment") == (1024, 768)
     with pytest.raises(ValueError, match="task must be one of"):
         task_tensors("continuation", piece.roll, piece.labels)
 
@@ -56,9 +91,18 @@ def test_window_dataset_counts_and_skips_short_pieces():
     ds = WindowDataset([synthetic_piece(40), synthetic_piece(10, seed=1)], "next_step", 16, stride=8)
     assert len(ds) == len(range(0, 40 - 17 + 1, 8)) and ds.skipped == ["synthetic"]
     item = ds[1]
-    assert item["inputs"].shape == (16, 512) and item["structure"][:, field_index("time")].tolist() == list(range(16))
+    assert item["inputs"].shape == (16, 1024) and item["structure"][:, field_index("time")].tolist() == list(range(16))
     with pytest.raises(ValueError, match="length must be >= 1"):
         WindowDataset([synthetic_piece()], "next_step", 0)
+
+
+def test_window_starting_inside_a_note_starts_it_at_the_first_step():
+    piece = synthetic_piece(20)
+    ds = WindowDataset([piece], "accompaniment", 8, stride=3)  # the window at 3 starts in the middle of notes
+    start = ds.index[1][1]
+    assert start == 3 and not piece.onsets[3].any()
+    onsets = split_step_features(ds[1]["targets"], 3)[1]
+    assert torch.equal(onsets[0].bool(), piece.roll[3, 1:]) and torch.equal(onsets[1:].bool(), piece.onsets[4:11, 1:])
 
 
 @pytest.mark.parametrize("name", list(ENCODINGS))
@@ -66,8 +110,8 @@ def test_window_dataset_counts_and_skips_short_pieces():
 def test_cached_decoding_equals_full_forward(name, task):
     model = PianoRollTransformer(MusicModelConfig(task=task, encoding=name, encoding_options=ENCODINGS[name],
                                                   dim=16, num_heads=2, num_layers=2, dropout=0.0)).double().eval()
-    batch = [task_tensors(task, synthetic_piece(13, seed=s).roll, synthetic_piece(13, seed=s).labels)
-             for s in range(2)]
+    batch = [task_tensors(task, synthetic_piece(13, seed=s).roll, synthetic_piece(13, seed=s).labels,
+                          synthetic_piece(13, seed=s).onsets) for s in range(2)]
     x = torch.stack([b["inputs"] for b in batch]).double()
     s = torch.stack([b["structure"] for b in batch])
     with torch.no_grad():
@@ -91,37 +135,52 @@ def test_structure_encoders_see_structure_and_baselines_only_time():
 
 
 def test_decode_step_modes():
-    logits = torch.full((1, 2 * 128), -9.0)
+    # layout per voice: 128 sounding logits, then 128 onset logits
+    logits = torch.full((1, 2 * 256), -9.0)
     logits[0, 60] = 3.0   # voice 0: one likely pitch
     logits[0, 61] = 2.0
-    logits[0, 128:] = -3.0  # voice 1: every pitch at p = 0.047: P(voice sounds) = 1 - 0.953^128 > 0.99
-    logits[0, 128 + 50] = -2.5
-    top = decode_step(logits, 2)
-    assert torch.nonzero(top[0]).flatten().tolist() == [60, 128 + 50]
-    assert torch.nonzero(decode_step(logits, 2, mode="threshold")[0]).flatten().tolist() == [60, 61]
-    quiet = decode_step(torch.full((1, 128), -9.0), 1)
+    logits[0, 256:384] = -3.0  # voice 1: every pitch at p = 0.047: P(voice sounds) = 1 - 0.953^128 > 0.99
+    logits[0, 256 + 50] = -2.5
+    top = decode_step(logits, 2)  # after silence: every sounding pitch starts a note
+    assert torch.nonzero(top[0]).flatten().tolist() == [60, 128 + 60, 256 + 50, 256 + 128 + 50]
+    previous = torch.zeros(1, 2, 128)
+    previous[0, 0, 60] = previous[0, 1, 50] = 1.0
+    held = decode_step(logits, 2, previous=previous)  # the same pitches held: no onset (onset p = 1e-4)
+    assert torch.nonzero(held[0]).flatten().tolist() == [60, 256 + 50]
+    logits[0, 128 + 60] = 2.0  # a likely re-strike of voice 0's pitch
+    struck = decode_step(logits, 2, previous=previous)
+    assert torch.nonzero(struck[0]).flatten().tolist() == [60, 128 + 60, 256 + 50]
+    logits[0, 128 + 61] = 2.0  # an onset on a pitch that does not sound is dropped
+    assert torch.nonzero(decode_step(logits, 2, mode="threshold", previous=previous)[0]).flatten().tolist() == [
+        60, 61, 128 + 60, 128 + 61]
+    quiet = decode_step(torch.full((1, 256), -9.0), 1)
     assert quiet.sum() == 0  # P(voice sounds) = 1 - (1 - 1.2e-4)^128 < 0.5: a rest
     sample = decode_step(logits, 2, mode="bernoulli", generator=torch.Generator().manual_seed(0))
-    assert set(sample.unique().tolist()) <= {0.0, 1.0}
+    sample_roll, sample_onsets = split_step_features(sample, 2)
+    assert set(sample.unique().tolist()) <= {0.0, 1.0} and bool((sample_onsets <= sample_roll).all())
     with pytest.raises(ValueError, match="mode must be one of"):
         decode_step(logits, 2, mode="beam")
     with pytest.raises(ValueError, match="features"):
         decode_step(logits, 3)
+    with pytest.raises(ValueError, match="previous must have shape"):
+        decode_step(logits, 2, previous=torch.zeros(1, 128))
 
 
 def test_generate_continuation_matches_greedy_full_recompute():
     model = PianoRollTransformer(MusicModelConfig(encoding="ns_rpe", dim=16, num_heads=2, dropout=0.0)).eval()
     piece = synthetic_piece(20)
     b = task_tensors("next_step", piece.roll, piece.labels)
-    prompt = piece.roll[None, :4].float()
-    out = generate_continuation(model, prompt, b["structure"][None], 6)
-    assert out.shape == (1, 10, 4, 128) and torch.equal(out[:, :4], prompt)
-    rolls = prompt
+    prompt, prompt_onsets = piece.roll[None, :4].float(), piece.onsets[None, :4].float()
+    out, onsets = generate_continuation(model, prompt, b["structure"][None], 6, prompt_onsets=prompt_onsets)
+    assert out.shape == onsets.shape == (1, 10, 4, 128) and torch.equal(out[:, :4], prompt)
+    assert torch.equal(onsets[:, :4], prompt_onsets) and bool((onsets <= out).all())
+    features = step_features(prompt, prompt_onsets)
     for t in range(4, 10):  # no cache: recompute the whole prefix every step
         with torch.no_grad():
-            logits = model(rolls.flatten(-2), b["structure"][None, :t])[:, -1]
-        rolls = torch.cat([rolls, decode_step(logits, 4).view(1, 1, 4, 128)], dim=1)
-    assert torch.equal(out, rolls)
+            logits = model(features, b["structure"][None, :t])[:, -1]
+        previous = split_step_features(features[:, -1], 4)[0]
+        features = torch.cat([features, decode_step(logits, 4, previous=previous)[:, None]], dim=1)
+    assert torch.equal(torch.stack([out, onsets], dim=-2).flatten(-3), features)
     with pytest.raises(ValueError, match="structure must cover"):
         generate_continuation(model, prompt, b["structure"][None, :5], 6)
 
@@ -130,19 +189,25 @@ def test_generate_accompaniment_keeps_the_melody():
     model = PianoRollTransformer(MusicModelConfig(task="accompaniment", encoding="s_rpe", dim=16, num_heads=2))
     piece = synthetic_piece(12)
     b = task_tensors("accompaniment", piece.roll, piece.labels)
-    out = generate_accompaniment(model, piece.roll[None, :, 0].float(), b["structure"][None])
-    assert out.shape == (1, 12, 4, 128) and torch.equal(out[0, :, 0], piece.roll[:, 0].float())
+    out, onsets = generate_accompaniment(model, piece.roll[None, :, 0].float(), b["structure"][None],
+                                         melody_onsets=piece.onsets[None, :, 0].float())
+    assert out.shape == onsets.shape == (1, 12, 4, 128) and torch.equal(out[0, :, 0], piece.roll[:, 0].float())
+    assert torch.equal(onsets[0, :, 0], piece.onsets[:, 0].float())  # the melody's repeated notes are kept
     assert (out[0, :, 1:].sum(-1) <= 1).all()  # at most one note per generated voice
+    assert bool((onsets <= out).all())
+    with pytest.raises(ValueError, match="melody_onsets must have the melody's shape"):
+        generate_accompaniment(model, piece.roll[None, :, 0].float(), b["structure"][None],
+                               melody_onsets=piece.onsets[None, :3, 0].float())
     with pytest.raises(ValueError, match="needs a next_step model"):
         generate_continuation(model, piece.roll[None, :2].float(), b["structure"][None], 2)
 
 
 def test_model_input_errors():
     model = PianoRollTransformer(MusicModelConfig(dim=16, num_heads=2))
-    with pytest.raises(ValueError, match=r"x must have shape \(B, L, 512\)"):
-        model(torch.zeros(1, 4, 384), torch.zeros(1, 4, len(FIELDS), dtype=torch.long))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, 1024\)"):
+        model(torch.zeros(1, 4, 768), torch.zeros(1, 4, len(FIELDS), dtype=torch.long))
     with pytest.raises(ValueError, match="structure must have shape"):
-        model(torch.zeros(1, 4, 512), torch.zeros(1, 4, 3, dtype=torch.long))
+        model(torch.zeros(1, 4, 1024), torch.zeros(1, 4, 3, dtype=torch.long))
 
 
 def test_lightning_training_lowers_the_loss():

@@ -102,11 +102,12 @@ def test_corpus_cache_round_trip_and_skipped_files(tmp_path):
     assert list(first.skipped) == ["bwv1.6.mxl"] and "5 parts" in first.skipped["bwv1.6.mxl"]
     assert first.cache_file.exists() and first.cache_file.parent == tmp_path
     with np.load(first.cache_file, allow_pickle=False) as data:  # plain arrays, no pickles
-        assert int(data["format_version"]) == 1
+        assert int(data["format_version"]) == 2
     again = load_bach_chorales(limit=3, cache_dir=tmp_path)
     assert again.skipped == first.skipped
     for a, b in zip(first.pieces, again.pieces):
         assert a.name == b.name and torch.equal(a.roll, b.roll) and torch.equal(a.labels, b.labels)
+        assert torch.equal(a.onsets, b.onsets)
     first.cache_file.write_bytes(b"corrupt")  # a damaged cache is rebuilt, not trusted
     rebuilt = load_bach_chorales(limit=3, cache_dir=tmp_path)
     assert torch.equal(rebuilt.pieces[0].roll, first.pieces[0].roll)
@@ -142,3 +143,53 @@ def test_user_score_file_and_bad_files(tmp_path, bwv66):
         load_score_file(bad)
     with pytest.raises(FileNotFoundError):
         load_score_file(tmp_path / "missing.xml")
+
+
+def test_repeated_notes_are_two_onsets_and_a_tie_is_one():
+    from music21 import note, stream, tie
+
+    score = make_score([[[(67, 1.0), (67, 1.0), (65, 2.0)], [(65, 4.0)]]], time_signatures={0: "4/4"})
+    measures = list(score.parts[0].getElementsByClass("Measure"))
+    last_of_bar0 = measures[0].notes[-1]
+    first_of_bar1 = measures[1].notes[0]
+    last_of_bar0.tie, first_of_bar1.tie = tie.Tie("start"), tie.Tie("stop")  # F4 tied across the barline
+    piece = score_to_piece(score, num_voices=1)
+    assert isinstance(first_of_bar1, note.Note) and isinstance(score, stream.Score)
+    assert piece.roll[:, 0, 67].tolist() == [True] * 8 + [False] * 24  # two G4 quarters: one run of 8 steps
+    assert torch.nonzero(piece.onsets[:, 0].any(-1)).flatten().tolist() == [0, 4, 8]  # G, G again, F (tied on)
+    assert int(piece.onsets.sum()) == 3
+
+
+def test_piece_onsets_are_checked():
+    roll = torch.zeros(4, 1, 128, dtype=torch.bool)
+    roll[:, 0, 60] = True
+    labels = torch.zeros(4, len(LABEL_FIELDS), dtype=torch.long)
+    assert Piece("held", roll, labels).onsets[:, 0, 60].tolist() == [True, False, False, False]
+    struck = torch.zeros_like(roll)
+    struck[[0, 2], 0, 60] = True
+    assert Piece("struck", roll, labels, onsets=struck).onsets.sum() == 2
+    with pytest.raises(ValueError, match="'bad': onsets must have the roll's shape"):
+        Piece("bad", roll, labels, onsets=struck[:2])
+    silent = struck.clone()
+    silent[1, 0, 61] = True
+    with pytest.raises(ValueError, match="'bad': onsets has 1 onsets where the roll does not sound"):
+        Piece("bad", roll, labels, onsets=silent)
+    with pytest.raises(ValueError, match="'bad': 1 runs of sounding steps start without an onset"):
+        Piece("bad", roll, labels, onsets=torch.zeros_like(roll))
+
+
+def test_bwv66_melody_chords_come_from_the_soprano_only(bwv66):
+    from pe_toolkit.domains.music.structure import melody_chords
+
+    column = bwv66.label("melody_chord")
+    assert torch.equal(column, melody_chords(bwv66.label("melody"), bwv66.label("bar"), bwv66.label("beat")))
+    changed = bwv66.roll.clone()
+    changed[:, 1:] = False  # the lower voices removed: the inferred chords do not change
+    again = Piece("soprano only", changed, bwv66.labels)
+    assert torch.equal(melody_chords(again.labels[:, LABEL_FIELDS.index("melody")], bwv66.label("bar"),
+                                     bwv66.label("beat")), column)
+    # key estimated from the melody: F# minor. Steps 4-11 (first half of bar 1): A4 B4, no triad holds both; of
+    # those holding half, the tonic triad F# minor (F# A C#) is preferred. Steps 12-19: C#5 E5, held wholly by
+    # A major (A C# E) and by F# minor only in half
+    assert column[4:12].tolist() == [1 + 5 * 6 + 1] * 8
+    assert column[12:20].tolist() == [1 + 5 * 9 + 0] * 8

@@ -87,3 +87,35 @@ def test_chord_labels_from_roll_match_chord_label():
     assert chord_labels_from_roll(roll).tolist() == [chord_label([48, 64, 67]), chord_label([48, 52, 69]), 0]
     with pytest.raises(ValueError, match="roll must have shape"):
         chord_labels_from_roll(torch.zeros(3, 12))
+
+
+def test_estimate_key_major_minor_and_silence():
+    from pe_toolkit.domains.music.structure import estimate_key
+
+    a_minor = torch.tensor([69, 71, 72, 74, 76, 77, 80, 81, 76, 72, 69, 69, 0])  # harmonic minor, tonic heavy
+    assert estimate_key(a_minor) == 9 + 12
+    assert estimate_key(torch.tensor([67, 71, 74, 79, 74, 71, 67, 66, 67])) == 7  # G major arpeggio, F# leading
+    assert estimate_key(torch.zeros(5, dtype=torch.long)) == 0
+
+
+def test_melody_chords_by_hand_and_errors():
+    from pe_toolkit.domains.music.structure import melody_chords
+
+    t = torch.arange(32)
+    bar, beat = t // 16, t % 16
+    # in C major: E+G (C major holds both), F+A (F major), B+D (G major), rest, C alone (I preferred over vi/IV)
+    melody = torch.tensor([64] * 4 + [67] * 4 + [65] * 4 + [69] * 4 + [71] * 4 + [74] * 4 + [0] * 4 + [60] * 4)
+    labels = melody_chords(melody, bar, beat, span=8, key=0)
+    c, f, g = 1, 1 + 5 * 5, 1 + 5 * 7
+    assert labels.tolist() == [c] * 8 + [f] * 8 + [g] * 8 + [c] * 8
+    assert melody_chords(melody, bar, beat, span=4, key=0)[24:28].tolist() == [0] * 4  # a resting segment
+    # in A minor a lone C: the tonic triad A minor (i: A C E) is preferred over C major (III)
+    assert melody_chords(torch.full((8,), 60), t[:8] // 16, t[:8] % 16, key=9 + 12).tolist() == [1 + 5 * 9 + 1] * 8
+    with pytest.raises(ValueError, match="span must be a positive int"):
+        melody_chords(melody, bar, beat, span=0)
+    with pytest.raises(ValueError, match="key must be an int in 0..23"):
+        melody_chords(melody, bar, beat, key=24)
+    with pytest.raises(ValueError, match="same length"):
+        melody_chords(melody, bar[:5], beat)
+    with pytest.raises(ValueError, match="melody must be a 1-D tensor"):
+        melody_chords(melody[None], bar, beat)
