@@ -115,6 +115,9 @@ def calibration_pair_scores(model: Transformer, tokens: Tensor, *, batch_size: i
     _check_model(model)
     if tokens.dim() != 2 or tokens.is_floating_point():
         raise ValueError(f"tokens must be an integer tensor (N, L), got {tuple(tokens.shape)} {tokens.dtype}")
+    if tokens.numel() == 0:
+        raise ValueError(f"tokens: the calibration set is empty (shape {tuple(tokens.shape)}); "
+                         "the 2-norm strategy needs at least one sequence of at least one token")
     check_int("batch_size", batch_size)
     inputs: dict[int, Tensor] = {}
     hooks = [

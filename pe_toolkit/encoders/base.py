@@ -108,6 +108,17 @@ def require(condition: Tensor, message: str, detail: Callable[[], str] | None = 
         raise ValueError(message + (detail() if detail is not None else ""))
 
 
+def require_finite(name: str, x: Tensor) -> None:
+    """``ValueError`` naming ``name`` when the floating tensor ``x`` holds NaN or inf (see :func:`require`).
+
+    A NaN entering a layer leaves every later activation NaN without an error; checked where a
+    user's float input enters (the Transformer's ``forward_features``, MLA, the explainer).
+    """
+    if x.is_floating_point() or x.is_complex():
+        require(torch.isfinite(x).all(), f"{name} holds NaN or inf values",
+                lambda: f" ({int((~torch.isfinite(x)).sum())} of {x.numel()} entries)")
+
+
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """``k_pos - q_pos`` for every query/key pair: ``(Lq, Lk)`` or ``(B, Lq, Lk)``.
 

@@ -13,6 +13,7 @@ from pe_toolkit.encoders.base import (
     check_int,
     check_positions,
     default_positions,
+    require,
 )
 from pe_toolkit.nn.backends import BACKENDS, attend
 from pe_toolkit.nn.kv_cache import KVCache
@@ -196,6 +197,10 @@ class MultiHeadAttention(nn.Module):
                 raise TypeError(f"key_padding_mask must be bool (True = real token), got {key_padding_mask.dtype}")
             if tuple(key_padding_mask.shape) != (b, k_len):
                 raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected ({b}, {k_len})")
+            has_keys = key_padding_mask.any(-1)
+            require(has_keys.all(), "key_padding_mask: every row needs at least one real key (True); attention "
+                    "over only padding has no distribution",
+                    lambda: f", rows {(~has_keys).nonzero().flatten().tolist()} are all False")
         mask = AttentionMask(q_len, k_len, causal=self.causal and is_self, key_padding_mask=key_padding_mask,
                              q_documents=runs, k_documents=runs, window=self.window if is_self else None)
         out = attend(q, k, v, q_pos, k_pos, encoding, mask, backend=self.backend, tile=self.query_block_size,

@@ -49,6 +49,7 @@ from pe_toolkit.encoders.base import (
     check_int,
     check_positions,
     default_positions,
+    require_finite,
 )
 from pe_toolkit.encoders.rotary import RotaryEncoding, apply_rope, rope_inverse_frequencies
 from pe_toolkit.nn.backends import dense_attention_mask
@@ -304,6 +305,7 @@ class MultiHeadLatentAttention(nn.Module):
             raise ValueError("MultiHeadLatentAttention is self-attention only: context must be None")
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
+        require_finite("MultiHeadLatentAttention: x", x)
         bias_encoding = self._check_encoding(encoding)
         b, q_len, _ = x.shape
         if cache is not None and cache.window is not None:

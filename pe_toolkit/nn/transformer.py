@@ -18,6 +18,8 @@ from pe_toolkit.encoders.base import (
     PositionBiasEncoding,
     check_int,
     default_positions,
+    require,
+    require_finite,
     tracing,
 )
 from pe_toolkit.nn.attention import check_document_ids
@@ -152,6 +154,10 @@ class Transformer(nn.Module):
 
     def embed_tokens(self, tokens: Tensor) -> Tensor:
         """Token embeddings ``(B, L, dim)``, times ``sqrt(dim)`` when ``scale_embeddings``."""
+        vocab = self.token_embedding.num_embeddings
+        if tokens.numel():
+            require(((tokens >= 0) & (tokens < vocab)).all(), f"tokens must be ids in [0, vocab_size={vocab})",
+                    lambda: f", got values from {int(tokens.min())} to {int(tokens.max())}")
         embedded = self.token_embedding(tokens)
         return embedded * self.config.dim**0.5 if self.config.scale_embeddings else embedded
 
@@ -195,6 +201,7 @@ class Transformer(nn.Module):
         """
         if x.dim() != 3 or x.shape[-1] != self.config.dim:
             raise ValueError(f"x must have shape (B, L, {self.config.dim}), got {tuple(x.shape)}")
+        require_finite("x", x)
         if (context is not None) != self.config.cross_attention:
             raise ValueError(
                 "context= is required exactly when the model has cross_attention=True "

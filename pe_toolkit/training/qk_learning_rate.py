@@ -176,6 +176,9 @@ def qk_logit_factors(model: nn.Module) -> list[QKFactor]:
 def matrix_norm(weight: Tensor, norm: str) -> Tensor:
     """Spectral or Frobenius norm of ``weight (..., rows, cols)`` (batched over leading dims), float64."""
     w = weight.detach().to(torch.float64)
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"the Q/K learning-rate rule needs finite weights: a {tuple(weight.shape)} Q/K weight "
+                         "holds NaN or inf (the run diverged; see NonFiniteStop)")
     if norm == "spectral":
         return torch.linalg.matrix_norm(w, ord=2)
     return torch.linalg.matrix_norm(w, ord="fro")
