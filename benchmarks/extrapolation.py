@@ -485,11 +485,11 @@ def build_variant(spec: dict[str, Any], weights_path: str):
     Returns:
         ``(module, finetune)``: the ``LanguageModelModule`` and the fine-tune's summary (or ``None``).
     """
-    import torch
+    from pe_toolkit.checkpoint import load_weights
 
     variant = spec["variant"]
     module = _module(spec)
-    module.load_state_dict(torch.load(weights_path, weights_only=True))
+    module.load_state_dict(load_weights(weights_path))  # a corrupt stored model names its file
     if variant["encoding"] is not None:
         swap_encoding(module.model, variant["encoding"], spec["options"], per_layer=variant["per_layer"])
     finetune = _finetune(module, spec, variant["finetune"]) if variant["finetune"] else None

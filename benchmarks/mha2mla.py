@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     import pe_toolkit as pet
+    from pe_toolkit.checkpoint import load_weights
     from pe_toolkit.conversion import convert_to_mla
     from pe_toolkit.data import ByteLMDataModule, random_windows, sequential_windows
 
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         base_weights = store.path(f"mha__seed{seed}").with_suffix(".pt")
         stored = store.load(f"mha__seed{seed}", run_config)
         if stored is not None and base_weights.exists():  # the trained MHA model of an interrupted run
-            base.load_state_dict(torch.load(base_weights, map_location="cpu", weights_only=True))
+            base.load_state_dict(load_weights(base_weights, map_location="cpu"))  # names a corrupt file
             base_loss, mha_ft_loss = stored["val_loss"], stored["val_loss_finetuned"]
             progress(f"seed {seed}: reused the trained MHA: val loss {base_loss:.4f}")
         else:
