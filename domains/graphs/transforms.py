@@ -354,11 +354,27 @@ class RandomWalkPE(BaseTransform):
     summed, out-degrees). Entry ``(i, t-1)`` is the probability that a walk from ``i`` is back at ``i`` after
     ``t`` steps. A node without out-edges has return probability 0 for every ``t``.
 
-    ``method="exact"``: ``diag(P^t) = diag(S^t)`` with ``S = D^-1/2 A D^-1/2`` (a diagonal similarity keeps
-    the diagonal). For an undirected graph ``S`` is symmetric, so with ``Y_h = S^h E`` for a block ``E`` of
-    unit vectors, ``diag(S^2h) = colsum(Y_h * Y_h)`` and ``diag(S^(2h+1)) = colsum(Y_h * S Y_h)``: only
-    ``ceil(T / 2)`` sparse-times-dense products per block, ``O(T nnz N / 2)`` time, ``O(N block_size)`` memory,
-    no dense ``N x N`` matrix. Directed graphs take ``T`` products per block (``e_i^T S^t e_i``).
+    ``method="exact"`` splits each power into two half-powers, ``t = a + b`` with ``a = floor(t / 2)``:
+
+        ``diag(P^t)_i = sum_j (P^a)_ij (P^b)_ji``, i.e. the row sums of ``P^a * (P^b)^T`` (elementwise),
+
+    so only ``P^1 .. P^h``, ``h = ceil(T / 2)``, are ever formed, never ``P^T``. Undirected graphs use the
+    symmetric ``S = D^-1/2 A D^-1/2`` instead (same diagonal, ``(S^b)^T = S^b``), so one sequence of powers
+    serves both factors; directed graphs take the rows of ``P^a`` and of ``(P^T)^b``.
+
+    * Dense path (``N <= dense_threshold``): ``P^1 .. P^h`` as dense matrices (``h - 1`` products, against
+      ``T - 1`` for PyG's ``AddRandomWalkPE``), built straight from ``edge_index`` in torch, ~``(T / 2) N^3``
+      flops. ``forward`` multiplies in float32 (relative rounding ~1e-7, the precision of the float32 result;
+      PyG also multiplies in float32) unless ``dtype`` is float64; :meth:`return_probabilities` in float64.
+    * Sparse path: the rows of ``S^a`` are sparse, holding the ``a``-hop neighbourhood of each node. Row
+      blocks of ``S`` are multiplied by ``S`` (scipy sparse products) up to ``S^h``: time and memory
+      ``O(N * |h-hop neighbourhood| * degree)``, never an ``N x N`` matrix. When a block's powers get dense
+      (more than ``dense_fraction`` of the block's entries nonzero: small or expanding graphs with long walks),
+      that block continues with dense columns ``S @ Y`` (``O(nnz(S))`` per column and step), each chunk at most
+      ``2^24`` float64 entries (128 MiB).
+
+    Both paths are exact up to rounding (no truncation, no sampling); the sparse path runs in float64, and the
+    result is cast to ``dtype``.
 
     ``method="monte_carlo"``: ``num_walks`` independent walks per node (seeded ``torch.Generator``; the
     global RNG is not used); the estimate is the fraction of walks at their start after ``t`` steps. It is
@@ -369,8 +385,9 @@ class RandomWalkPE(BaseTransform):
         walk_length: number of steps ``T`` (>= 1); the encoding has ``T`` features.
         attr_name: node attribute for the ``(N, T)`` encoding; ``None`` concatenates it to ``data.x``.
         method: ``"exact"`` or ``"monte_carlo"``.
-        block_size: at most this many unit vectors per block in ``"exact"`` (memory ``O(N block_size)``); blocks
-            are also capped at ``2^24 / N`` columns, so one float64 block never exceeds 128 MiB.
+        block_size: rows per block of the sparse exact path (>= 1).
+        dense_threshold: graphs of at most this many nodes take the dense exact path (>= 0; 0: never).
+        dense_fraction: density in ``(0, 1]`` of a block's power above which the sparse path turns dense.
         num_walks: walks per node in ``"monte_carlo"``.
         seed: seed of the Monte-Carlo generator.
         dtype: floating dtype of the stored tensor.
@@ -385,7 +402,9 @@ class RandomWalkPE(BaseTransform):
         attr_name: str | None = "rw_pe",
         *,
         method: str = "exact",
-        block_size: int = 1024,
+        block_size: int = 4096,
+        dense_threshold: int = 256,
+        dense_fraction: float = 0.05,
         num_walks: int = 1000,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
@@ -395,6 +414,11 @@ class RandomWalkPE(BaseTransform):
         self.attr_name = _check_attr_name(owner, "attr_name", attr_name)
         self.method = check_choice(f"{owner}: method", method, ("exact", "monte_carlo"))
         self.block_size = check_int(f"{owner}: block_size", block_size)
+        self.dense_threshold = check_int(f"{owner}: dense_threshold", dense_threshold, minimum=0)
+        if (isinstance(dense_fraction, bool) or not isinstance(dense_fraction, (int, float))
+                or not 0 < dense_fraction <= 1):
+            raise ValueError(f"{owner}: dense_fraction must be a number in (0, 1], got {dense_fraction!r}")
+        self.dense_fraction = float(dense_fraction)
         self.num_walks = check_int(f"{owner}: num_walks", num_walks)
         self.seed = check_int(f"{owner}: seed", seed, minimum=0)
         self.dtype = _check_dtype(owner, dtype)
@@ -403,7 +427,8 @@ class RandomWalkPE(BaseTransform):
         """The ``(N, walk_length)`` float64 return probabilities of ``data``.
 
         ``nodes``: optional node ids (a 1-D integer sequence or tensor); then only their rows are computed,
-        ``(len(nodes), walk_length)``, at ``len(nodes) / N`` of the cost (e.g. the target nodes of a large graph).
+        ``(len(nodes), walk_length)``, at about ``len(nodes) / N`` of the cost (sparse path), e.g. the target
+        nodes of a large graph.
         """
         n = _check_data("RandomWalkPE", data, undirected=False)
         if nodes is not None:
@@ -412,15 +437,22 @@ class RandomWalkPE(BaseTransform):
                 raise TypeError(f"RandomWalkPE: nodes must be a 1-D sequence of integer node ids, got {nodes!r}")
             if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
                 raise ValueError(f"RandomWalkPE: nodes must lie in [0, {n - 1}], got [{nodes.min()}, {nodes.max()}]")
+        if self.method == "exact" and n <= self.dense_threshold:
+            out = _dense_returns(data, n, self.walk_length, torch.float64).numpy()
+            return out if nodes is None else out[nodes]
         adj = graph_adjacency(data, self_loops=True)
         if self.method == "monte_carlo":
             return _monte_carlo_returns(adj, self.walk_length, self.num_walks, self.seed, nodes=nodes)
-        block = max(1, min(self.block_size, 2**24 // n))
-        return _exact_returns(adj, self.walk_length, block, symmetric=_is_symmetric(adj), n=n, nodes=nodes)
+        return _sparse_returns(adj, self.walk_length, nodes=nodes, block=self.block_size,
+                               dense_fraction=self.dense_fraction)
 
     def forward(self, data: Data) -> Data:
-        pe = torch.from_numpy(self.return_probabilities(data)).to(data.edge_index.device, self.dtype)
-        return _add_node_attr("RandomWalkPE", data, pe, self.attr_name)
+        if self.method == "exact" and _check_data("RandomWalkPE", data, undirected=False) <= self.dense_threshold:
+            precision = torch.float64 if torch.finfo(self.dtype).bits >= 64 else torch.float32
+            pe = _dense_returns(data, data.num_nodes, self.walk_length, precision)  # no numpy round trip
+        else:
+            pe = torch.from_numpy(self.return_probabilities(data))
+        return _add_node_attr("RandomWalkPE", data, pe.to(data.edge_index.device, self.dtype), self.attr_name)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(walk_length={self.walk_length}, method={self.method!r})"
@@ -431,30 +463,109 @@ def _is_symmetric(adj: sp.csr_matrix) -> bool:
     return diff.nnz == 0 or float(abs(diff).max()) <= 1e-12 * max(float(abs(adj).max()), 1.0)
 
 
-def _exact_returns(adj: sp.csr_matrix, steps: int, block: int, *, symmetric: bool, n: int,
-                   nodes: np.ndarray | None = None) -> np.ndarray:
-    d_is = _inv_sqrt(np.asarray(adj.sum(axis=1)).ravel())
-    s = (sp.diags(d_is) @ adj @ sp.diags(d_is)).tocsr()
+def _half_split(t: int) -> tuple[int, int]:
+    """``t = a + b`` with ``a = floor(t / 2)``, ``b = ceil(t / 2)``: ``diag(P^t) = rowsum(P^a * (P^b)^T)``."""
+    return t // 2, t - t // 2
+
+
+def _dense_returns(data: Data, n: int, steps: int, dtype: torch.dtype) -> Tensor:
+    """Exact return probabilities from dense half-powers (small graphs), computed in ``dtype``.
+
+    Undirected (``A == A^T``): powers of ``S = D^-1/2 A D^-1/2``, so ``(S^b)^T = S^b`` and every product is a
+    contiguous row sum; directed: powers of ``P = D^-1 A`` against the transposed powers."""
+    edge_index = data.edge_index.cpu()
+    weight = data.edge_weight if "edge_weight" in data else None
+    value = torch.ones(edge_index.size(1), dtype=dtype) if weight is None else weight.detach().cpu().to(dtype)
+    adj = torch.zeros(n, n, dtype=dtype)
+    adj.index_put_((edge_index[0], edge_index[1]), value, accumulate=True)  # duplicate edges summed
+    deg = adj.sum(1)
+    symmetric = torch.equal(adj, adj.T)
+    if symmetric:
+        d_is = torch.where(deg > 0, deg, torch.ones_like(deg)).rsqrt() * (deg > 0)
+        m = d_is[:, None] * adj * d_is[None, :]
+    else:
+        m = adj / torch.where(deg > 0, deg, torch.ones_like(deg))[:, None]  # zero rows stay zero
+    h = (steps + 1) // 2
+    powers = [m]  # powers[a - 1] = M^a, a = 1..h
+    for _ in range(h - 1):
+        powers.append(powers[-1] @ m)
+    left = torch.stack(powers)  # (h, N, N)
+    right = left if symmetric else left.transpose(1, 2).contiguous()  # rows of (M^b)^T
+    out = torch.empty(n, steps, dtype=dtype)
+    out[:, 0] = m.diagonal()
+    out[:, 1::2] = (left[: steps // 2] * right[: steps // 2]).sum(2).T  # t = 2a: rowsum(M^a * (M^a)^T)
+    if h > 1:  # t = 2a + 1 (a >= 1): rowsum(M^a * (M^(a+1))^T)
+        out[:, 2::2] = (left[: h - 1] * right[1:h]).sum(2).T
+    return out
+
+
+def _rowsum_product(a: sp.csr_matrix, b: sp.csr_matrix) -> np.ndarray:
+    """``rowsum(a * b)`` (elementwise) of two CSR matrices of the same shape."""
+    if a is not b:
+        return np.asarray(a.multiply(b).sum(axis=1)).ravel()
+    # a * a: no sort, no pattern merge, the squares of the stored values summed per row
+    out = np.zeros(a.shape[0])
+    if a.nnz:
+        full = np.diff(a.indptr) > 0  # reduceat would return a neighbour's value for an empty row
+        out[full] = np.add.reduceat(a.data * a.data, a.indptr[:-1][full])
+    return out
+
+
+def _sparse_returns(adj: sp.csr_matrix, steps: int, *, nodes: np.ndarray | None, block: int,
+                    dense_fraction: float) -> np.ndarray:
+    """Exact return probabilities from sparse half-powers, in row blocks (see :class:`RandomWalkPE`)."""
+    n = adj.shape[0]
+    deg = np.asarray(adj.sum(axis=1)).ravel()
+    symmetric = _is_symmetric(adj)
+    if symmetric:  # S = D^-1/2 A D^-1/2 is symmetric and has the diagonal powers of P
+        d_is = _inv_sqrt(deg)
+        m = (sp.diags(d_is) @ adj @ sp.diags(d_is)).tocsr()
+        mt = m
+    else:
+        d_inv = np.where(deg > 0, 1.0 / np.where(deg > 0, deg, 1.0), 0.0)
+        m = (sp.diags(d_inv) @ adj).tocsr()
+        mt = m.T.tocsr()
     targets = np.arange(n) if nodes is None else nodes
     out = np.zeros((targets.size, steps))
+    out[:, 0] = m.diagonal()[targets]
+    h = (steps + 1) // 2
     for start in range(0, targets.size, block):
-        rows = np.arange(start, min(start + block, targets.size))  # rows of `out`
+        rows = slice(start, min(start + block, targets.size))
         idx = targets[rows]
-        y = np.zeros((n, idx.size))
-        y[idx, np.arange(idx.size)] = 1.0  # block of unit vectors
-        if symmetric:
-            for h in range(0, steps // 2 + 1):  # y = S^h E
-                if h > 0:
-                    y = s @ y
-                if 2 * h <= steps and h > 0:
-                    out[rows, 2 * h - 1] = np.einsum("ij,ij->j", y, y)
-                if 2 * h + 1 <= steps:
-                    out[rows, 2 * h] = np.einsum("ij,ij->j", y, s @ y)
-        else:
-            for t in range(steps):
-                y = s @ y
-                out[rows, t] = y[idx, np.arange(idx.size)]
+        left = m[idx]  # rows idx of M^p
+        right = left if symmetric else mt[idx]  # rows idx of (M^T)^p
+        prev_left = None
+        for p in range(1, h + 1):
+            if p > 1:
+                if left.nnz > dense_fraction * left.shape[0] * n:  # dense from here on: cheaper than sparse
+                    _dense_continue(m, mt, symmetric, left, right, p, steps, out[rows])
+                    break
+                prev_left, left = left, left @ m
+                right = left if symmetric else right @ mt
+                out[rows, 2 * p - 2] = _rowsum_product(prev_left, right)  # t = 2p - 1 = (p - 1) + p
+            if 2 * p <= steps:
+                out[rows, 2 * p - 1] = _rowsum_product(left, right)  # t = 2p = p + p
     return out
+
+
+def _dense_continue(m: sp.csr_matrix, mt: sp.csr_matrix, symmetric: bool, left: sp.csr_matrix,
+                    right: sp.csr_matrix, p: int, steps: int, out: np.ndarray) -> None:
+    """Continue :func:`_sparse_returns` for one block from ``left`` / ``right`` (power ``p - 1``), dense.
+
+    Works on transposes: ``Y^T = (rows of M^a)^T`` is ``N x block`` and ``(M^(a+1))^T = M^T (M^a)^T``."""
+    n, h = m.shape[0], (steps + 1) // 2
+    chunk = max(1, 2**24 // n)
+    for c0 in range(0, left.shape[0], chunk):
+        cols = slice(c0, min(c0 + chunk, left.shape[0]))
+        lt = left[cols].T.toarray()  # (N, chunk): rows of M^(p-1), transposed
+        rt = lt if symmetric else right[cols].T.toarray()
+        for q in range(p, h + 1):
+            prev_lt = lt
+            lt = mt @ lt
+            rt = lt if symmetric else m @ rt
+            out[cols, 2 * q - 2] = np.einsum("ij,ij->j", prev_lt, rt)  # t = 2q - 1
+            if 2 * q <= steps:
+                out[cols, 2 * q - 1] = np.einsum("ij,ij->j", lt, rt)  # t = 2q
 
 
 def _monte_carlo_returns(adj: sp.csr_matrix, steps: int, walks: int, seed: int,

@@ -463,3 +463,28 @@ def test_random_walk_pe_on_a_subset_of_nodes(method):
         transform.return_probabilities(data, nodes=[0, 40])
     with pytest.raises(TypeError, match="nodes must be a 1-D sequence of integer node ids"):
         transform.return_probabilities(data, nodes=[[1, 2]])
+
+
+# ------------------------------------------------------------------------------- exact RWSE: every path
+@pytest.mark.parametrize("directed", [False, True])
+def test_random_walk_paths_match_dense_matrix_powers(directed):
+    gen = torch.Generator().manual_seed(5)
+    n = 60
+    edge_index = torch.randint(0, n, (2, 240), generator=gen)
+    if not directed:
+        edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+    data = Data(edge_index=edge_index, num_nodes=n)  # duplicates and self-loops included
+    a = torch.zeros(n, n, dtype=torch.float64)
+    a.index_put_((edge_index[0], edge_index[1]), torch.ones(edge_index.size(1), dtype=torch.float64), accumulate=True)
+    p = a / a.sum(1, keepdim=True).clamp(min=1e-300)
+    expected = torch.stack([torch.linalg.matrix_power(p, t).diagonal() for t in range(1, 10)], dim=1)
+    for options in ({"dense_threshold": 1000}, {"dense_threshold": 0}, {"dense_threshold": 0, "block_size": 7},
+                    {"dense_threshold": 0, "dense_fraction": 1e-9}, {"dense_threshold": 0, "dense_fraction": 1.0}):
+        got = torch.from_numpy(RandomWalkPE(9, **options).return_probabilities(data))
+        torch.testing.assert_close(got, expected, atol=1e-12, rtol=0, msg=str(options))
+        pe = RandomWalkPE(9, dtype=torch.float64, **options)(data).rw_pe
+        torch.testing.assert_close(pe, expected, atol=1e-12, rtol=0, msg=str(options))
+    with pytest.raises(ValueError, match="dense_fraction"):
+        RandomWalkPE(4, dense_fraction=0)
+    with pytest.raises(ValueError, match="dense_threshold"):
+        RandomWalkPE(4, dense_threshold=-1)
