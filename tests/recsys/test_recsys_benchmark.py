@@ -1,4 +1,4 @@
-"""The recsys benchmark: summary helpers, and a tiny real run of the whole script."""
+"""The recsys benchmark: presets, intervals and verdicts, and a tiny real run of the whole script."""
 
 from __future__ import annotations
 
@@ -7,46 +7,77 @@ import json
 import pytest
 
 from benchmarks import recsys
+from benchmarks.presets import load_preset
 
 
-def row(dataset, encoding, seed, ndcg, hr=0.5):
+def row(dataset, encoding, seed, ndcg, hr=0.5, protocol="recbole"):
     base = {m: 0.0 for m in recsys.METRICS}
-    return {**base, "dataset": dataset, "encoding": encoding, "seed": seed, "ndcg@10": ndcg, "hr@10": hr,
-            "epochs": 3, "seconds": 1.0, "positional_parameters": 0}
+    base.update({f"{r}/{m}": 0.0 for r in ("all", "unseen") for m in recsys.METRICS})
+    return {**base, "dataset": dataset, "protocol": protocol, "encoding": encoding, "seed": seed, "ndcg@10": ndcg,
+            "hr@10": hr, "epochs": 3, "seconds": 1.0, "positional_parameters": 0, "converged": True,
+            "ranking": "all"}
 
 
-def test_mean_and_sample_std():
-    assert recsys.mean_std([0.1, 0.3]) == (pytest.approx(0.2), pytest.approx(0.1414213562))
-    assert recsys.mean_std([0.5]) == (0.5, 0.0)
-    assert recsys.mean_std([None, float("nan")]) == (None, None)
+def test_every_preset_is_valid():
+    for name in ("quick", "full", "gpu"):
+        preset = load_preset("recsys", name)
+        assert set(preset["encoders"]) <= set(recsys.ENCODERS) and set(preset["datasets"]) <= set(recsys.DATASETS)
+        assert set(preset["protocols"]) <= set(recsys.PROTOCOLS) and preset["protocols"][0] == "recbole"
+        assert set(preset["training"]) == set(recsys.DATASETS)
+        if name != "quick":
+            assert len(preset["seeds"]) >= 3 and {"learned", "rope", "cope", "cape"} <= set(preset["encoders"])
 
 
-def test_summarize_orders_encoders_and_pairs_seeds():
-    rows = [row("ml-100k", "cape", 0, 0.3), row("ml-100k", "learned", 0, 0.2), row("ml-100k", "cape", 1, 0.1),
-            row("ml-100k", "learned", 1, 0.2), row("ml-100k", "cape", 2, 0.5)]
-    summary = recsys.summarize(rows)
-    assert [r["encoding"] for r in summary] == ["learned", "cape"]
-    assert summary[1]["seeds"] == 3 and summary[1]["ndcg@10"] == pytest.approx(0.3)
-    gain = recsys.paired_gain(rows, "ml-100k", "cape", "learned", "ndcg@10")
-    # seed 2 has no learned run: only seeds 0 and 1 pair up (+0.1, -0.1)
-    assert gain["seeds"] == 2 and gain["mean"] == pytest.approx(0.0) and gain["wins"] == 1
-    assert recsys.paired_gain(rows, "synthetic", "cape", "learned", "ndcg@10") is None
+def test_protocols_decide_the_history_exclusion():
+    assert not recsys.excludes_history("ml-100k", "recbole")
+    assert recsys.excludes_history("ml-100k", "sasrec")
+    assert not recsys.excludes_history("synthetic", "sasrec")  # recalls: the target is in the history
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        recsys.excludes_history("ml-100k", "bert4rec")
 
 
-def test_tiny_run_writes_results_report_and_plot(tmp_path, monkeypatch):
-    tiny = {"users": 30, "max_len": 16, "dim": 16, "num_heads": 2, "num_layers": 1, "dropout": 0.0, "lr": 3e-3,
-            "batch_size": 16, "max_epochs": 2, "patience": 1}
-    monkeypatch.setitem(recsys.QUICK, "synthetic", tiny)
-    monkeypatch.setitem(recsys.SYNTHETIC, "length", [8, 12])
-    args = ["--quick", "--out", str(tmp_path), "--datasets", "synthetic", "--encoders", "learned", "cape"]
+def test_summary_intervals_and_verdicts():
+    # cape 0.30 / 0.31 / 0.32 against learned 0.20 / 0.21 / 0.22: intervals 0.31 +- 0.0248 apart -> better
+    rows = [row("ml-100k", "cape", s, 0.30 + 0.01 * s) for s in range(3)]
+    rows += [row("ml-100k", "learned", s, 0.20 + 0.01 * s) for s in range(3)]
+    rows += [row("ml-100k", "rope", s, 0.31 + 0.01 * (-1) ** s) for s in range(3)]
+    summary = recsys.summarize(rows, ["learned", "rope", "cape"])
+    assert [r["encoding"] for r in summary] == ["learned", "rope", "cape"]
+    cape = summary[2]["ndcg@10"]
+    half = 4.302652729911275 * 0.01 / 3**0.5  # t(0.975, 2) * sd / sqrt(n)
+    assert cape["mean"] == pytest.approx(0.31) and cape["high"] - cape["mean"] == pytest.approx(half)
+    found = {(v["comparison"], v["metric"]): v for v in recsys.verdicts(summary)}
+    assert found[("cape vs learned", "ndcg@10")]["verdict"] == "better"
+    assert found[("cape vs rope", "ndcg@10")]["verdict"] == "tie"  # overlapping intervals
+    assert found[("cape vs learned", "hr@10")]["verdict"] == "tie"  # identical values
+    assert "better than learned" in recsys.verdict_sentence(found[("cape vs learned", "ndcg@10")])
+    one_seed = recsys.verdicts(recsys.summarize(rows[:1] + rows[3:4]))
+    assert "untested" in recsys.verdict_sentence(one_seed[0])
+
+
+def test_tiny_run_writes_results_report_and_plot(tmp_path):
+    tiny = ["--set", "training.synthetic.users=30", "--set", "training.synthetic.max_len=12",
+            "--set", "training.synthetic.dim=8", "--set", "training.synthetic.batches_per_epoch=2",
+            "--set", "training.synthetic.max_epochs=1", "--set", "synthetic.length=[8,12]"]
+    args = ["--quick", "--out", str(tmp_path), "--datasets", "synthetic", "--encoders", "learned", "cape",
+            "--jobs", "0", "--accelerator", "cpu", *tiny]
     assert recsys.main(args) == 0
     out = tmp_path / "recsys"
     results = json.loads((out / "results.json").read_text())
-    assert [(r["encoding"], r["seed"]) for r in results["rows"]] == [("learned", 0), ("cape", 0)]
+    assert [(r["encoding"], r["seed"], r["protocol"]) for r in results["rows"]] == [("learned", 0, "recbole"),
+                                                                                   ("cape", 0, "recbole")]
     for r in results["rows"]:
-        assert 0.0 <= r["ndcg@10"] <= r["hr@10"] <= 1.0 and r["users"] == 30 and 1 <= r["epochs"] <= 2
+        assert 0.0 <= r["ndcg@10"] <= r["hr@10"] <= 1.0 and r["users"] == 30 and r["epochs"] == 1
+        assert r["ndcg@10"] == r["all/ndcg@10"] and r["ranking"] == "all"  # RecBole: nothing excluded
+        assert r["steps"] == 2  # 1 epoch of batches_per_epoch = 2 batches
+    assert results["config"]["device"]["accelerator"] == "cpu"
+    stored = json.loads((out / "runs" / "quick" / "synthetic__recbole__cape__seed0.json").read_text())
+    assert stored["spec"]["device"] == {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
     report = (out / "report.md").read_text()
-    assert "| cape | 1 |" in report and "cape - learned" in report and (out / "recsys_metrics.png").stat().st_size
+    assert "| cape | 1 |" in report and "cape vs learned" in report and "untested" in report
+    assert "**Fairness.**" in report and (out / "recsys_metrics.png").stat().st_size
     # --report-only rebuilds the report from the stored runs without training
     assert recsys.main(args + ["--report-only"]) == 0
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
+    with pytest.raises(ValueError, match="preset key 'training.synthetic.epochs' does not exist"):
+        recsys.main(["--quick", "--out", str(tmp_path), "--set", "training.synthetic.epochs=3"])
