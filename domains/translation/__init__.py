@@ -20,6 +20,7 @@ require_extra("translation", __name__)
 
 from pe_toolkit.domains.translation.btg import (
     BTGNode,
+    NonBTGPermutationWarning,
     alignment_permutation,
     btg_tree_from_alignment,
     btg_tree_from_permutation,
@@ -33,7 +34,8 @@ from pe_toolkit.domains.translation.model import TranslationModel
 from pe_toolkit.domains.translation.reorderer import BTGReorderer
 
 __all__ = [
-    "BTGNode", "BTGReorderer", "CrossLingualPositionEncoding", "SentencePair", "TranslationModel", "Vocabulary",
+    "BTGNode", "BTGReorderer", "CrossLingualPositionEncoding", "NonBTGPermutationWarning", "SentencePair",
+    "TranslationModel", "Vocabulary",
     "alignment_permutation", "btg_tree_from_alignment", "btg_tree_from_permutation", "cross_lingual_positions",
     "generate_corpus", "load_parallel_corpus", "parse_pharaoh", "reorder",
 ]

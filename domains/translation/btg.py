@@ -17,7 +17,9 @@ Here the tree is derived from a word alignment:
 
 A permutation that no BTG tree can produce (it contains the patterns 2413 or 3142, e.g. ``[1, 3, 0, 2]``)
 leaves several blocks on the stack. ``strict=True`` raises; otherwise the remaining blocks are joined
-*straight*, i.e. the reordering is the best BTG approximation that keeps those blocks in source order.
+*straight*, i.e. the reordering is the BTG approximation that keeps those blocks in source order, and a
+:class:`NonBTGPermutationWarning` says so (for ``[1, 3, 0, 2]`` every block is one token, so the result is
+the identity: no reordering at all).
 
 Everything here is plain Python on one sentence at a time (preprocessing, not a model hot path).
 
@@ -31,11 +33,13 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
     "BTGNode",
+    "NonBTGPermutationWarning",
     "alignment_permutation",
     "btg_tree_from_alignment",
     "btg_tree_from_permutation",
@@ -46,6 +50,10 @@ __all__ = [
 ]
 
 STRAIGHT, INVERTED, LEAF = "straight", "inverted", "leaf"
+
+
+class NonBTGPermutationWarning(UserWarning):
+    """A permutation that no BTG tree produces was approximated (leftover blocks joined straight)."""
 
 
 @dataclass(frozen=True)
@@ -188,9 +196,13 @@ def btg_tree_from_permutation(permutation: Sequence[int], *, strict: bool = Fals
 
     Args:
         permutation: target rank of each source token, a permutation of ``0..n-1``.
-        strict: raise if no BTG tree yields the permutation (instead of joining the leftover blocks straight).
+        strict: raise if no BTG tree yields the permutation (instead of joining the leftover blocks straight
+            with a :class:`NonBTGPermutationWarning`).
     Raises:
         ValueError: empty or invalid permutation; a non-binarizable one with ``strict=True``.
+    Warns:
+        NonBTGPermutationWarning: a non-binarizable permutation with ``strict=False``; it names the
+            permutation, the reordering actually produced and how many source positions differ.
     """
     ranks = _check_permutation(permutation)
     stack: list[tuple[BTGNode, int, int]] = []
@@ -211,6 +223,15 @@ def btg_tree_from_permutation(permutation: Sequence[int], *, strict: bool = Fals
     tree = stack[0][0]
     for node, _, _ in stack[1:]:
         tree = _merge(STRAIGHT, tree, node)
+    if len(stack) > 1:
+        got = cross_lingual_positions(tree)
+        wrong = sum(a != b for a, b in zip(got, ranks))
+        identity = " (the identity: no reordering at all)" if got == list(range(len(ranks))) else ""
+        warnings.warn(
+            f"btg: permutation {ranks!r} cannot be produced by a BTG tree (it contains a 2413 or 3142 pattern); "
+            f"its {len(stack)} leftover blocks are kept in source order, giving the cross-lingual positions "
+            f"{got!r}{identity}, {wrong} of {len(ranks)} tokens away from their target rank; pass strict=True to "
+            "raise instead", NonBTGPermutationWarning, stacklevel=2)
     return tree
 
 

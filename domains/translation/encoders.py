@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from pe_toolkit.domains.translation.btg import btg_tree_from_alignment, cross_lingual_positions
 from pe_toolkit.encoders.absolute import sinusoidal_table
-from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int
+from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int, tracing
 from pe_toolkit.registry import register_encoder
 
 __all__ = ["CrossLingualPositionEncoding", "EXAMPLE_CLAUSE", "STRATEGIES", "example_alignment"]
@@ -50,14 +50,31 @@ def example_alignment(length: int) -> list[tuple[int, int]]:
     return [(i, 7 * (i // 5) + EXAMPLE_CLAUSE[i % 5]) for i in range(length)]
 
 
-def _check_pair_positions(positions: Tensor) -> None:
+def _check_pair_positions(positions: Tensor, name: str = "positions") -> None:
+    """Shape ``(L, 2)`` / ``(B, L, 2)``; the cross-lingual column integral and in ``[0, L)`` (a reordered index).
+
+    The value check reads the tensor (a host sync), so it is skipped while ``torch.compile`` traces.
+    """
     if not isinstance(positions, Tensor):
-        raise TypeError(f"xl_pe: positions must be a tensor, got {type(positions).__name__}")
+        raise TypeError(f"xl_pe: {name} must be a tensor, got {type(positions).__name__}")
     if positions.dim() not in (2, 3) or positions.shape[-1] != 2:
         raise ValueError(
-            "xl_pe: positions must have shape (L, 2) or (B, L, 2) holding (position, cross-lingual position), "
+            f"xl_pe: {name} must have shape (L, 2) or (B, L, 2) holding (position, cross-lingual position), "
             f"got {tuple(positions.shape)}"
         )
+    if tracing() or positions.dtype == torch.bool:
+        if positions.dtype == torch.bool:
+            raise ValueError(f"xl_pe: {name} must be numbers, got dtype {positions.dtype}")
+        return
+    xl = positions[..., 1]
+    length = positions.shape[-2]
+    if xl.is_floating_point() and not bool(torch.isfinite(xl).all() and (xl == xl.round()).all()):
+        bad = xl[~(torch.isfinite(xl) & (xl == xl.round()))][0]
+        raise ValueError(f"xl_pe: {name}[..., 1] (cross-lingual positions) must be integers, got {float(bad)!r}")
+    outside = (xl < 0) | (xl >= length)
+    if bool(outside.any()):
+        raise ValueError(f"xl_pe: {name}[..., 1] (cross-lingual positions) must lie in [0, {length}) for "
+                         f"{length} tokens, got {xl[outside][0].item()!r}")
 
 
 @register_encoder(
@@ -123,8 +140,8 @@ class CrossLingualPositionEncoding(PositionalEncoding):
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         if self.strategy != "head":
             return q, k
-        _check_pair_positions(q_pos)
-        _check_pair_positions(k_pos)
+        _check_pair_positions(q_pos, "q_pos")
+        _check_pair_positions(k_pos, "k_pos")
         if q.shape[1] != self.num_heads or k.shape[1] != self.num_heads:
             raise ValueError(f"xl_pe: strategy='head' needs {self.num_heads} query and key heads, got "
                              f"{q.shape[1]} and {k.shape[1]}")

@@ -87,12 +87,24 @@ def _has_2413(perm, pattern):
     return False
 
 
-def test_non_btg_permutation_strict_raises_and_lenient_joins_straight():
+def test_non_btg_permutation_strict_raises_and_lenient_joins_straight_with_a_warning():
+    from pe_toolkit.domains.translation import NonBTGPermutationWarning
+
     with pytest.raises(ValueError, match="2413 or 3142"):
         btg_tree_from_permutation([1, 3, 0, 2], strict=True)
-    tree = btg_tree_from_permutation([1, 3, 0, 2])
+    # never silently: the identity it falls back to is named in the warning
+    with pytest.warns(NonBTGPermutationWarning, match=r"\[1, 3, 0, 2\].*\[0, 1, 2, 3\] \(the identity: no reordering"
+                      r".*4 of 4 tokens away"):
+        tree = btg_tree_from_permutation([1, 3, 0, 2])
     assert tree.describe() == "[[[0 1] 2] 3]"
     assert cross_lingual_positions(tree) == [0, 1, 2, 3]
+    # a non-binarizable core inside a longer sentence: the binarizable parts are still reordered
+    with pytest.warns(NonBTGPermutationWarning, match=r"6 leftover blocks.*\[0, 1, 2, 3, 4, 6, 5\], 4 of 7"):
+        tree = btg_tree_from_permutation([2, 4, 1, 3, 0, 6, 5])
+    assert cross_lingual_positions(tree)[5:] == [6, 5]
+    # through the alignment path too (SVO -> a 2413 target order)
+    with pytest.warns(NonBTGPermutationWarning):
+        btg_tree_from_alignment([(0, 1), (1, 3), (2, 0), (3, 2)], 4)
 
 
 @pytest.mark.parametrize(

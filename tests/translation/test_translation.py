@@ -290,3 +290,70 @@ def test_tiny_benchmark_run_and_resume(tmp_path, monkeypatch):
     assert json.loads((out / "results.json").read_text())["rows"] == rows
     with pytest.raises(AssertionError, match="trained again"):
         bench.main([*argv, "--resume", "--steps", "3"])
+
+
+# ------------------------------------------------------------------ cross-lingual positions, embedding scale
+@pytest.mark.parametrize(
+    ("xl", "match"),
+    [
+        (torch.tensor([[0, 1, 2, 3, 999], [0, 1, 2, 3, 4]]), r"xl_positions\[0, 4\] = 999 is outside \[0, 5\)"),
+        (torch.tensor([[0, 1, 2, 3, 4], [0, -1, 2, 3, 4]]), r"xl_positions\[1, 1\] = -1 is outside \[0, 5\)"),
+        (torch.tensor([[0.0, 1.5, 2.0, 3.0, 4.0]] * 2), "xl_positions must be an integer tensor.*float32"),
+        (torch.tensor([[0, 1, 1, 3, 4]] * 2), "xl_positions row 0 gives position 1 to 2 tokens"),
+        (torch.ones(2, 5, dtype=torch.bool), "xl_positions must be an integer tensor.*bool"),
+    ],
+)
+def test_model_rejects_bad_cross_lingual_positions(xl, match):
+    model = TranslationModel(10, 12, dim=16, num_heads=2, encoder_layers=1, decoder_layers=1, encoding="xl_pe")
+    source = torch.randint(4, 10, (2, 5))
+    with pytest.raises(ValueError, match=match):
+        model.encode(source, torch.ones(2, 5, dtype=torch.bool), xl)
+
+
+def test_model_checks_positions_over_the_real_tokens_only():
+    model = TranslationModel(10, 12, dim=16, num_heads=2, encoder_layers=1, decoder_layers=1, encoding="xl_pe")
+    source = torch.randint(4, 10, (2, 5))
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    ok = torch.tensor([[4, 3, 2, 1, 0], [2, 0, 1, 0, 0]])  # padding entries are ignored
+    assert model.encode(source, mask, ok).shape == (2, 5, 16)
+    with pytest.raises(ValueError, match=r"xl_positions\[1, 0\] = 3 is outside \[0, 3\)"):
+        model.encode(source, mask, torch.tensor([[4, 3, 2, 1, 0], [3, 0, 1, 0, 0]]))
+
+
+def test_xl_pe_rejects_bad_cross_lingual_positions():
+    enc = pet.get_encoder("xl_pe", 8, 2)
+    x = torch.randn(1, 3, 8)
+    plain = torch.arange(3)
+    for xl, match in ((torch.tensor([0, 1, 999]), r"positions\[\.\.\., 1\].*\[0, 3\) for 3 tokens, got 999"),
+                      (torch.tensor([0, -1, 2]), r"\[0, 3\) for 3 tokens, got -1"),
+                      (torch.tensor([0.0, 1.5, 2.0]), r"positions\[\.\.\., 1\].*must be integers, got 1.5")):
+        with pytest.raises(ValueError, match=match):
+            enc.embed(x, torch.stack((plain.to(xl.dtype), xl), dim=-1))
+    head = pet.get_encoder("xl_pe", 8, 2, strategy="head")
+    q = torch.randn(1, 2, 3, 4)
+    bad = torch.stack((plain, torch.tensor([0, 1, 3])), dim=-1)
+    with pytest.raises(ValueError, match=r"q_pos\[\.\.\., 1\]"):
+        head.rotate(q, q, bad, torch.stack((plain, plain), dim=-1))
+    # integral floats are positions too (interpolated index positions may be float)
+    out = enc.embed(x, torch.stack((plain, torch.tensor([2, 0, 1])), dim=-1).double())
+    assert out.shape == x.shape
+
+
+@torch.no_grad()
+def test_token_embeddings_are_on_the_scale_of_the_positions():
+    torch.manual_seed(0)
+    dim = 64
+    model = TranslationModel(200, 200, dim=dim, num_heads=4, encoder_layers=1, decoder_layers=1, encoding="xl_pe")
+    tokens = torch.arange(4, 200).unsqueeze(0)
+    rms = model.encoder.embed_tokens(tokens).pow(2).mean().sqrt()
+    assert 0.9 < float(rms) < 1.1  # N(0, 1/dim) times sqrt(dim): unit coordinates
+    pe = model.encoder.encodings[0].embed(torch.zeros(1, 10, dim), torch.stack([torch.arange(10)] * 2, -1))
+    ratio = float(pe.pow(2).mean().sqrt() / rms)
+    assert ratio < 1.5  # PE(t) + PE(t_xl) has RMS ~1.4 per coordinate here
+    old = TranslationModel(200, 200, dim=dim, num_heads=4, encoder_layers=1, decoder_layers=1, encoding="xl_pe",
+                           scale_embeddings=False)
+    unscaled = old.encoder.embed_tokens(tokens).pow(2).mean().sqrt()
+    assert 0.018 < float(unscaled) < 0.022 and float(pe.pow(2).mean().sqrt() / unscaled) > 60  # the old confound
+    assert float(model.decoder.embed_tokens(tokens).pow(2).mean().sqrt()) > 0.9
+    with pytest.raises(TypeError, match="scale_embeddings must be a bool"):
+        TranslationModel(10, 10, dim=16, num_heads=2, scale_embeddings=1)
