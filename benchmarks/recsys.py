@@ -225,23 +225,32 @@ def verdict_sentence(v: dict[str, Any]) -> str:
             f"({a} {v['a']}, {b} {v['b']}; the intervals do not overlap).")
 
 
+def _bar(value: Any) -> tuple[float, float, float]:
+    """``(mean, lower error, upper error)`` of a summary cell: an interval dict, or a bare number (no error)."""
+    if isinstance(value, dict):
+        mean = nan_if_missing(value["mean"])
+        if value["n"] > 1:
+            return mean, mean - value["low"], value["high"] - mean
+        return mean, 0.0, 0.0
+    return nan_if_missing(value), 0.0, 0.0
+
+
 def plot(summary: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["dataset"], r["protocol"]) for r in summary},
+    panels = sorted({(r["dataset"], r.get("protocol", "recbole")) for r in summary},
                     key=lambda p: (DATASETS.index(p[0]) if p[0] in DATASETS else 9, PROTOCOLS.index(p[1])))
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(5.5 * max(1, len(panels)), 4), squeeze=False)
     for ax, (dataset, protocol) in zip(axes[0], panels):
-        rows = [r for r in summary if r["dataset"] == dataset and r["protocol"] == protocol]
+        rows = [r for r in summary if r["dataset"] == dataset and r.get("protocol", "recbole") == protocol]
         xs = range(len(rows))
         for offset, metric in ((-0.2, "hr@10"), (0.2, "ndcg@10")):
-            means = [nan_if_missing(r[metric]["mean"]) for r in rows]
-            errors = [[m - r[metric]["low"] if r[metric]["n"] > 1 else 0 for m, r in zip(means, rows)],
-                      [r[metric]["high"] - m if r[metric]["n"] > 1 else 0 for m, r in zip(means, rows)]]
-            ax.bar([x + offset for x in xs], means, 0.4, yerr=errors, capsize=3, label=metric.upper())
+            bars = [_bar(r[metric]) for r in rows]
+            ax.bar([x + offset for x in xs], [b[0] for b in bars], 0.4,
+                   yerr=[[b[1] for b in bars], [b[2] for b in bars]], capsize=3, label=metric.upper())
         ax.set_xticks(list(xs))
         ax.set_xticklabels([r["encoding"] for r in rows], rotation=20)
         ax.set_title(f"{dataset}, {protocol} protocol (test, 95 % interval)", fontsize=9)

@@ -46,6 +46,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
+from presets import device_options, trainer_options  # noqa: E402
 
 NAME = "translation"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -109,7 +110,7 @@ def run_one(variant: str, positions: str, seed: int, data: dict[str, Any], confi
                "decoder_layers": config["decoder_layers"], **VARIANTS[variant]}
     module = TranslationModule(tv.itos, len(sv), options, lr=config["lr"], max_steps=config["steps"],
                                warmup_steps=max(1, config["steps"] // 20))
-    trainer = L.Trainer(max_steps=config["steps"], accelerator="cpu", devices=1, logger=False,
+    trainer = L.Trainer(max_steps=config["steps"], **trainer_options(config.get("device")), logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, num_sanity_val_steps=0)
     data_module = TranslationDataModule(train, test, batch_size=config["batch_size"], seed=seed)
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
     config["variants"] = args.variants
+    config["device"] = device_options(args)  # part of run_config: a run on another device is not reused
     start = time.perf_counter()
     data = build_data(config)
     # the baseline, then reorderer positions (the fair setting), then oracle ones: a partial run already
