@@ -4,7 +4,8 @@ The models under test are tiny: on a busy 2-core machine two OpenMP threads per 
 of their time waiting for each other (30-60x slower in the graph, recsys and detection tests).
 
 Hypothesis runs derandomized by default, so ``make test`` (and CI) tries the same examples every
-time; ``HYPOTHESIS_PROFILE=explore pytest tests/reliability`` searches fresh random examples.
+time; ``HYPOTHESIS_PROFILE=explore pytest tests/reliability`` searches fresh random examples, and
+``pytest tests/reliability --hypothesis-profile=long`` also tries 20x as many (``fuzz_budget.py``).
 """
 
 import os
@@ -15,6 +16,7 @@ from hypothesis import settings
 
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
+settings.register_profile("long", derandomize=False, max_examples=2000)  # --hypothesis-profile=long: 20x budgets
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 

@@ -152,6 +152,8 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
         encoding = encoding if encoding is not None else self.encoding
         if encoding is None:
             encoding = _NOPE

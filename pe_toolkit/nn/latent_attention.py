@@ -306,6 +306,8 @@ class MultiHeadLatentAttention(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
         require_finite("MultiHeadLatentAttention: x", x)
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
         bias_encoding = self._check_encoding(encoding)
         b, q_len, _ = x.shape
         if cache is not None and cache.window is not None:

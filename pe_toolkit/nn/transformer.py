@@ -17,6 +17,7 @@ from pe_toolkit.encoders.base import (
     PositionalEncoding,
     PositionBiasEncoding,
     check_int,
+    check_positions,
     default_positions,
     require,
     require_finite,
@@ -202,6 +203,8 @@ class Transformer(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.config.dim:
             raise ValueError(f"x must have shape (B, L, {self.config.dim}), got {tuple(x.shape)}")
         require_finite("x", x)
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
         if (context is not None) != self.config.cross_attention:
             raise ValueError(
                 "context= is required exactly when the model has cross_attention=True "
@@ -217,6 +220,9 @@ class Transformer(nn.Module):
             past = cache[0].length if cache is not None else 0
             positions = (default_positions(x.shape[1], past, x.device) if document_ids is None
                          else document_positions(document_ids))
+        else:  # the embed hook reads them first: check them here, not in each layer only
+            vector_dims = getattr(self.encodings[0], "position_vector_dims", 0)
+            check_positions("positions", positions, x.shape[1], x.shape[0], vector_dims=vector_dims)
         with contextlib.ExitStack() as stack:
             # a shared bias is built once per forward (eager; compiled, each layer computes it in the graph)
             for enc in self.encodings:

@@ -11,14 +11,15 @@ import tempfile
 from pathlib import Path
 
 import torch
-from hypothesis import HealthCheck, given, settings
+from fuzz_budget import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 
 import pe_toolkit as pet
 from pe_toolkit.data.text_corpus import load_text_files
 from pe_toolkit.domains.graphs.datasets import load_edge_list
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = fuzz(150)
 SEQUENCE_ENCODERS = pet.list_encoders(domain="sequence")
 
 # Values of every kind an option may be given: valid, out of range, wrong type, non-finite.

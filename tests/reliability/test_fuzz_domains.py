@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from fuzz_budget import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 
-FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FUZZ_MORE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # cheap loaders
+FUZZ = fuzz(100)
+FUZZ_MORE = fuzz(150)  # cheap loaders
 
 
 # ----------------------------------------------------------------------------------------------- MIDI bytes
