@@ -93,9 +93,11 @@ class QKClipCallback(L.Callback):
         measure: ``"forward"`` or ``"after_step"``.
 
     Attributes:
-        clipped: heads rescaled, summed over steps and layers. ``history``: ``(optimizer step,
-        number of heads clipped, smallest gamma)`` for every step that clipped. ``steps``: optimizer
-        steps seen. Logged as ``qk_clip/heads`` and ``qk_clip/min_gamma``.
+        clipped: heads rescaled, summed over steps and layers (logged as ``qk_clip/heads``, with
+            ``qk_clip/min_gamma``).
+        history: ``(optimizer step, number of heads clipped, smallest gamma)`` for every step that
+            clipped.
+        steps: optimizer steps seen.
     """
 
     def __init__(self, tau: float = 100.0, *, measure: str = "forward") -> None:

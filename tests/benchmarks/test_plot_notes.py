@@ -126,13 +126,19 @@ def test_recsys_plot_with_one_metric_has_no_note(tmp_path, saved):
     assert saved[0][1] == [[]]
 
 
+def _no_value() -> dict:
+    from benchmarks.common import mean_interval
+
+    return mean_interval([])
+
+
 def test_extrapolation_passkey_with_no_accuracy(tmp_path, saved):
     from benchmarks import extrapolation
 
-    rows = [{"variant": v, "passkey": [{"length": n, "depth": d, "digit_accuracy": a}
-                                       for n in (64, 128) for d in (0.0, 0.5) for a in (None,)]}
-            for v in ("rope", "alibi", "nope")]
-    extrapolation.plot_passkey(rows, 64, tmp_path / "passkey.png")
+    rows = [{"variant": v, "mode": "zero_shot", "passkey_cells": [
+        {"length": n, "depth": d, "digit_accuracy": _no_value()} for n in (64, 128) for d in (0.0, 0.5)]}
+        for v in ("rope", "alibi", "nope")]
+    extrapolation.plot_passkey(rows, "zero_shot", 64, tmp_path / "passkey.png")
     path, panels = saved[0]
     assert path.exists()
     assert [len(p) for p in panels] == [1, 1, 1]  # one note per variant's panel (no colorbar, nothing to scale)
@@ -141,19 +147,22 @@ def test_extrapolation_passkey_with_no_accuracy(tmp_path, saved):
 
 def test_extrapolation_passkey_mixed(tmp_path, saved):
     from benchmarks import extrapolation
+    from benchmarks.common import mean_interval
 
-    rows = [{"variant": "rope", "passkey": [{"length": 64, "depth": 0.5, "digit_accuracy": 0.4}]},
-            {"variant": "nope", "passkey": [{"length": 64, "depth": 0.5, "digit_accuracy": NAN}]}]
-    extrapolation.plot_passkey(rows, 64, tmp_path / "passkey.png")
+    rows = [{"variant": "rope", "mode": "trained",
+             "passkey_cells": [{"length": 64, "depth": 0.5, "digit_accuracy": mean_interval([0.4, 0.5])}]},
+            {"variant": "nope", "mode": "trained",
+             "passkey_cells": [{"length": 64, "depth": 0.5, "digit_accuracy": _no_value()}]}]
+    extrapolation.plot_passkey(rows, "trained", 64, tmp_path / "passkey.png")
     assert [len(p) for p in saved[0][1]] == [0, 1]
 
 
 def test_extrapolation_ppl_with_no_perplexity(tmp_path, saved):
     from benchmarks import extrapolation
 
-    rows = [{"base": "rope", "variant": "rope", "spec": {"variant": {"finetune": False, "encoding": None}},
-             "ppl": [{"length": n, "ppl": None} for n in (64, 128)]}]
-    extrapolation.plot_ppl(rows, 64, tmp_path / "ppl.png")
+    rows = [{"variant": "rope", "mode": "zero_shot", "seeds": [0, 1, 2],
+             "ppl": [{"length": n, **_no_value()} for n in (64, 128)]}]
+    extrapolation.plot_ppl(rows, "zero_shot", 64, tmp_path / "ppl.png")
     _assert_all_panels_noted(saved)
 
 
@@ -195,7 +204,9 @@ def test_translation_all_none(tmp_path, saved):
 def test_multirobot_metrics_all_none(tmp_path, saved):
     from benchmarks import multirobot
 
-    rows = [{"method": m, "f1": None, "nda": None, "coverage": None, "success": None} for m in ("a", "b")]
+    none = {"low": None, "high": None}
+    rows = [{"method": m, **{k: None for k in ("f1", "nda", "coverage", "success")},
+             **{f"{k}_ci": none for k in ("f1", "nda", "coverage", "success")}} for m in ("a", "b")]
     multirobot.plot_metrics(rows, tmp_path / "metrics.png")
     _assert_all_panels_noted(saved)
 
