@@ -53,6 +53,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
+from presets import device_options, trainer_options  # noqa: E402
 
 NAME = "graphs"
 SECTIONS = ("csl", "sbm", "precompute")
@@ -253,7 +254,7 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
     steps = hp["epochs"] * math.ceil(len(splits[0]) / hp["batch_size"])
     module = GraphClassificationModule(model, num_classes=num_classes, lr=hp["lr"], warmup_steps=max(1, steps // 20),
                                        max_steps=steps)
-    trainer = L.Trainer(max_epochs=hp["epochs"], accelerator="cpu", devices=1, logger=False,
+    trainer = L.Trainer(max_epochs=hp["epochs"], **trainer_options(spec.get("device")), logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0)
     trainer.fit(module, data)
@@ -525,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     # Order: CSL fold 0 and the SBM runs for every (PE, model) first, then the other CSL folds, so that a run
     # stopped early (and reported with --report-only) has every cell with as many folds as possible.
     specs = []
-    base = {"seed": 0, "threads": args.threads, "data_root": str(data_root)}
+    base = {"seed": 0, "threads": args.threads, "data_root": str(data_root),
+            "device": device_options(args)}  # part of a run's identity: --resume never mixes devices
     csl_specs = [{**base, "task": "csl", "pe": pe, "model": m, "fold": f, "training": csl_hp}
                  for f in range(folds) for pe in pes for m in models] if "csl" in args.sections else []
     per_fold = len(pes) * len(models)

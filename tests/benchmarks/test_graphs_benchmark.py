@@ -95,7 +95,7 @@ def test_precompute_section_in_subprocess(tmp_path):
     assert (out / "precompute_time.png").stat().st_size > 0
 
 
-def test_csl_section_tiny_run_and_report_only(tmp_path):
+def test_csl_section_tiny_run_and_report_only(tmp_path, capsys):
     argv = ["--sections", "csl", "--folds", "1", "--epochs", "1", "--pes", "none", "rwse", "--models", "gin",
             "--jobs", "0", "--out", str(tmp_path)]
     assert graphs.main(argv) == 0
@@ -106,6 +106,7 @@ def test_csl_section_tiny_run_and_report_only(tmp_path):
     for r in rows:
         assert r["metric"] == "acc" and 0.0 <= r["test_metric"] <= 1.0
         assert r["test_graphs"] == 30 and r["train_graphs"] == 90
+        assert r["spec"]["device"] == {"accelerator": "auto", "devices": 1, "precision": "32-true"}  # --accelerator
     assert len(list((out / "runs").glob("*.json"))) == 2
     assert (out / "csl_accuracy.png").stat().st_size > 0
     report = (out / "report.md").read_text()
@@ -115,6 +116,11 @@ def test_csl_section_tiny_run_and_report_only(tmp_path):
     (out / "report.md").unlink()
     assert graphs.main([*argv, "--report-only"]) == 0
     assert "| gin | none | 1 |" in (out / "report.md").read_text()
+    # another device is another run: the auto-device runs are not reused for --accelerator cpu
+    capsys.readouterr()
+    graphs.main([*argv, "--accelerator", "cpu", "--report-only"])
+    assert "--report-only: not run: ['csl__none__gin__fold0.json', 'csl__rwse__gin__fold0.json']" in \
+        capsys.readouterr().out
 
 
 def test_sbm_section_tiny_run(tmp_path):
