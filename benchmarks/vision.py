@@ -168,7 +168,9 @@ def verdicts(summary: list[dict[str, Any]], sizes: list[int], train_size: int) -
                 if size <= train_size:
                     continue
                 a, b = by[rotary][f"acc_{size}"], by[absolute][f"acc_{size}"]
-                verdict = interval_verdict(a, b, higher_is_better=True)
+                # one seed has no interval: the comparison is untested, not a tie
+                verdict = ("untested" if min(a["n"], b["n"]) < 2
+                           else interval_verdict(a, b, higher_is_better=True))
                 row[f"at_{size}"] = f"{verdict} ({a['mean']:.3f} vs {b['mean']:.3f})"
             rows.append(row)
     return rows
@@ -181,7 +183,9 @@ def claim_sentence(verdict_rows: list[dict[str, Any]], sizes: list[int], train_s
     parts = []
     for row in verdict_rows:
         outcomes = [row[f"at_{s}"].split(" ")[0] for s in larger]
-        if all(o == "better" for o in outcomes):
+        if all(o == "untested" for o in outcomes):
+            text = "untested (fewer than 2 seeds: no interval)"
+        elif all(o == "better" for o in outcomes):
             text = "extrapolates better at every larger size"
         elif any(o == "worse" for o in outcomes):
             text = "is worse at " + ", ".join(f"{s} px" for s, o in zip(larger, outcomes) if o == "worse")
@@ -308,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         "\n## After a short fine-tune at the test resolution\n\n" if tune_sizes else "",
         markdown_table(summary, tuned_columns) if tune_sizes else "",
         "\n## Does RoPE extrapolate better than absolute embeddings? (Heo et al. 2024)\n\n"
-        "\"better\" / \"worse\" only where the 95 % intervals do not overlap; \"tie\" otherwise (also with one "
-        "seed, which has no interval).\n\n",
+        "\"better\" / \"worse\" only where the 95 % intervals do not overlap, \"tie\" where they do, \"untested\" "
+        "with fewer than 2 seeds (no interval).\n\n",
         markdown_table(claims, ["comparison"] + [(f"at_{s}", f"{s} px") for s in sizes if s > train_size])
         if claims else "",
         f"\nMeasured: {claim_sentence(claims, sizes, train_size)}\n\n",
