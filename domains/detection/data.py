@@ -2,7 +2,13 @@
 
 Every sample is ``(image, target)``: ``image (3, H, W)`` float in ``[0, 1]`` and ``target`` a dict with
 ``boxes (M, 4)`` float xyxy in pixels, ``labels (M,)`` long in ``[0, num_classes)`` and ``image_id`` (int).
-An image without objects has ``boxes (0, 4)`` and ``labels (0,)``.
+An image without objects has ``boxes (0, 4)`` and ``labels (0,)``. COCO ``iscrowd`` regions are kept apart, in
+``crowd_boxes (K, 4)`` and ``crowd_labels (K,)``: nothing trains on them, and :func:`to_coco` /
+:func:`~pe_toolkit.domains.detection.metrics.coco_map` hand them to COCOeval as ``iscrowd = 1`` (a detection on a
+crowd region is ignored, neither a true nor a false positive).
+
+Images of different sizes batch after :class:`Letterbox` (scale to fit a square, keeping the aspect ratio, pad;
+boxes scaled and shifted with the image; :func:`undo_letterbox` maps predictions back).
 
 :class:`ShapesDetectionDataset` draws 1..``max_objects`` filled rectangles, ellipses and triangles (the class
 is the shape, the colour is random) of random sizes on a noisy random background; objects may overlap up to
@@ -26,9 +32,12 @@ from torch.utils.data import Dataset
 from pe_toolkit.domains.detection.box_ops import box_xywh_to_xyxy, box_xyxy_to_xywh
 from pe_toolkit.encoders.base import check_float, check_int
 
-__all__ = ["SHAPE_CLASSES", "CocoDetectionDataset", "ShapesDetectionDataset", "collate_detection", "to_coco"]
+__all__ = ["SHAPE_CLASSES", "CocoDetectionDataset", "Letterbox", "ShapesDetectionDataset", "collate_detection",
+           "to_coco", "undo_letterbox"]
 
 SHAPE_CLASSES = ("rectangle", "ellipse", "triangle")
+_NO_BOXES = torch.zeros(0, 4)
+_NO_LABELS = torch.zeros(0, dtype=torch.long)
 
 
 def _shape_mask(kind: int, x1: int, y1: int, w: int, h: int, size: int) -> np.ndarray:
@@ -151,17 +160,82 @@ def to_coco(targets: Sequence[dict[str, Any]], categories: Sequence[str], height
     """A COCO detection dict (``images``, ``annotations``, ``categories``) of xyxy pixel targets.
 
     Category ids are ``label + 1`` and annotation ids start at 1 (COCOeval treats id 0 as "unmatched").
+    A target's ``crowd_boxes`` / ``crowd_labels`` (optional) become annotations with ``iscrowd = 1``.
     """
     images, annotations = [], []
     for i, target in enumerate(targets):
         image_id = int(target["image_id"])
         images.append({"id": image_id, "width": int(width), "height": int(height),
                        "file_name": file_names[i] if file_names is not None else f"{image_id:06d}.png"})
-        for box, label in zip(box_xyxy_to_xywh(target["boxes"]).tolist(), target["labels"].tolist()):
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(label) + 1,
-                                "bbox": [float(v) for v in box], "area": float(box[2] * box[3]), "iscrowd": 0})
+        crowd = (target.get("crowd_boxes", _NO_BOXES), target.get("crowd_labels", _NO_LABELS))
+        for iscrowd, (boxes, labels) in enumerate(((target["boxes"], target["labels"]), crowd)):
+            for box, label in zip(box_xyxy_to_xywh(boxes).tolist(), labels.tolist()):
+                annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(label) + 1,
+                                    "bbox": [float(v) for v in box], "area": float(box[2] * box[3]),
+                                    "iscrowd": iscrowd})
     cats = [{"id": i + 1, "name": name} for i, name in enumerate(categories)]
     return {"images": images, "annotations": annotations, "categories": cats}
+
+
+class Letterbox:
+    """Resize an ``(image, target)`` pair to a ``size`` x ``size`` square; boxes follow the image.
+
+    ``keep_aspect=True`` (letterbox): scale by ``s = size / max(H, W)``, place the resized image in the centre
+    and pad the rest with ``fill``; a box ``(x1, y1, x2, y2)`` becomes ``s * box + (pad_x, pad_y, pad_x, pad_y)``.
+    ``keep_aspect=False``: stretch to the square (``s_x = size / W``, ``s_y = size / H``, no padding). The
+    image is resampled bilinearly (``antialias=True`` when shrinking). The target gets ``letterbox =
+    (s_x, s_y, pad_x, pad_y, H, W)`` for :func:`undo_letterbox`; ``boxes`` and ``crowd_boxes`` are rescaled, the
+    input is not modified.
+
+    Args:
+        size: output side in pixels.
+        keep_aspect: letterbox (True) or stretch (False).
+        fill: padding value in ``[0, 1]``.
+    """
+
+    def __init__(self, size: int, *, keep_aspect: bool = True, fill: float = 0.0) -> None:
+        self.size = check_int("size", size, minimum=8)
+        if not isinstance(keep_aspect, bool):
+            raise TypeError(f"keep_aspect must be a bool, got {type(keep_aspect).__name__}")
+        self.keep_aspect = keep_aspect
+        self.fill = check_float("fill", fill, positive=False, minimum=0.0)
+        if self.fill > 1.0:
+            raise ValueError(f"fill must lie in [0, 1], got {fill}")
+
+    def geometry(self, height: int, width: int) -> tuple[float, float, float, float, int, int]:
+        """``(s_x, s_y, pad_x, pad_y, new_h, new_w)`` for an ``height`` x ``width`` image."""
+        if self.keep_aspect:
+            scale = self.size / max(height, width)
+            new_h, new_w = max(1, round(height * scale)), max(1, round(width * scale))
+            return new_w / width, new_h / height, (self.size - new_w) // 2, (self.size - new_h) // 2, new_h, new_w
+        return self.size / width, self.size / height, 0, 0, self.size, self.size
+
+    def __call__(self, image: Tensor, target: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
+        if not isinstance(image, Tensor) or image.dim() != 3:
+            raise ValueError(f"Letterbox: image must be a (C, H, W) tensor, got {getattr(image, 'shape', image)!r}")
+        height, width = image.shape[-2:]
+        sx, sy, pad_x, pad_y, new_h, new_w = self.geometry(height, width)
+        resized = torch.nn.functional.interpolate(image[None].float(), size=(new_h, new_w), mode="bilinear",
+                                                  align_corners=False, antialias=new_h < height or new_w < width)[0]
+        out = torch.full((image.shape[0], self.size, self.size), self.fill, dtype=resized.dtype)
+        out[:, pad_y:pad_y + new_h, pad_x:pad_x + new_w] = resized.clamp(0.0, 1.0)
+        scale = torch.tensor([sx, sy, sx, sy])
+        shift = torch.tensor([pad_x, pad_y, pad_x, pad_y], dtype=torch.float32)
+        new = dict(target)
+        for key in ("boxes", "crowd_boxes"):
+            if key in target:
+                new[key] = target[key] * scale + shift
+        new["letterbox"] = (sx, sy, float(pad_x), float(pad_y), int(height), int(width))
+        return out, new
+
+
+def undo_letterbox(boxes: Tensor, letterbox: Sequence[float]) -> Tensor:
+    """Boxes ``(K, 4)`` xyxy in letterboxed pixels back to the original image (the inverse of :class:`Letterbox`)."""
+    if len(letterbox) != 6:
+        raise ValueError(f"letterbox must be (s_x, s_y, pad_x, pad_y, H, W), got {letterbox!r}")
+    sx, sy, pad_x, pad_y = (float(v) for v in letterbox[:4])
+    shift = boxes.new_tensor([pad_x, pad_y, pad_x, pad_y])
+    return (boxes - shift) / boxes.new_tensor([sx, sy, sx, sy])
 
 
 def _is_coco_id(value: Any) -> bool:
@@ -179,85 +253,130 @@ class CocoDetectionDataset(Dataset):
     """A user's COCO-format detection annotations (JSON) plus an image folder.
 
     Categories are mapped to contiguous labels ``0..C-1`` in increasing category id (``self.categories``
-    holds their names); ``iscrowd`` annotations are skipped (COCO does not train on them); images are
-    read with Pillow as RGB when accessed.
+    holds their names, ``num_classes`` their count). ``iscrowd`` annotations are kept apart as
+    ``crowd_boxes`` / ``crowd_labels`` (nothing trains on them; COCOeval ignores detections on them, see the
+    module docstring). Images are read with Pillow as RGB when accessed, then passed through ``transform``.
+
+    Every box must lie inside its image: an annotation whose box leaves the image by more than
+    ``box_tolerance`` pixels on any side is rejected (boxes are never clipped silently). The image size is the
+    file's (read from its header up front); an ``images`` entry's ``width`` / ``height``, when given, must agree.
 
     Args:
         annotation_file: the COCO JSON (``images`` with ``id`` and ``file_name``; ``annotations`` with ``id``,
             ``image_id``, ``category_id``, ``bbox`` = ``[x, y, w, h]``; ``categories`` with ``id``, ``name``).
         image_dir: folder that ``file_name`` is relative to.
+        transform: ``(image, target) -> (image, target)``, e.g. :class:`Letterbox` to batch mixed sizes.
+        box_tolerance: pixels a box may extend past the image border (annotation tools round; default 1).
 
     Raises:
         FileNotFoundError: for a missing JSON, folder, or image file (checked up front).
-        ValueError: for malformed JSON or annotations (missing keys, unknown image or category ids,
-            a bbox that is not four finite numbers or has a negative width / height).
+        ValueError: for malformed JSON or annotations (missing keys, unknown image or category ids, a bbox that
+            is not four finite numbers, has a negative width / height or lies outside its image), naming the
+            file and the annotation.
     """
 
-    def __init__(self, annotation_file: str | Path, image_dir: str | Path) -> None:
+    def __init__(self, annotation_file: str | Path, image_dir: str | Path, *, transform=None,
+                 box_tolerance: float = 1.0) -> None:
         path, self.image_dir = Path(annotation_file), Path(image_dir)
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable (image, target) -> (image, target), got "
+                            f"{type(transform).__name__}")
+        self.transform = transform
+        tolerance = check_float("box_tolerance", box_tolerance, positive=False, minimum=0.0)
         if not path.is_file():
             raise FileNotFoundError(f"annotation_file {str(path)!r} does not exist")
         if not self.image_dir.is_dir():
             raise FileNotFoundError(f"image_dir {str(self.image_dir)!r} is not a folder")
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f"annotation_file {str(path)!r} is not valid JSON: {err}") from err
+        where = f"annotation_file {str(path)!r}"
         if not isinstance(data, dict) or not {"images", "annotations", "categories"} <= set(data):
             keys = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"annotation_file {str(path)!r} must hold 'images', 'annotations' and 'categories', "
-                             f"got {keys}")
+            raise ValueError(f"{where} must hold 'images', 'annotations' and 'categories', got {keys}")
         for key in ("images", "annotations", "categories"):
             if not isinstance(data[key], list):
-                raise ValueError(f"annotation_file {str(path)!r}: {key!r} must be a list, got "
-                                 f"{type(data[key]).__name__}")
+                raise ValueError(f"{where}: {key!r} must be a list, got {type(data[key]).__name__}")
         try:
             cat_list = [_coco_id(c["id"], "category id") for c in data["categories"]]
             names = {_coco_id(c["id"], "category id"): str(c.get("name", c["id"])) for c in data["categories"]}
             image_list = [_coco_id(im["id"], "image id") for im in data["images"]]
             self.file_names = {_coco_id(im["id"], "image id"): str(im["file_name"]) for im in data["images"]}
         except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"annotation_file {str(path)!r}: every category needs an integer 'id' and every image an "
-                             f"integer 'id' and a 'file_name' ({err!r})") from err
+            raise ValueError(f"{where}: every category needs an integer 'id' and every image an integer 'id' and a "
+                             f"'file_name' ({err!r})") from err
         for what, ids in (("category", cat_list), ("image", image_list)):
             if len(set(ids)) != len(ids):
                 repeated = sorted({i for i in ids if ids.count(i) > 1})
-                raise ValueError(f"annotation_file {str(path)!r}: {what} id(s) {repeated} appear more than once")
+                raise ValueError(f"{where}: {what} id(s) {repeated} appear more than once")
         cat_ids = sorted(cat_list)
         self.cat_to_label = {cid: i for i, cid in enumerate(cat_ids)}
         self.categories = [names[c] for c in cat_ids]
         self.image_ids = sorted(self.file_names)
-        for image_id in self.image_ids:
-            if not (self.image_dir / self.file_names[image_id]).is_file():
-                raise FileNotFoundError(f"image {self.file_names[image_id]!r} (id {image_id}) not found in "
-                                        f"{str(self.image_dir)!r}")
-        boxes: dict[int, list] = {i: [] for i in self.image_ids}
-        labels: dict[int, list] = {i: [] for i in self.image_ids}
+        self.sizes = self._image_sizes(data["images"], where)
+        kept: dict[int, dict[str, list]] = {i: {"boxes": [], "labels": [], "crowd_boxes": [], "crowd_labels": []}
+                                            for i in self.image_ids}
         for ann in data["annotations"]:
             ident = ann.get("id", "?") if isinstance(ann, dict) else "?"
             if not isinstance(ann, dict) or not {"image_id", "category_id", "bbox"} <= set(ann):
-                raise ValueError(f"annotation {ident}: needs 'image_id', 'category_id' and 'bbox', got {ann!r}")
-            if ann.get("iscrowd", 0):
-                continue
-            if not _is_coco_id(ann["image_id"]) or ann["image_id"] not in boxes:
-                raise ValueError(f"annotation {ident}: image_id {ann['image_id']!r} is not in 'images'")
+                raise ValueError(f"{where}: annotation {ident} needs 'image_id', 'category_id' and 'bbox', got {ann!r}")
+            if not _is_coco_id(ann["image_id"]) or ann["image_id"] not in kept:
+                raise ValueError(f"{where}: annotation {ident}: image_id {ann['image_id']!r} is not in 'images'")
             if not _is_coco_id(ann["category_id"]) or ann["category_id"] not in self.cat_to_label:
-                raise ValueError(f"annotation {ident}: category_id {ann['category_id']!r} is not in 'categories' "
-                                 f"{cat_ids}")
+                raise ValueError(f"{where}: annotation {ident}: category_id {ann['category_id']!r} is not in "
+                                 f"'categories' {cat_ids}")
             bbox = ann["bbox"]
             if (not isinstance(bbox, list) or len(bbox) != 4
                     or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
                                for v in bbox)):
-                raise ValueError(f"annotation {ident}: bbox must be four finite numbers [x, y, w, h], got {bbox!r}")
+                raise ValueError(f"{where}: annotation {ident}: bbox must be four finite numbers [x, y, w, h], got "
+                                 f"{bbox!r}")
             if bbox[2] < 0 or bbox[3] < 0:
-                raise ValueError(f"annotation {ident}: bbox width and height must be >= 0, got {bbox!r}")
-            boxes[ann["image_id"]].append(bbox)
-            labels[ann["image_id"]].append(self.cat_to_label[ann["category_id"]])
-        self.targets = [
-            {"boxes": box_xywh_to_xyxy(torch.tensor(boxes[i], dtype=torch.float32).reshape(-1, 4)),
-             "labels": torch.tensor(labels[i], dtype=torch.long), "image_id": i}
-            for i in self.image_ids
-        ]
+                raise ValueError(f"{where}: annotation {ident}: bbox width and height must be >= 0, got {bbox!r}")
+            height, width = self.sizes[int(ann["image_id"])]
+            x, y, w, h = bbox
+            if x < -tolerance or y < -tolerance or x + w > width + tolerance or y + h > height + tolerance:
+                raise ValueError(f"{where}: annotation {ident}: bbox {bbox!r} lies outside its image "
+                                 f"{self.file_names[int(ann['image_id'])]!r} ({width} x {height} pixels, tolerance "
+                                 f"{tolerance} px)")
+            crowd = ann.get("iscrowd", 0)
+            if crowd not in (0, 1, True, False):
+                raise ValueError(f"{where}: annotation {ident}: iscrowd must be 0 or 1, got {crowd!r}")
+            prefix = "crowd_" if crowd else ""
+            kept[int(ann["image_id"])][f"{prefix}boxes"].append(bbox)
+            kept[int(ann["image_id"])][f"{prefix}labels"].append(self.cat_to_label[ann["category_id"]])
+        self.targets = []
+        for i in self.image_ids:
+            target: dict[str, Any] = {"image_id": i}
+            for prefix in ("", "crowd_"):
+                target[f"{prefix}boxes"] = box_xywh_to_xyxy(
+                    torch.tensor(kept[i][f"{prefix}boxes"], dtype=torch.float32).reshape(-1, 4))
+                target[f"{prefix}labels"] = torch.tensor(kept[i][f"{prefix}labels"], dtype=torch.long)
+            self.targets.append(target)
+
+    def _image_sizes(self, images: list[dict[str, Any]], where: str) -> dict[int, tuple[int, int]]:
+        """``{image id: (height, width)}`` from each file's header, checked against the JSON's width / height."""
+        from PIL import Image, UnidentifiedImageError
+
+        sizes = {}
+        for entry in images:
+            image_id = int(entry["id"])
+            file = self.image_dir / self.file_names[image_id]
+            if not file.is_file():
+                raise FileNotFoundError(f"image {self.file_names[image_id]!r} (id {image_id}) not found in "
+                                        f"{str(self.image_dir)!r}")
+            try:
+                with Image.open(file) as im:
+                    width, height = im.size
+            except (UnidentifiedImageError, OSError) as err:
+                raise ValueError(f"{where}: image {str(file)!r} (id {image_id}) cannot be read: {err}") from err
+            for key, value in (("width", width), ("height", height)):
+                if key in entry and entry[key] != value:
+                    raise ValueError(f"{where}: image {image_id} ({self.file_names[image_id]!r}) has {key} "
+                                     f"{entry[key]!r} in the JSON but {value} in the file")
+            sizes[image_id] = (height, width)
+        return sizes
 
     @property
     def num_classes(self) -> int:
@@ -272,7 +391,8 @@ class CocoDetectionDataset(Dataset):
         image_id = self.image_ids[index]
         with Image.open(self.image_dir / self.file_names[image_id]) as im:
             array = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
-        return torch.from_numpy(array).permute(2, 0, 1).contiguous(), self.targets[index]
+        image, target = torch.from_numpy(array).permute(2, 0, 1).contiguous(), self.targets[index]
+        return self.transform(image, target) if self.transform is not None else (image, target)
 
 
 def collate_detection(batch: Sequence[tuple[Tensor, dict[str, Any]]]) -> tuple[Tensor, list[dict[str, Any]]]:
@@ -284,5 +404,6 @@ def collate_detection(batch: Sequence[tuple[Tensor, dict[str, Any]]]) -> tuple[T
     images = [image for image, _ in batch]
     shapes = {tuple(image.shape) for image in images}
     if len(shapes) != 1:
-        raise ValueError(f"collate_detection: images must all have the same shape, got {sorted(shapes)}")
+        raise ValueError(f"collate_detection: images must all have the same shape, got {sorted(shapes)}; give the "
+                         "dataset a transform such as Letterbox(size) to batch images of different sizes")
     return torch.stack(images), [target for _, target in batch]

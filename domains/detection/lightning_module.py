@@ -87,7 +87,9 @@ class DetectionModule(L.LightningModule):
         images, targets = batch
         preds, gts = self._outputs.setdefault(stage, ([], []))
         preds.extend({k: v.cpu() for k, v in p.items()} for p in self.model.predict(images))
-        gts.extend({"boxes": t["boxes"].cpu(), "labels": t["labels"].cpu()} for t in targets)
+        # crowd regions go to COCOeval as iscrowd (ignored there); nothing trains on them
+        gts.extend({k: t[k].cpu() for k in ("boxes", "labels", "crowd_boxes", "crowd_labels") if k in t}
+                   for t in targets)
 
     def _eval_end(self, stage: str) -> None:
         preds, gts = self._outputs.pop(stage, ([], []))

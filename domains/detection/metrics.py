@@ -7,6 +7,11 @@ build), so this calls pycocotools' COCOeval directly (the backend torchmetrics i
 ``map`` is AP averaged over IoU thresholds 0.50:0.05:0.95 (COCO's primary metric, ``stats[0]``), ``map_50``
 and ``map_75`` are AP at IoU 0.5 and 0.75, all with at most 100 detections per image and COCO's 101-point
 interpolated precision.
+
+Crowd regions (a target's optional ``crowd_boxes`` / ``crowd_labels``, from COCO ``iscrowd = 1``) are handed to
+COCOeval as ``iscrowd`` annotations, so they count as COCO counts them: a detection matched to a crowd region
+(IoU = intersection over the detection's area) is ignored, neither a true nor a false positive, and a crowd
+region missed is not a false negative.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ def coco_map(predictions: Sequence[dict[str, Any]], targets: Sequence[dict[str, 
 
     Args:
         predictions: per image, ``boxes (K, 4)`` xyxy pixels, ``scores (K,)``, ``labels (K,)`` long.
-        targets: per image, ``boxes (M, 4)`` xyxy pixels and ``labels (M,)`` (images without objects allowed).
+        targets: per image, ``boxes (M, 4)`` xyxy pixels and ``labels (M,)`` (images without objects allowed),
+            optionally ``crowd_boxes (K, 4)`` and ``crowd_labels (K,)`` (COCO ``iscrowd`` regions, ignored as
+            COCOeval ignores them).
         num_classes: labels lie in ``[0, num_classes)``.
 
     Returns:
@@ -45,19 +52,24 @@ def coco_map(predictions: Sequence[dict[str, Any]], targets: Sequence[dict[str, 
         raise ValueError(f"coco_map: {len(predictions)} predictions for {len(targets)} targets")
     for name, items in (("predictions", predictions), ("targets", targets)):
         for i, item in enumerate(items):
-            check_boxes(f"{name}[{i}]['boxes']", item["boxes"])
-            labels = item["labels"]
-            if labels.shape != item["boxes"].shape[:1]:
-                raise ValueError(f"coco_map: {name}[{i}] has {labels.numel()} labels for "
-                                 f"{item['boxes'].shape[0]} boxes")
-            if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
-                raise ValueError(f"coco_map: {name}[{i}] labels must lie in [0, {num_classes}), got "
-                                 f"[{int(labels.min())}, {int(labels.max())}]")
+            prefixes = ("", "crowd_") if name == "targets" and "crowd_boxes" in item else ("",)
+            if name == "targets" and ("crowd_boxes" in item) != ("crowd_labels" in item):
+                raise ValueError(f"coco_map: targets[{i}] needs both 'crowd_boxes' and 'crowd_labels' or neither")
+            for prefix in prefixes:
+                boxes, labels = item[f"{prefix}boxes"], item[f"{prefix}labels"]
+                check_boxes(f"{name}[{i}]['{prefix}boxes']", boxes)
+                if labels.shape != boxes.shape[:1]:
+                    raise ValueError(f"coco_map: {name}[{i}] has {labels.numel()} {prefix}labels for "
+                                     f"{boxes.shape[0]} {prefix}boxes")
+                if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+                    raise ValueError(f"coco_map: {name}[{i}] {prefix}labels must lie in [0, {num_classes}), got "
+                                     f"[{int(labels.min())}, {int(labels.max())}]")
     if sum(int(t["labels"].numel()) for t in targets) == 0:
         raise ValueError("coco_map: no image has a ground-truth object; COCO AP is undefined")
     indexed = [{**t, "image_id": i} for i, t in enumerate(targets)]
-    width = max([1.0] + [float(t["boxes"][:, 2].max()) for t in targets if t["boxes"].numel()])
-    height = max([1.0] + [float(t["boxes"][:, 3].max()) for t in targets if t["boxes"].numel()])
+    every = [b for t in targets for b in (t["boxes"], t.get("crowd_boxes")) if b is not None and b.numel()]
+    width = max([1.0] + [float(b[:, 2].max()) for b in every])
+    height = max([1.0] + [float(b[:, 3].max()) for b in every])
     gt_dict = to_coco(indexed, [str(c) for c in range(num_classes)], int(height), int(width))
     detections = []
     for i, pred in enumerate(predictions):

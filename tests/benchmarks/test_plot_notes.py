@@ -169,7 +169,7 @@ def test_extrapolation_ppl_with_no_perplexity(tmp_path, saved):
 def test_detection_map_with_no_map(tmp_path, saved):
     from benchmarks import detection
 
-    rows = [{"variant": v, "parameters": 1000, "map_mean": None, "map_std": None} for v in ("a", "b")]
+    rows = [{"variant": v, "parameters": 1000, "map": None, "map_ci": _no_value()} for v in ("a", "b")]
     detection.plot_map(rows, tmp_path / "map.png")
     _assert_all_panels_noted(saved)
 

@@ -7,7 +7,13 @@ import json
 import pytest
 import torch
 
-from pe_toolkit.domains.detection.data import CocoDetectionDataset, ShapesDetectionDataset, collate_detection
+from pe_toolkit.domains.detection.data import (
+    CocoDetectionDataset,
+    Letterbox,
+    ShapesDetectionDataset,
+    collate_detection,
+    undo_letterbox,
+)
 from pe_toolkit.domains.detection.metrics import coco_map
 
 
@@ -83,11 +89,37 @@ GOOD = {"images": [{"id": 7, "file_name": "a.png"}], "categories": [{"id": 3, "n
                         {"id": 2, "image_id": 7, "category_id": 3, "bbox": [0, 0, 5, 5], "iscrowd": 1}]}
 
 
-def test_coco_loader_maps_categories_and_skips_crowd(tmp_path):
+def test_coco_loader_maps_categories_and_keeps_crowd_apart(tmp_path):
     ds = CocoDetectionDataset(_write(tmp_path, GOOD), tmp_path / "img")
     _, target = ds[0]
-    assert ds.categories == ["x", "y"] and target["labels"].tolist() == [1]
+    assert ds.categories == ["x", "y"] and ds.num_classes == 2 and target["labels"].tolist() == [1]
     torch.testing.assert_close(target["boxes"], torch.tensor([[1.0, 2.0, 4.0, 6.0]]))
+    assert target["crowd_labels"].tolist() == [0]  # kept for the metric, never a training target
+    torch.testing.assert_close(target["crowd_boxes"], torch.tensor([[0.0, 0.0, 5.0, 5.0]]))
+
+
+@pytest.mark.parametrize("bbox, ok", [([60, 60, 4.9, 4.9], True), ([63, 10, 1.9, 3], True), ([63, 10, 2.5, 3], False),
+                                      ([-1.5, 0, 3, 3], False), ([200, 200, 10, 10], False)])
+def test_coco_loader_rejects_a_box_outside_its_image(tmp_path, bbox, ok):
+    data = json.loads(json.dumps(GOOD))
+    data["annotations"][0]["id"] = 17
+    data["annotations"][0]["bbox"] = bbox  # the image is 64 x 64; the tolerance is 1 pixel
+    path = _write(tmp_path, data)
+    if ok:
+        assert CocoDetectionDataset(path, tmp_path / "img")[0][1]["boxes"].shape == (1, 4)
+        return
+    with pytest.raises(ValueError, match=r"ann\.json'.*annotation 17: bbox .* lies outside its image 'a\.png' "
+                                         r"\(64 x 64 pixels"):
+        CocoDetectionDataset(path, tmp_path / "img")
+
+
+def test_coco_loader_checks_the_json_image_size_against_the_file(tmp_path):
+    data = json.loads(json.dumps(GOOD))
+    data["images"][0].update(width=64, height=48)
+    with pytest.raises(ValueError, match="image 7 \\('a.png'\\) has height 48 in the JSON but 64 in the file"):
+        CocoDetectionDataset(_write(tmp_path, data), tmp_path / "img")
+    data["images"][0]["height"] = 64
+    assert len(CocoDetectionDataset(_write(tmp_path, data), tmp_path / "img")) == 1
 
 
 @pytest.mark.parametrize("mutate, error, message", [
@@ -113,8 +145,70 @@ def test_coco_loader_bad_files(tmp_path):
 
 
 def test_collate_rejects_mixed_sizes():
-    with pytest.raises(ValueError, match="same shape"):
+    with pytest.raises(ValueError, match="same shape.*Letterbox"):
         collate_detection([(torch.zeros(3, 8, 8), {}), (torch.zeros(3, 8, 9), {})])
+
+
+def test_letterbox_scales_pads_and_moves_the_boxes():
+    image = torch.full((3, 20, 40), 0.25)  # H = 20, W = 40 -> scale 0.8, 16 x 32, padded 8 rows above and below
+    target = {**_t([[10, 5, 20, 15]], [0]), "crowd_boxes": torch.tensor([[0.0, 0.0, 40.0, 20.0]]),
+              "crowd_labels": torch.tensor([1])}
+    out, moved = Letterbox(32, fill=1.0)(image, target)
+    assert out.shape == (3, 32, 32) and moved["letterbox"] == (0.8, 0.8, 0.0, 8.0, 20, 40)
+    torch.testing.assert_close(moved["boxes"], torch.tensor([[8.0, 12.0, 16.0, 20.0]]))
+    torch.testing.assert_close(moved["crowd_boxes"], torch.tensor([[0.0, 8.0, 32.0, 24.0]]))
+    torch.testing.assert_close(out[:, 8:24], torch.full((3, 16, 32), 0.25))  # resampling keeps a constant image
+    assert (out[:, :8] == 1.0).all() and (out[:, 24:] == 1.0).all()
+    torch.testing.assert_close(undo_letterbox(moved["boxes"], moved["letterbox"]), target["boxes"])
+    assert torch.equal(target["boxes"], torch.tensor([[10.0, 5.0, 20.0, 15.0]]))  # the input is not modified
+    stretched, moved = Letterbox(32, keep_aspect=False)(image, target)
+    assert stretched.shape == (3, 32, 32) and moved["letterbox"] == (0.8, 1.6, 0.0, 0.0, 20, 40)
+    torch.testing.assert_close(moved["boxes"], torch.tensor([[8.0, 8.0, 16.0, 24.0]]))
+    with pytest.raises(ValueError, match="size must be"):
+        Letterbox(4)
+    with pytest.raises(ValueError, match="fill must lie in"):
+        Letterbox(32, fill=2.0)
+    with pytest.raises(ValueError, match="letterbox must be"):
+        undo_letterbox(moved["boxes"], (1.0, 1.0))
+
+
+def test_mixed_image_sizes_batch_after_letterbox(tmp_path):
+    from PIL import Image
+
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (40, 20)).save(tmp_path / "img" / "wide.png")
+    Image.new("RGB", (16, 32)).save(tmp_path / "img" / "tall.png")
+    data = {"images": [{"id": 1, "file_name": "wide.png"}, {"id": 2, "file_name": "tall.png"}],
+            "categories": [{"id": 1, "name": "a"}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 5, 10, 10]},
+                            {"id": 2, "image_id": 2, "category_id": 1, "bbox": [0, 0, 16, 32]}]}
+    (tmp_path / "ann.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="same shape"):
+        collate_detection([CocoDetectionDataset(tmp_path / "ann.json", tmp_path / "img")[i] for i in range(2)])
+    ds = CocoDetectionDataset(tmp_path / "ann.json", tmp_path / "img", transform=Letterbox(32))
+    images, targets = collate_detection([ds[0], ds[1]])
+    assert images.shape == (2, 3, 32, 32)
+    torch.testing.assert_close(targets[0]["boxes"], torch.tensor([[8.0, 12.0, 16.0, 20.0]]))
+    torch.testing.assert_close(targets[1]["boxes"], torch.tensor([[8.0, 0.0, 24.0, 32.0]]))  # 16 x 32 -> pad_x 8
+    with pytest.raises(TypeError, match="transform must be callable"):
+        CocoDetectionDataset(tmp_path / "ann.json", tmp_path / "img", transform=32)
+
+
+def test_crowd_regions_are_ignored_as_cocoeval_ignores_them():
+    # one object and a large crowd region; a detection inside the crowd (IoU with it = intersection over the
+    # detection's area = 1) scores above the true positive: ignored it leaves AP = 1, as a false positive AP50 = 1/2
+    target = {**_t([[50, 50, 60, 60]], [0]), "crowd_boxes": torch.tensor([[0.0, 0.0, 40.0, 40.0]]),
+              "crowd_labels": torch.tensor([0])}
+    prediction = _p([[5, 5, 15, 15], [50, 50, 60, 60]], [0.95, 0.9], [0, 0])
+    assert coco_map([prediction], [target], num_classes=1)["map_50"] == pytest.approx(1.0)
+    dropped = {k: target[k] for k in ("boxes", "labels")}
+    assert coco_map([prediction], [dropped], num_classes=1)["map_50"] == pytest.approx(0.5, abs=0.01)
+    # a crowd region nobody detects is no false negative either
+    assert coco_map([_p([[50, 50, 60, 60]], [0.9], [0])], [target], num_classes=1)["map"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="both 'crowd_boxes' and 'crowd_labels'"):
+        coco_map([prediction], [{**dropped, "crowd_boxes": target["crowd_boxes"]}], num_classes=1)
+    with pytest.raises(ValueError, match="crowd_labels must lie in"):
+        coco_map([prediction], [{**target, "crowd_labels": torch.tensor([3])}], num_classes=1)
 
 
 TARGETS = [_t([[0, 0, 10, 10], [20, 20, 40, 40]], [0, 1]), _t([], []), _t([[5, 5, 25, 30]], [0])]
