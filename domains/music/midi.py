@@ -18,6 +18,7 @@ stored in MIDI and read back as 0, the key only if given).
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from pathlib import Path
@@ -154,7 +155,7 @@ def roll_to_midi(roll: Tensor, path: str | os.PathLike | None = None, *, tempo: 
 
 def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = None,
                   max_steps: int = MAX_STEPS) -> Piece:
-    """Read a MIDI file (path or ``PrettyMIDI``) into a :class:`Piece` on the 16th grid.
+    """Read a MIDI file (path, bytes, binary file object or ``PrettyMIDI``) into a :class:`Piece` on the 16th grid.
 
     Each non-drum instrument is one voice, in file order (instruments named Soprano, Alto, Tenor, Bass, as
     :func:`roll_to_midi` names them, go to their own voice, so a silent voice keeps its place). Note starts
@@ -162,7 +163,8 @@ def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = N
     those that moved); a note shorter than a 16th lasts one step.
 
     Args:
-        source: a path to a ``.mid`` file, or a ``pretty_midi.PrettyMIDI``.
+        source: a path to a ``.mid`` file (``str`` or ``os.PathLike``), the file's content (``bytes``,
+            ``bytearray``, ``memoryview``), a file object opened in binary mode, or a ``pretty_midi.PrettyMIDI``.
         num_voices: pad with silent voices up to this many (an instrument without notes is not stored in
             a MIDI file); more instruments than this is an error.
         name: stored in the piece (default the file stem).
@@ -171,23 +173,58 @@ def midi_to_piece(source, *, num_voices: int | None = None, name: str | None = N
 
     Raises:
         FileNotFoundError: if the path does not exist.
+        TypeError: if ``source`` is none of these (or a file object opened in text mode).
         ValueError: if the file is not a readable MIDI file, has no notes, or has more voices than
-            ``num_voices``, or is longer than ``max_steps``.
+            ``num_voices``, or is longer than ``max_steps``; if ``num_voices`` or ``max_steps`` is not a
+            positive integer.
     """
     import pretty_midi
 
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"midi_to_piece: max_steps must be a positive integer, got {max_steps!r}")
+    if num_voices is not None and (isinstance(num_voices, bool) or not isinstance(num_voices, int)
+                                   or num_voices < 1):
+        raise ValueError(f"midi_to_piece: num_voices must be a positive integer or None, got {num_voices!r}")
     if isinstance(source, pretty_midi.PrettyMIDI):
         pm, name = source, name or "midi"
-    else:
+    elif isinstance(source, (bytes, bytearray, memoryview)) or hasattr(source, "read"):
+        # MIDI data in memory (bytes) or an open binary file: read from a buffer, no path involved
+        if hasattr(source, "read"):
+            label = str(getattr(source, "name", "") or "<file object>")
+            try:
+                data = source.read()
+            except Exception as error:  # noqa: BLE001 - whatever the file object raises
+                raise ValueError(f"midi_to_piece: could not read source {label} ({type(error).__name__}: "
+                                 f"{error})") from error
+            if not isinstance(data, (bytes, bytearray)):
+                raise TypeError(f"midi_to_piece: source must be opened in binary mode ('rb'); its read() "
+                                f"returned {type(data).__name__}")
+        else:
+            label, data = "<bytes>", bytes(source)
+        if not data:
+            raise ValueError(f"midi_to_piece: source {label} is empty (0 bytes), not MIDI data")
+        try:
+            pm = pretty_midi.PrettyMIDI(io.BytesIO(bytes(data)))
+        except Exception as error:  # noqa: BLE001 - mido / pretty_midi raise many types for bad data
+            raise ValueError(f"midi_to_piece: source {label} is not readable MIDI data ({type(error).__name__}: "
+                             f"{error})") from error
+        name = name or (Path(label).stem if label[:1] != "<" else "midi")
+    elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.exists():
             raise FileNotFoundError(f"midi_to_piece: no such file: {path}")
+        if path.is_dir():
+            raise ValueError(f"midi_to_piece: {path} is a directory, not a MIDI file (load_midi_folder reads "
+                             f"a folder)")
         try:
             pm = pretty_midi.PrettyMIDI(str(path))
         except Exception as error:  # noqa: BLE001 - mido / pretty_midi raise many types for a bad file
             raise ValueError(f"midi_to_piece: {path} is not a readable MIDI file ({type(error).__name__}: "
                              f"{error})") from error
         name = name or path.stem
+    else:
+        raise TypeError(f"midi_to_piece: source must be a path (str or os.PathLike), MIDI bytes, a binary file "
+                        f"object or a pretty_midi.PrettyMIDI, got {type(source).__name__}")
     instruments = [i for i in pm.instruments if not i.is_drum and i.notes]
     if not instruments:
         raise ValueError(f"midi_to_piece: {name} contains no (non-drum) notes")

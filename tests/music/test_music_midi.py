@@ -157,3 +157,50 @@ def test_roll_to_midi_errors():
         roll_to_midi(torch.zeros(4, 1, 128), labels=torch.zeros(3, len(LABEL_FIELDS), dtype=torch.long))
     with pytest.raises(TypeError, match="Tensor"):
         roll_to_midi([[0]])
+
+
+def test_midi_data_as_bytes_bytearray_memoryview_or_binary_file(tmp_path):
+    """Issue 29: ``midi_to_piece(b"...")`` raised a pathlib TypeError; MIDI data in memory is read as a file."""
+    roll = torch.zeros(6, 2, 128, dtype=torch.bool)
+    roll[:3, 0, 60] = True
+    roll[2:, 1, 48] = True
+    roll_to_midi(roll, tmp_path / "two.mid")
+    data = (tmp_path / "two.mid").read_bytes()
+    from_path = midi_to_piece(tmp_path / "two.mid")
+    for source in (data, bytearray(data), memoryview(data)):
+        piece = midi_to_piece(source)
+        assert torch.equal(piece.roll, from_path.roll) and torch.equal(piece.onsets, from_path.onsets)
+        assert piece.name == "midi"
+    with open(tmp_path / "two.mid", "rb") as handle:
+        piece = midi_to_piece(handle)
+    assert torch.equal(piece.roll, from_path.roll) and piece.name == "two"
+    assert midi_to_piece(data, name="mine").name == "mine"
+
+
+@pytest.mark.parametrize("source, error, match", [
+    (b"", ValueError, "source <bytes> is empty"),
+    (b"not a MIDI file at all", ValueError, "source <bytes> is not readable MIDI data"),
+    (b"MThd\x00\x00\x00\x06\x00\x01", ValueError, "source <bytes> is not readable MIDI data"),
+    (12, TypeError, "source must be a path .* got int"),
+    (None, TypeError, "source must be a path .* got NoneType"),
+    ([b"MThd"], TypeError, "source must be a path .* got list"),
+])
+def test_bad_midi_sources_name_the_argument(source, error, match):
+    with pytest.raises(error, match=match):
+        midi_to_piece(source)
+
+
+def test_text_mode_file_directory_and_bad_limits_are_refused(tmp_path):
+    roll = torch.zeros(4, 1, 128, dtype=torch.bool)
+    roll[:, 0, 60] = True
+    roll_to_midi(roll, tmp_path / "one.mid")
+    (tmp_path / "notes.txt").write_text("text")
+    with open(tmp_path / "notes.txt") as handle, pytest.raises(TypeError, match="binary mode"):
+        midi_to_piece(handle)
+    with pytest.raises(ValueError, match="is a directory"):
+        midi_to_piece(tmp_path)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+            midi_to_piece(tmp_path / "one.mid", max_steps=bad)
+        with pytest.raises(ValueError, match="num_voices must be a positive integer"):
+            midi_to_piece(tmp_path / "one.mid", num_voices=bad)

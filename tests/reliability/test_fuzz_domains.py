@@ -78,8 +78,17 @@ def _read_midi_or_clear_error(content: bytes):
             piece = midi_to_piece(path)
         except (ValueError, TypeError) as error:
             assert str(error).startswith("midi_to_piece:"), error
-            return None
+            piece = None
+    # the same bytes in memory: the same piece, or the same kind of clear error
+    try:
+        in_memory = midi_to_piece(content, name="user")
+    except (ValueError, TypeError) as error:
+        assert str(error).startswith("midi_to_piece:"), error
+        assert piece is None, f"the file was read but its bytes were refused: {error}"
+        return None
+    assert piece is not None, "the bytes were read but the file was refused"
     _check_piece(piece)
+    assert torch.equal(in_memory.roll, piece.roll) and torch.equal(in_memory.onsets, piece.onsets)
     return piece
 
 
