@@ -199,6 +199,12 @@ def check_preset(preset: dict[str, Any]) -> dict[str, Any]:
     variants = preset.get("variants")
     if not isinstance(variants, list) or not variants or any(v not in VARIANTS for v in variants):
         _fail("variants", variants, f"a non-empty list of names from {list(VARIANTS)}")
+    trained_variants = preset.get("trained_variants")
+    if trained_variants is not None and (
+            not isinstance(trained_variants, list) or not trained_variants
+            or any(v not in variants for v in trained_variants)):
+        _fail("trained_variants", trained_variants,
+              f"null (every variant) or a non-empty list from variants {variants}")
     for key in ("threads", "jobs"):
         if not _positive_int(preset.get(key)):
             _fail(key, preset.get(key), "an int >= 1")
@@ -359,6 +365,17 @@ def eval_spec(preset: dict[str, Any], name: str, mode: str, seed: int, device: d
         "model": preset["model"], "training": preset["training"], "threads": preset["threads"], "device": device,
         "trained": train_spec(preset, v.base, mode, seed, device),
     }
+
+
+def mode_variants(preset: dict[str, Any], mode: str) -> list[str]:
+    """The variants evaluated in ``mode``: all of ``variants``, or ``trained_variants`` in the trained mode.
+
+    The trained mode only carries passkey claims, so a preset may evaluate (and train bases for) fewer
+    variants there.
+    """
+    if mode == "trained" and preset.get("trained_variants") is not None:
+        return [v for v in preset["variants"] if v in preset["trained_variants"]]
+    return list(preset["variants"])
 
 
 def run_key(kind: str, name: str, mode: str, seed: int) -> str:
@@ -1157,7 +1174,8 @@ def build_report(config: dict[str, Any], rows: list[dict[str, Any]], summary: li
         f"training windows; one document split, split seed {training['split_seed']}, for all), "
         f"{config['threads']} thread(s) per run, device {config['device']}. Passkey modes: "
         f"{', '.join(config['passkey_modes'])} (zero-shot: no passkey rows in training; trained: "
-        f"{training['passkey_fraction']:.0%} of each batch passkey prompts, {training['passkey_template']} template, "
+        + (f"only {', '.join(config['trained_variants'])}, " if config.get("trained_variants") else "")
+        + f"{training['passkey_fraction']:.0%} of each batch passkey prompts, {training['passkey_template']} template, "
         f"loss on the answer only, averaged per row). Fine-tunes: {ft['steps']} steps of batch {ft['batch_size']} at "
         f"{ft['multiple']}x the context (lr {ft['lr']} for every weight, {ft['positional_lr']} for HeadScale alone), "
         f"on the data of the model's mode. Fixed-factor RoPE scalings at inference use factor {scalings['factor']:g} "
@@ -1325,8 +1343,9 @@ def main(argv: list[str] | None = None) -> int:
 
     variants, modes, seeds = preset["variants"], preset["passkey_modes"], preset["seeds"]
     bases = list(dict.fromkeys(VARIANTS[v].base for v in variants))
-    trainings = {(b, m, s): train_spec(preset, b, m, s, device) for b in bases for m in modes for s in seeds}
-    evals = {(n, m, s): eval_spec(preset, n, m, s, device) for n in variants for m in modes for s in seeds}
+    evals = {(n, m, s): eval_spec(preset, n, m, s, device)
+             for m in modes for n in mode_variants(preset, m) for s in seeds}
+    trainings = {(VARIANTS[n].base, m, s): train_spec(preset, VARIANTS[n].base, m, s, device) for n, m, s in evals}
     weights = {k: store.runs_dir / (run_key("train", *k) + ".pt") for k in trainings}
 
     rows: list[dict[str, Any]] = []
@@ -1346,9 +1365,8 @@ def main(argv: list[str] | None = None) -> int:
             del eval_todo[key]
     reused = len(rows)
     total = len(train_todo) + len(eval_todo)
-    print(f"{NAME}: preset {preset['preset']}: {len(trainings)} trained models ({len(bases)} bases x {len(modes)} "
-          f"modes x {len(seeds)} seeds), {len(evals)} evaluations ({reused} runs reused), {jobs} in parallel",
-          flush=True)
+    print(f"{NAME}: preset {preset['preset']}: {len(trainings)} trained models (bases x modes x {len(seeds)} seeds), "
+          f"{len(evals)} evaluations ({reused} runs reused), {jobs} in parallel", flush=True)
     progress = Progress(total, NAME)
     with worker_pool(jobs) as pool:
         futures: dict[concurrent.futures.Future, tuple[str, tuple]] = {}
@@ -1411,7 +1429,8 @@ def main(argv: list[str] | None = None) -> int:
     variant_rows = [r for r in rows if r["kind"] == "variant"]
     summary = summarize(variant_rows)
     config = {
-        "preset": preset["preset"], "variants": variants, "bases": bases, "seeds": seeds, "passkey_modes": modes,
+        "preset": preset["preset"], "variants": variants, "trained_variants": preset.get("trained_variants"),
+        "bases": bases, "seeds": seeds, "passkey_modes": modes,
         "model": preset["model"], "training": preset["training"], "scalings": preset["scalings"],
         "finetune": preset["finetune"], "evaluation": preset["evaluation"], "memory": preset["memory"],
         "threads": preset["threads"], "jobs": jobs, "device": device,

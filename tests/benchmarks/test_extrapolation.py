@@ -99,6 +99,8 @@ def test_command_line_overrides_reach_the_preset(loaded):
     (("evaluation", "passkey_samples"), 0, "evaluation.passkey_samples"),
     (("training", "passkey_fraction"), 0.0, "training.passkey_fraction"),
     (("threads",), 0, "threads"),
+    (("trained_variants",), ["t5"], "trained_variants"),  # not among the quick preset's variants
+    (("trained_variants",), [], "trained_variants"),
 ])
 def test_bad_presets_are_value_errors_naming_the_key(loaded, key, value, named):
     preset = copy.deepcopy(loaded["quick"])
@@ -108,6 +110,23 @@ def test_bad_presets_are_value_errors_naming_the_key(loaded, key, value, named):
     target[key[-1]] = value
     with pytest.raises(ValueError, match=named.replace(".", r"\.")):
         ext.check_preset(preset)
+
+
+def test_trained_mode_evaluates_only_the_trained_variants(loaded):
+    """The trained mode carries passkey claims only: a preset may restrict it to the variants they compare."""
+    full = loaded["full"]
+    assert ext.mode_variants(full, "zero_shot") == full["variants"]
+    trained = ext.mode_variants(full, "trained")
+    assert trained == [v for v in full["variants"] if v in full["trained_variants"]] and len(trained) < len(
+        full["variants"])
+    # every variant a passkey claim names is evaluated in the trained mode
+    summary = [{"variant": v, "mode": m, "passkey_exact": [{"length": n, "mean": 0.5, "low": 0.4, "high": 0.6,
+                                                            "n": 3} for n in full["evaluation"]["passkey_lengths"]],
+                "ppl": [], "sweep": []} for m in full["passkey_modes"] for v in ext.mode_variants(full, m)]
+    passkey_trained = [c for c in ext.claims(summary, full) if c["mode"] == "trained"]
+    assert passkey_trained and all("not measured" not in c["evidence"] for c in passkey_trained)
+    quick = loaded["quick"]
+    assert quick["trained_variants"] is None and ext.mode_variants(quick, "trained") == quick["variants"]
 
 
 # ------------------------------------------------------------------------------------------ protocol
