@@ -40,18 +40,45 @@ def _local_peaks(signal: Tensor, threshold: float, radius: int) -> list[int]:
     return mask.nonzero().flatten().tolist()
 
 
+def _check_clip(owner: str, name: str, value, dims: int, layout: str) -> None:
+    """A finite real tensor with ``dims`` dimensions: NaN would compare False with every threshold and count
+    as "no event", so a corrupted clip would score as a silent one instead of failing."""
+    if not isinstance(value, Tensor) or value.dtype == torch.bool or value.is_complex():
+        got = getattr(value, "dtype", type(value).__name__)
+        raise TypeError(f"{owner}: {name} must be a real tensor {layout}, got {got}")
+    if value.dim() != dims:
+        raise ValueError(f"{owner}: {name} must have shape {layout}, got {tuple(value.shape)}")
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        bad = (~torch.isfinite(value)).nonzero()[0].tolist()
+        raise ValueError(f"{owner}: {name} holds NaN or inf ({int((~torch.isfinite(value)).sum())} of "
+                         f"{value.numel()} entries, first at {bad}); a non-finite clip has no events to align")
+
+
+def _check_threshold(owner: str, name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{owner}: {name} must be a finite number, got {value!r}")
+
+
 def audio_onsets(spectrogram: Tensor, *, threshold: float = AUDIO_THRESHOLD, radius: int = 2) -> list[int]:
-    """Onset frames of one spectrogram ``(T_a, F)``: frame ``t`` where the flux from ``t-1`` to ``t`` peaks."""
-    if spectrogram.dim() != 2:
-        raise ValueError(f"audio_onsets: spectrogram must have shape (T_a, F), got {tuple(spectrogram.shape)}")
+    """Onset frames of one spectrogram ``(T_a, F)``: frame ``t`` where the flux from ``t-1`` to ``t`` peaks.
+
+    Raises:
+        ValueError: ``spectrogram`` not 2-D or holding NaN / inf; a non-finite ``threshold``.
+    """
+    _check_clip("audio_onsets", "spectrogram", spectrogram, 2, "(T_a, F)")
+    _check_threshold("audio_onsets", "threshold", threshold)
     flux = (spectrogram[1:] - spectrogram[:-1]).clamp(min=0).sum(-1)
     return [i + 1 for i in _local_peaks(flux, threshold, radius)]
 
 
 def video_motion_peaks(video: Tensor, *, threshold: float = VIDEO_THRESHOLD, radius: int = 1) -> list[int]:
-    """Frames of one video ``(T_v, H, W)`` (values in ``[-1, 1]``) where the object's acceleration peaks."""
-    if video.dim() != 3:
-        raise ValueError(f"video_motion_peaks: video must have shape (T_v, H, W), got {tuple(video.shape)}")
+    """Frames of one video ``(T_v, H, W)`` (values in ``[-1, 1]``) where the object's acceleration peaks.
+
+    Raises:
+        ValueError: ``video`` not 3-D or holding NaN / inf; a non-finite ``threshold``.
+    """
+    _check_clip("video_motion_peaks", "video", video, 3, "(T_v, H, W)")
+    _check_threshold("video_motion_peaks", "threshold", threshold)
     weight = ((video.float() + 1) / 2).clamp(min=0) ** 2
     total = weight.sum(dim=(1, 2)).clamp(min=1e-6)
     ys = torch.arange(video.shape[1], dtype=torch.float32)
@@ -67,8 +94,13 @@ def av_align(onsets: list[float], peaks: list[float], *, tolerance: float = 1.0)
 
     ``nan`` when there are no events at all (undefined), 0.0 when only one modality has events.
     """
-    if tolerance < 0:
-        raise ValueError(f"av_align: tolerance must be >= 0, got {tolerance}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not tolerance >= 0 \
+            or not math.isfinite(tolerance):
+        raise ValueError(f"av_align: tolerance must be a finite number >= 0, got {tolerance!r}")
+    for name, times in (("onsets", onsets), ("peaks", peaks)):
+        bad = [t for t in times if not math.isfinite(t)]
+        if bad:
+            raise ValueError(f"av_align: {name} must be finite event times, got {bad[:5]}")
     if not onsets and not peaks:
         return math.nan
     if not onsets or not peaks:
@@ -89,15 +121,17 @@ def av_align_batch(video: Tensor, audio: Tensor, *, tolerance: float = 1.0, audi
     any event.
 
     Raises:
-        ValueError: different numbers of clips, or no clips.
+        ValueError: different numbers of clips, or no clips; ``video`` or ``audio`` of the wrong rank or
+            holding NaN / inf (a NaN clip would otherwise score as a clip without events).
     """
-    if video.dim() != 4 or audio.dim() != 3:
-        raise ValueError(f"av_align_batch: expected video (N, T_v, H, W) and audio (N, T_a, F), got "
-                         f"{tuple(video.shape)} and {tuple(audio.shape)}")
+    _check_clip("av_align_batch", "video", video, 4, "(N, T_v, H, W)")
+    _check_clip("av_align_batch", "audio", audio, 3, "(N, T_a, F)")
     if video.shape[0] != audio.shape[0]:
         raise ValueError(f"av_align_batch: video has {video.shape[0]} clips but audio has {audio.shape[0]}")
     if video.shape[0] == 0:
         raise ValueError("av_align_batch: no clips")
+    if audio.shape[1] == 0 or video.shape[1] == 0:
+        raise ValueError(f"av_align_batch: empty time axis: video {tuple(video.shape)}, audio {tuple(audio.shape)}")
     scale = video.shape[1] / audio.shape[1]
     scores, n_audio, n_video = [], 0, 0
     for v, a in zip(video, audio):

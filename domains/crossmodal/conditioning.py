@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_int
+from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_int, require_finite
 from pe_toolkit.nn import MultiHeadAttention
 from pe_toolkit.nn.block import TransformerBlock, make_norm
 from pe_toolkit.registry import get_encoder, register_encoder
@@ -117,7 +117,11 @@ class CMCPositionalEncoding(PositionalEncoding):
         if features.dim() not in (3, 4) or features.shape[-1] != self.in_features:
             raise ValueError(f"cmc_pe: features must have shape (B, T_c, C_in={self.in_features}) or "
                              f"(B, T_c, S, {self.in_features}), got {tuple(features.shape)}")
-        c = self.ffn(features)
+        if features.shape[1] == 0:
+            raise ValueError(f"cmc_pe: features (the positions) have an empty time axis, shape {tuple(features.shape)}")
+        # NaN features would make the whole signal NaN after GroupNorm, silently
+        require_finite("cmc_pe: positions (the other modality's features)", features)
+        c = self.ffn(features.to(self.ffn.proj_in.weight.dtype))
         if c.dim() == 4:
             c = c.mean(dim=2)                                           # mean over space: (B, T_c, dim)
         c = self.norm(c.transpose(1, 2)).transpose(1, 2)                # GroupNorm over channels

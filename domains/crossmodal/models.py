@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from pe_toolkit.domains.crossmodal.conditioning import make_connector
 from pe_toolkit.encoders.absolute import sinusoidal_table
-from pe_toolkit.encoders.base import check_int
+from pe_toolkit.encoders.base import check_int, require_finite
 from pe_toolkit.nn.block import TransformerBlock, make_norm
 from pe_toolkit.registry import get_encoder
 
@@ -43,6 +43,25 @@ class _TimeEmbedding(nn.Module):
 
     def forward(self, t: Tensor) -> Tensor:
         return self.mlp(sinusoidal_table(t.float(), self.dim))
+
+
+def _check_signal(owner: str, name: str, x, dims: int) -> None:
+    """``x`` must be a finite float tensor with ``dims`` dimensions (errors name ``name``)."""
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        raise TypeError(f"{owner}: {name} must be a float tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.dim() != dims:
+        raise ValueError(f"{owner}: {name} must have {dims} dimensions, got shape {tuple(x.shape)}")
+    require_finite(f"{owner}: {name}", x)
+
+
+def _check_timesteps(owner: str, name: str, t, batch: int) -> None:
+    """``t`` must be a real tensor of ``batch`` finite diffusion timesteps (errors name ``name``)."""
+    if not isinstance(t, Tensor) or t.dtype == torch.bool or t.is_complex():
+        raise TypeError(f"{owner}: {name} must be a tensor of diffusion timesteps, got "
+                        f"{getattr(t, 'dtype', type(t).__name__)}")
+    if tuple(t.shape) != (batch,):
+        raise ValueError(f"{owner}: {name} must have shape ({batch},), got {tuple(t.shape)}")
+    require_finite(f"{owner}: {name}", t)
 
 
 class ModalityDenoiser(nn.Module):
@@ -78,23 +97,32 @@ class ModalityDenoiser(nn.Module):
         self.head = _mlp(dim, 2 * dim, features)
 
     def forward(self, x: Tensor, t: Tensor, cond: Tensor | None = None, t_cond: Tensor | None = None) -> Tensor:
-        """``x (B, T, D)``, ``t (B,)`` long; ``cond (B, T_c, D_c)`` and ``t_cond (B,)`` (connectors only)."""
-        if x.dim() != 3 or x.shape[-1] != self.features:
+        """``x (B, T, D)``, ``t (B,)`` long; ``cond (B, T_c, D_c)`` and ``t_cond (B,)`` (connectors only).
+
+        Raises:
+            TypeError / ValueError: an argument of the wrong type, dtype or shape, or holding NaN / inf (named).
+        """
+        owner = "ModalityDenoiser"
+        _check_signal(owner, "x", x, 3)
+        if x.shape[-1] != self.features:
             raise ValueError(f"ModalityDenoiser: x must have shape (B, T, {self.features}), got {tuple(x.shape)}")
-        if t.shape != (x.shape[0],):
-            raise ValueError(f"ModalityDenoiser: t must have shape ({x.shape[0]},), got {tuple(t.shape)}")
+        _check_timesteps(owner, "t", t, x.shape[0])
         h = self.embed_in(x) + self.time(t)[:, None, :]
         h = self.position.embed(h, torch.arange(x.shape[1], device=x.device))
         c = None
         if self.connectors is not None:
             if cond is None or t_cond is None:
                 raise ValueError(f"ModalityDenoiser: a {self.connector_kind!r} connector needs cond and t_cond")
-            if cond.dim() != 3 or cond.shape[-1] != self.cond_features:
+            _check_signal(owner, "cond", cond, 3)
+            if cond.shape[-1] != self.cond_features:
                 raise ValueError(f"ModalityDenoiser: cond must have shape (B, T_c, {self.cond_features}), got "
                                  f"{tuple(cond.shape)}")
-            if cond.shape[0] != x.shape[0] or t_cond.shape != (x.shape[0],):
+            if cond.shape[0] != x.shape[0]:
                 raise ValueError(f"ModalityDenoiser: batch sizes differ: x has {x.shape[0]}, cond has "
-                                 f"{cond.shape[0]}, t_cond has shape {tuple(t_cond.shape)}")
+                                 f"{cond.shape[0]}")
+            if cond.shape[1] == 0:
+                raise ValueError(f"ModalityDenoiser: cond has an empty time axis, shape {tuple(cond.shape)}")
+            _check_timesteps(owner, "t_cond", t_cond, x.shape[0])
             c = self.cond_encoder(cond) + self.cond_time(t_cond)[:, None, :]
         for i, block in enumerate(self.blocks):
             h = block(h)
@@ -132,16 +160,40 @@ class JointDenoiser(nn.Module):
     def forward(self, video_t: Tensor, audio_t: Tensor, t_video: Tensor, t_audio: Tensor,
                 video_cond: Tensor | None = None, audio_cond: Tensor | None = None,
                 t_video_cond: Tensor | None = None, t_audio_cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        if video_t.shape[1:] != self.video_shape or audio_t.shape[1:] != self.audio_shape:
-            raise ValueError(f"JointDenoiser: expected video (B, {self.video_shape}) and audio (B, {self.audio_shape}),"
-                             f" got {tuple(video_t.shape)} and {tuple(audio_t.shape)}")
+        """Noise predictions ``(eps_video, eps_audio)`` (see the class docstring).
+
+        Raises:
+            TypeError / ValueError: an argument of the wrong type, dtype or shape, or holding NaN / inf; the
+                error names it (``video_t``, ``audio_t``, ``t_video``, ``t_audio``, ``video_cond``, ...).
+        """
+        owner = "JointDenoiser"
+        _check_signal(owner, "video_t", video_t, 4)
+        _check_signal(owner, "audio_t", audio_t, 3)
+        for name, value, shape in (("video_t", video_t, self.video_shape), ("audio_t", audio_t, self.audio_shape)):
+            if tuple(value.shape[1:]) != shape:
+                raise ValueError(f"JointDenoiser: {name} must have shape (B, {', '.join(map(str, shape))}), got "
+                                 f"{tuple(value.shape)}")
         if video_t.shape[0] != audio_t.shape[0]:
-            raise ValueError(f"JointDenoiser: batch sizes differ: video {video_t.shape[0]}, audio {audio_t.shape[0]}")
+            raise ValueError(f"JointDenoiser: batch sizes differ: video_t {video_t.shape[0]}, audio_t "
+                             f"{audio_t.shape[0]}")
+        b = video_t.shape[0]
+        _check_timesteps(owner, "t_video", t_video, b)
+        _check_timesteps(owner, "t_audio", t_audio, b)
+        for name, value, dims, trailing in (("video_cond", video_cond, 4, self.video_shape[1:]),
+                                            ("audio_cond", audio_cond, 3, self.audio_shape[1:])):
+            if value is not None:
+                _check_signal(owner, name, value, dims)
+                if value.shape[0] != b or tuple(value.shape[2:]) != tuple(trailing) or value.shape[1] == 0:
+                    raise ValueError(f"JointDenoiser: {name} must have shape ({b}, T >= 1, "
+                                     f"{', '.join(map(str, trailing))}), got {tuple(value.shape)}")
+        for name, value in (("t_video_cond", t_video_cond), ("t_audio_cond", t_audio_cond)):
+            if value is not None:
+                _check_timesteps(owner, name, value, b)
         video_cond = video_t if video_cond is None else video_cond
         audio_cond = audio_t if audio_cond is None else audio_cond
         t_video_cond = t_video if t_video_cond is None else t_video_cond
         t_audio_cond = t_audio if t_audio_cond is None else t_audio_cond
-        b, t_v = video_t.shape[:2]
+        t_v = video_t.shape[1]
         flat_video = video_t.reshape(b, t_v, -1)
         flat_video_cond = video_cond.reshape(b, video_cond.shape[1], -1)
         eps_video = self.video(flat_video, t_video, audio_cond, t_audio_cond).view_as(video_t)

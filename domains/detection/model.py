@@ -122,6 +122,25 @@ class Backbone(nn.Sequential):
         super().__init__(*block(3, c1, 2), *block(c1, c1, 1), *block(c1, c2, 2), *block(c2, c2, 1),
                          nn.Conv2d(c2, dim, 3, padding=1))
 
+    def _single_value_groups(self, height: int, width: int) -> bool:
+        """Whether a GroupNorm would see one value per group (``channels / groups = 1`` on a ``1 x 1`` map)."""
+        stride = 1
+        for module in self:
+            if isinstance(module, nn.Conv2d):
+                stride *= module.stride[0]
+            elif isinstance(module, nn.GroupNorm):
+                cells = math.ceil(height / stride) * math.ceil(width / stride)
+                if cells * (module.num_channels // module.num_groups) < 2:
+                    return True
+        return False
+
+    def forward(self, x: Tensor) -> Tensor:
+        # A group of one value normalises to 0 (then the affine bias), but torch refuses it for a batch of one
+        # ("Expected more than 1 value per channel"): a tiny single image runs as a batch of two copies.
+        if x.shape[0] == 1 and self._single_value_groups(x.shape[-2], x.shape[-1]):
+            return super().forward(x.expand(2, -1, -1, -1))[:1]
+        return super().forward(x)
+
 
 class DynamicInteraction(nn.Module):
     """Sparse R-CNN's dynamic instance interaction, optionally with RecursiveDet's centerness PE term.
@@ -260,10 +279,16 @@ class RecursiveDetector(nn.Module):
         if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3:
             got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
             raise ValueError(f"images must be a (B, 3, H, W) tensor, got {got}")
+        if not images.is_floating_point():
+            raise TypeError(f"images must be a float tensor (B, 3, H, W), got {images.dtype}; convert integer "
+                            f"images with images.float() / 255")
+        if images.shape[0] == 0:
+            raise ValueError(f"images must hold at least one image, got shape {tuple(images.shape)}")
         if not torch.isfinite(images).all():
             raise ValueError("images contain NaN or inf")
         c = self.config
         b, _, height, width = images.shape
+        images = images.to(self.init_features.dtype)  # a float16 image into a float32 model, and so on
         mean = images.mean(dim=(1, 2, 3), keepdim=True)
         std = images.std(dim=(1, 2, 3), keepdim=True).clamp(min=1e-3)
         features = self.backbone((images - mean) / std)

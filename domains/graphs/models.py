@@ -43,7 +43,7 @@ import pe_toolkit as pet
 import pe_toolkit.domains.graphs.encoders  # noqa: F401  (registers the graph encoders)
 from pe_toolkit.domains.graphs.mamba import BidirectionalMamba
 from pe_toolkit.domains.graphs.tokenization import WalkTokens, degree_order, random_walk_tokens
-from pe_toolkit.encoders.base import check_float, check_int
+from pe_toolkit.encoders.base import check_float, check_int, require_finite
 from pe_toolkit.nn.attention import MultiHeadAttention
 
 __all__ = [
@@ -95,6 +95,20 @@ def random_node_features(index: Tensor, num_features: int, seed: int, *, dtype: 
         gen = torch.Generator().manual_seed(seed * 1_000_003 + b)
         table.append(torch.randn(_RF_BLOCK, num_features, generator=gen))
     return torch.cat(table)[index.cpu()].to(device=index.device, dtype=dtype)
+
+
+def check_edge_index(owner: str, edge_index: Any, num_nodes: int) -> Tensor:
+    """``edge_index`` must be an integer ``(2, E)`` tensor of node ids in ``[0, num_nodes)`` (errors name it)."""
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"{owner}: data.edge_index must be an integer tensor (2, E), got {type(edge_index).__name__}")
+    if edge_index.is_floating_point() or edge_index.dtype == torch.bool or edge_index.is_complex():
+        raise TypeError(f"{owner}: data.edge_index must be an integer tensor (2, E), got {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"{owner}: data.edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+        raise ValueError(f"{owner}: data.edge_index holds node ids in [{int(edge_index.min())}, "
+                         f"{int(edge_index.max())}], allowed [0, {num_nodes - 1}] ({num_nodes} nodes)")
+    return edge_index
 
 
 class GraphPEInput(nn.Module):
@@ -190,7 +204,10 @@ class GraphPEInput(nn.Module):
         owner = "GraphPEInput"
         if x is None:
             raise ValueError(f"{owner}: the batch has no x; node features are required (use zeros for none)")
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{owner}: x must be a tensor of node features, got {type(x).__name__}")
         if self.in_features is not None:
+            require_finite(f"{owner}: x", x)
             if not x.is_floating_point():
                 raise TypeError(f"{owner}: in_features={self.in_features} expects a float x, got {x.dtype}; "
                                 f"for a categorical x build the model with num_node_types instead")
@@ -227,6 +244,13 @@ class GraphPEInput(nn.Module):
         if positions is None:
             raise ValueError(f"GraphPEInput: pe={self.pe!r} reads data.{self.pe_attr}, which the batch lacks; add "
                              f"the matching transform from pe_toolkit.domains.graphs.transforms as a (pre_)transform")
+        if not isinstance(positions, Tensor) or not positions.is_floating_point():
+            raise TypeError(f"GraphPEInput: data.{self.pe_attr} must be a float tensor (N, k) from the {self.pe!r} "
+                            f"transform, got {getattr(positions, 'dtype', type(positions).__name__)}")
+        if positions.dim() != 2 or positions.shape[0] != n:
+            raise ValueError(f"GraphPEInput: data.{self.pe_attr} must have shape ({n}, k), one row per node, got "
+                             f"{tuple(positions.shape)}")
+        require_finite(f"GraphPEInput: data.{self.pe_attr}", positions)
         if self.pe == "lap_pe":
             kwargs: dict[str, Any] = {"batch": batch, "mask": getattr(data, "lap_mask", None)}
             if self.encoder.use_eigenvalues:
@@ -280,7 +304,7 @@ class _GraphModel(nn.Module):
         batch = getattr(data, "batch", None)
         if batch is None:
             batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
-        h = self.node_states(h, data.edge_index, batch)
+        h = self.node_states(h, check_edge_index(self.owner, getattr(data, "edge_index", None), h.size(0)), batch)
         if self.task == "graph":
             num_graphs = int(getattr(data, "num_graphs", 1) or 1)
             pool = global_add_pool if self.pool == "add" else global_mean_pool

@@ -169,6 +169,49 @@ class _GatedPooling(nn.Module):
         return (gate.unsqueeze(-1) * h).sum(1)
 
 
+BATCH_KEYS = ("desc_a", "xy_a", "edges_a", "mask_a", "desc_b", "xy_b", "edges_b", "mask_b")
+
+
+def check_batch(batch, descriptor_dim: int) -> None:
+    """Validate a NOPE batch (the keys of :func:`~pe_toolkit.domains.multirobot.data.collate_pairs`).
+
+    Per side ``s`` of ``M_s`` slots: ``desc_s (B, M_s, descriptor_dim)``, ``xy_s (B, M_s, 2)`` and
+    ``edges_s (B, M_s, M_s)`` finite float tensors, ``mask_s (B, M_s)`` bool, one ``B`` for all.
+
+    Raises:
+        TypeError: ``batch`` not a mapping, an entry not a tensor or of the wrong dtype (named by its key).
+        ValueError: a missing key, a wrong shape, or NaN / inf (named by its key).
+    """
+    if not isinstance(batch, dict):
+        raise TypeError(f"NOPE: batch must be a dict with keys {BATCH_KEYS}, got {type(batch).__name__}")
+    missing = [key for key in BATCH_KEYS if key not in batch]
+    if missing:
+        raise ValueError(f"NOPE: batch lacks {missing} (keys of collate_pairs: {BATCH_KEYS})")
+    for key in BATCH_KEYS:
+        value = batch[key]
+        if not isinstance(value, Tensor):
+            raise TypeError(f"NOPE: batch[{key!r}] must be a tensor, got {type(value).__name__}")
+        if key.startswith("mask") and value.dtype != torch.bool:
+            raise TypeError(f"NOPE: batch[{key!r}] must be a bool tensor (True = real object), got {value.dtype}")
+        if not key.startswith("mask") and not value.is_floating_point():
+            raise TypeError(f"NOPE: batch[{key!r}] must be a float tensor, got {value.dtype}")
+    b = batch["mask_a"].shape[0] if batch["mask_a"].dim() == 2 else None
+    for side in "ab":
+        mask = batch[f"mask_{side}"]
+        if mask.dim() != 2 or mask.shape[0] != b:
+            raise ValueError(f"NOPE: batch['mask_{side}'] must have shape (B={b}, M), got {tuple(mask.shape)}")
+        m = mask.shape[1]
+        expected = {f"desc_{side}": (b, m, descriptor_dim), f"xy_{side}": (b, m, 2), f"edges_{side}": (b, m, m)}
+        for key, shape in expected.items():
+            value = batch[key]
+            if tuple(value.shape) != shape:
+                raise ValueError(f"NOPE: batch[{key!r}] must have shape {shape} (mask_{side} has shape "
+                                 f"{tuple(mask.shape)}, descriptor_dim={descriptor_dim}), got {tuple(value.shape)}")
+            if not bool(torch.isfinite(value).all()):
+                count = int((~torch.isfinite(value)).sum())
+                raise ValueError(f"NOPE: batch[{key!r}] holds NaN or inf ({count} of {value.numel()} entries)")
+
+
 class NOPE(nn.Module):
     """The two-level NOPE model (see the module docstring).
 
@@ -204,7 +247,12 @@ class NOPE(nn.Module):
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Returns ``log_assignment (B, M+1, N+1)``, ``pose (B, 4)`` = ``(x, y, cos, sin)`` (translation in
-        the batch's scaled units), ``match_a (B, M)``, ``match_score (B, M)``, ``overlap (B,)`` bool."""
+        the batch's scaled units), ``match_a (B, M)``, ``match_score (B, M)``, ``overlap (B,)`` bool.
+
+        Raises:
+            TypeError / ValueError: a batch that :func:`check_batch` refuses (the error names the key).
+        """
+        check_batch(batch, self.config.descriptor_dim)
         h_a = self.embed_graph(batch["desc_a"], batch["xy_a"], batch["edges_a"], batch["mask_a"])
         h_b = self.embed_graph(batch["desc_b"], batch["xy_b"], batch["edges_b"], batch["mask_b"])
         # low level: position-aware cross-attention

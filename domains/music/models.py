@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 import pe_toolkit as pet
 from pe_toolkit.domains.music.data import CHANNELS, split_step_features, step_features, task_features
+from pe_toolkit.domains.music.encoders import _check_structure_positions
 from pe_toolkit.domains.music.structure import FIELDS, field_index
 from pe_toolkit.encoders.base import check_choice, check_float, check_int
 
@@ -99,8 +100,12 @@ class PianoRollTransformer(nn.Module):
         return self.trunk.new_cache()
 
     def forward(self, x: Tensor, structure: Tensor, *, cache: list | None = None) -> Tensor:
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"x must be a float tensor (B, L, {self.in_features}) of step features, got "
+                            f"{getattr(x, 'dtype', type(x).__name__)}")
         if x.dim() != 3 or x.shape[-1] != self.in_features:
             raise ValueError(f"x must have shape (B, L, {self.in_features}), got {tuple(x.shape)}")
+        _check_structure_positions("structure", structure)
         if structure.shape[:2] != x.shape[:2]:
             raise ValueError(f"structure {tuple(structure.shape)} must match x {tuple(x.shape)} in (B, L)")
         hidden = self.trunk.forward_features(self.input(x), positions=self.positions_for(structure), cache=cache)

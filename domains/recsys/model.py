@@ -98,12 +98,23 @@ class SASRec(nn.Module):
             return index
         if times is None:
             raise ValueError(f"SASRec: encoding {self.encoding!r} reads timestamps: pass times= (B, L)")
+        if not isinstance(times, Tensor) or times.dtype == torch.bool or times.is_complex():
+            raise TypeError(f"SASRec: times must be a real-valued tensor (B, L) of timestamps, got "
+                            f"{getattr(times, 'dtype', type(times).__name__)}")
         if tuple(times.shape) != (b, length):
             raise ValueError(f"SASRec: times must have shape ({b}, {length}), got {tuple(times.shape)}")
+        if times.is_floating_point() and not bool(torch.isfinite(times).all()):
+            bad = (~torch.isfinite(times)).nonzero()[0].tolist()
+            raise ValueError(f"SASRec: times holds NaN or inf (first at [{bad[0]}, {bad[1]}]); timestamps must be "
+                             f"finite")
         return torch.stack([index.to(torch.float64).expand(b, length), times.to(torch.float64)], dim=-1)
 
     def forward(self, items: Tensor, times: Tensor | None = None) -> Tensor:
-        if items.dim() != 2 or items.is_floating_point():
+        if not isinstance(items, Tensor) or items.is_floating_point() or items.dtype in (torch.bool, torch.complex64,
+                                                                                           torch.complex128):
+            raise TypeError(f"SASRec: items must be an integer tensor (B, L) of item ids, got "
+                            f"{getattr(items, 'dtype', type(items).__name__)}")
+        if items.dim() != 2:
             raise ValueError(f"SASRec: items must be an integer tensor (B, L), got {tuple(items.shape)} {items.dtype}")
         if items.shape[1] > self.max_len:
             raise ValueError(f"SASRec: sequences of {items.shape[1]} items exceed max_len={self.max_len}")
@@ -112,6 +123,10 @@ class SASRec(nn.Module):
                 f"SASRec: item indices must lie in [0, {self.num_items}], got [{int(items.min())}, {int(items.max())}]"
             )
         real = items != 0
+        if items.shape[1] and not bool(real.any(-1).all()):
+            rows = (~real.any(-1)).nonzero().flatten().tolist()
+            raise ValueError(f"SASRec: items rows {rows[:10]} hold only padding (id 0); every sequence needs at "
+                             f"least one item")
         # the trunk drops out its input once, after the embed hook (SASRec: dropout of item + position
         # embedding); a second dropout here would zero 1 - (1 - p)^2 of the inputs (36 % at p = 0.2)
         x = self.item_embedding(items)

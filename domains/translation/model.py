@@ -57,6 +57,18 @@ def check_cross_lingual_positions(xl_positions: Tensor, source_mask: Tensor | No
                          "cross-lingual positions must be a permutation of the real tokens' indices")
 
 
+def _check_ids(name: str, ids, vocab_size: int) -> None:
+    """``ids`` must be an integer tensor ``(B, L)`` of token ids in ``[0, vocab_size)`` (errors name ``name``)."""
+    if not isinstance(ids, Tensor) or ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
+        raise TypeError(f"TranslationModel: {name} must be an integer tensor (B, L) of token ids, got "
+                        f"{getattr(ids, 'dtype', type(ids).__name__)}")
+    if ids.dim() != 2:
+        raise ValueError(f"TranslationModel: {name} must have shape (B, L), got {tuple(ids.shape)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(f"TranslationModel: {name} must be ids in [0, vocab_size={vocab_size}), got values from "
+                         f"{int(ids.min())} to {int(ids.max())}")
+
+
 class TranslationModel(nn.Module):
     """Seq2seq Transformer: ``encode(source, mask, xl_positions) -> memory``; ``forward -> logits``.
 
@@ -124,9 +136,9 @@ class TranslationModel(nn.Module):
 
     def encode(self, source: Tensor, source_mask: Tensor, xl_positions: Tensor | None = None) -> Tensor:
         """Encoder states ``(B, S, dim)``."""
-        if source.dim() != 2 or source.is_floating_point():
-            raise ValueError(f"TranslationModel: source must be a (B, S) integer tensor, got {tuple(source.shape)} "
-                             f"{source.dtype}")
+        _check_ids("source", source, self.encoder.config.vocab_size)
+        if not isinstance(source_mask, Tensor):
+            raise TypeError(f"TranslationModel: source_mask must be a bool tensor, got {type(source_mask).__name__}")
         if tuple(source_mask.shape) != tuple(source.shape) or source_mask.dtype != torch.bool:
             raise ValueError(f"TranslationModel: source_mask must be a bool tensor of shape {tuple(source.shape)}, "
                              f"got {tuple(source_mask.shape)} {source_mask.dtype}")
@@ -137,6 +149,9 @@ class TranslationModel(nn.Module):
     def forward(self, source: Tensor, source_mask: Tensor, target_in: Tensor,
                 xl_positions: Tensor | None = None) -> Tensor:
         """Teacher-forced logits ``(B, T, target_vocab)`` for decoder inputs ``target_in``."""
+        _check_ids("target_in", target_in, self.decoder.config.vocab_size)
+        if not isinstance(source, Tensor):
+            raise TypeError(f"TranslationModel: source must be an integer tensor (B, S), got {type(source).__name__}")
         if target_in.shape[0] != source.shape[0]:
             raise ValueError(f"TranslationModel: target_in has batch size {target_in.shape[0]} but source has "
                              f"{source.shape[0]}")

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from pe_toolkit.domains.vision.positions import LAYOUTS, patch_grid, patch_positions
-from pe_toolkit.encoders.base import check_choice, check_int
+from pe_toolkit.encoders.base import check_choice, check_int, require_finite
 from pe_toolkit.nn.transformer import Transformer, TransformerConfig
 from pe_toolkit.registry import encoder_info
 
@@ -124,7 +124,15 @@ class ViT(nn.Module):
         if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != self.config.in_channels:
             shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
             raise ValueError(f"images must have shape (B, {self.config.in_channels}, H, W), got {shape}")
-        grid_h, grid_w = patch_grid(images.shape[-2], images.shape[-1], self.config.patch_size)
+        if not images.is_floating_point():
+            raise TypeError(f"images must be a float tensor (pixel values, e.g. in [0, 1]), got {images.dtype}; "
+                            f"convert integer images with images.float() / 255")
+        require_finite("images", images)
+        try:
+            grid_h, grid_w = patch_grid(images.shape[-2], images.shape[-1], self.config.patch_size)
+        except ValueError as error:
+            raise ValueError(f"images of shape {tuple(images.shape)}: {error}") from error
+        images = images.to(self.patch_embed.weight.dtype)  # a float16 image into a float32 model, and so on
         x = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, gh * gw, dim), raster order
         x = torch.cat([self.prefix.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)
         return self.trunk.forward_features(x, positions=self.positions(grid_h, grid_w, images.device))

@@ -385,6 +385,10 @@ class PositionalEncoding(nn.Module):
             positions = self.example_positions(length)
         elif not isinstance(positions, Tensor):
             raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
+        elif positions.dtype == torch.bool or positions.is_complex():
+            raise TypeError(f"positions must hold integer or float values, got dtype {positions.dtype}")
+        elif positions.is_floating_point():
+            require_finite("positions", positions)
         modes = [(module, module.training) for module in self.modules()]
         self.eval()  # no dropout, and normalisation layers read (not update) their running statistics
         try:
