@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pe_toolkit.explain.lrp import _check_index, check_model, explain
+from pe_toolkit.explain.lrp import _check_index, check_finite_parameters, check_model, explain
 from pe_toolkit.nn.transformer import Transformer
 
 
@@ -28,6 +28,7 @@ def gradient_x_input(
         TypeError / ValueError: as :func:`pe_toolkit.explain.explain` for the model, tokens, target, index.
     """
     check_model(model)
+    check_finite_parameters(model)
     if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
         raise TypeError(f"tokens must be an integer tensor of shape (B, L), got {getattr(tokens, 'shape', tokens)}")
     b, seq = tokens.shape
@@ -46,7 +47,18 @@ def rollout(attention: list[Tensor], index: Tensor) -> Tensor:
     """Attention rollout from per-layer probabilities ``(B, H, L, L)`` for output rows ``index (B,)`` -> ``(B, L)``."""
     if not attention:
         raise ValueError("rollout: attention must hold at least one layer")
-    b, _, seq, _ = attention[0].shape
+    first = attention[0]
+    for layer, probs in enumerate(attention):
+        if not isinstance(probs, Tensor) or not probs.is_floating_point():
+            raise TypeError(f"rollout: attention[{layer}] must be a float tensor (B, H, L, L), got "
+                            f"{getattr(probs, 'dtype', type(probs).__name__)}")
+        if probs.dim() != 4 or probs.shape[-1] != probs.shape[-2] or probs.shape != first.shape:
+            raise ValueError(f"rollout: attention[{layer}] must have shape (B, H, L, L) like attention[0] "
+                             f"{tuple(first.shape)}, got {tuple(probs.shape)}")
+        if not bool(torch.isfinite(probs).all()):
+            raise ValueError(f"rollout: attention[{layer}] holds NaN or inf "
+                             f"({int((~torch.isfinite(probs)).sum())} of {probs.numel()} entries)")
+    b, _, seq, _ = first.shape
     eye = torch.eye(seq, dtype=attention[0].dtype, device=attention[0].device)
     flow = eye.expand(b, seq, seq)
     for probs in attention:

@@ -398,6 +398,19 @@ def _reduce(relevance: Tensor, how: str) -> Tensor:
     raise AssertionError(how)
 
 
+def check_finite_parameters(model: nn.Module) -> None:
+    """``ValueError`` naming the first parameter of ``model`` that holds NaN or inf.
+
+    A NaN weight makes every relevance NaN, and ``NaN`` relevances sum, sort and plot without an error; the
+    explainers refuse such a model instead (a diverged run: see :class:`~pe_toolkit.training.NonFiniteStop`).
+    """
+    for name, parameter in model.named_parameters():
+        if parameter.is_floating_point() and not bool(torch.isfinite(parameter).all()):
+            count = int((~torch.isfinite(parameter)).sum())
+            raise ValueError(f"model: parameter {name!r} holds NaN or inf ({count} of {parameter.numel()} entries); "
+                             f"a model with non-finite weights has no relevance to explain")
+
+
 def _check_index(name: str, value, size: int, batch: int, device: torch.device, *, negative: bool) -> Tensor:
     if isinstance(value, bool) or not isinstance(value, (int, Tensor)):
         raise TypeError(f"{name} must be an int or a LongTensor of shape ({batch},), got {type(value).__name__}")
@@ -445,9 +458,11 @@ def explain(
 
     Raises:
         TypeError: unsupported model or layer, non-integer tokens / target / index.
-        ValueError: token ids, target or index out of range; bad shapes; negative epsilon.
+        ValueError: token ids, target or index out of range; bad shapes; a negative or non-finite epsilon;
+            a model parameter holding NaN or inf (named); a non-finite explained logit.
     """
     check_model(model)
+    check_finite_parameters(model)
     if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point() or tokens.dtype == torch.bool:
         raise TypeError(f"tokens must be an integer tensor of shape (B, L), got "
                         f"{getattr(tokens, 'shape', type(tokens).__name__)} {getattr(tokens, 'dtype', '')}")
@@ -461,8 +476,8 @@ def explain(
     b, seq = tokens.shape
     target_t = _check_index("target", target, vocab, b, tokens.device, negative=False)
     index_t = _check_index("index", index, seq, b, tokens.device, negative=True)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon >= 0:
-        raise ValueError(f"epsilon must be a number >= 0, got {epsilon!r}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 <= epsilon < math.inf:
+        raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
     positions = default_positions(seq, 0, tokens.device) if positions is None else positions
     check_positions("positions", positions, seq, b)
     dtype = model.token_embedding.weight.dtype if dtype is None else dtype
@@ -474,6 +489,9 @@ def explain(
     with torch.enable_grad():
         logit, tokens_leaf = run.run(tokens, positions, target_t, index_t)
         leaves = [tokens_leaf] + [leaf for leaf, _ in run.leaves.values()]
+        if not bool(torch.isfinite(logit).all()):
+            raise ValueError(f"explain: the explained logit is not finite ({logit.detach().tolist()}) in {dtype}; the "
+                             f"model overflows on these tokens (try dtype=torch.float64)")
         relevances = torch.autograd.grad(logit, leaves, grad_outputs=logit.detach(), allow_unused=True)
     token = relevances[0].sum(-1) if relevances[0] is not None else torch.zeros(b, seq, dtype=dtype)
     terms: dict[str, Tensor] = {}

@@ -32,7 +32,11 @@ def removal_masks(scores: Tensor, removable: Tensor, fractions: Tensor, order: s
                          f"{tuple(removable.shape)}")
     if removable.dtype != torch.bool:
         raise TypeError(f"removable must be a bool tensor, got {removable.dtype}")
-    if fractions.dim() != 1 or fractions.numel() == 0 or fractions.min() < 0 or fractions.max() > 1:
+    if scores.is_floating_point() and not bool(torch.isfinite(scores).all()):
+        # NaN would sort as the largest score: removed first under MoRF, with no error
+        raise ValueError(f"scores hold NaN or inf ({int((~torch.isfinite(scores)).sum())} of {scores.numel()} "
+                         f"entries); an attribution with non-finite scores has no removal order")
+    if fractions.dim() != 1 or fractions.numel() == 0 or not bool(((fractions >= 0) & (fractions <= 1)).all()):
         raise ValueError(f"fractions must be a non-empty 1-D tensor in [0, 1], got {fractions.tolist()}")
     key = scores.double() if order == "morf" else -scores.double()
     key = key.masked_fill(~removable, float("-inf"))
@@ -65,5 +69,13 @@ def perturbation_curve(
 
 
 def area_under_curve(curve: Tensor, fractions: Tensor) -> Tensor:
-    """Trapezoidal area of ``curve (F, ...)`` over ``fractions (F,)``, per trailing index."""
+    """Trapezoidal area of ``curve (F, ...)`` over ``fractions (F,)``, per trailing index.
+
+    Raises:
+        ValueError: ``curve`` or ``fractions`` holding NaN or inf (a NaN area would average silently).
+    """
+    for name, value in (("curve", curve), ("fractions", fractions)):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{name} holds NaN or inf ({int((~torch.isfinite(value)).sum())} of {value.numel()} "
+                             f"entries)")
     return torch.trapezoid(curve, fractions.to(curve.dtype), dim=0)

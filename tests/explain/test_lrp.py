@@ -240,7 +240,7 @@ def test_bad_target_index_tokens_and_epsilon():
         explain(model, tokens + 11, 1)
     with pytest.raises(TypeError, match="tokens must be an integer tensor"):
         explain(model, tokens.float(), 1)
-    with pytest.raises(ValueError, match="epsilon must be a number >= 0"):
+    with pytest.raises(ValueError, match="epsilon must be a finite number >= 0"):
         explain(model, tokens, 1, epsilon=-1.0)
     with pytest.raises(ValueError, match="dtype must be"):
         explain(model, tokens, 1, dtype=torch.float16)
