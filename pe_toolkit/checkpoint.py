@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,21 @@ from typing import Any
 import torch
 
 __all__ = ["load_weights"]
+
+
+def _unpickler_detail(error: Exception) -> str:
+    """What torch's weights-only unpickler refused, without torch's advice to retry with ``weights_only=False``.
+
+    torch >= 2.6 wraps the reason ("Unsupported operand 149", "Unsupported global: ...") in a paragraph
+    that suggests re-running ``torch.load`` unsafely; only the reason is kept.
+    """
+    text = str(error).strip()
+    match = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, flags=re.S)
+    detail = match.group(1) if match else (text.splitlines()[0] if text else type(error).__name__)
+    detail = " ".join(detail.split())
+    if "weights_only" in detail:  # an unknown wording that still carries the advice: keep the type only
+        detail = f"{type(error).__name__}"
+    return detail[:200]
 
 
 def load_weights(path: str | os.PathLike, *, map_location: Any = None, expect_tensors: bool = True) -> Any:
@@ -42,10 +58,9 @@ def load_weights(path: str | os.PathLike, *, map_location: Any = None, expect_te
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(
-            f"checkpoint {str(path)!r} holds objects a weights-only load refuses, or is corrupt ({first}); "
-            "only tensors and plain containers are read, never arbitrary pickled code"
+            f"checkpoint {str(path)!r} holds objects a weights-only load refuses, or is corrupt "
+            f"({_unpickler_detail(error)}); only tensors and plain containers are read, never arbitrary pickled code"
         ) from None
     except (EOFError, KeyError, zipfile.BadZipFile, RuntimeError, UnicodeDecodeError, OSError, ValueError,
             AttributeError, IndexError, TypeError) as error:

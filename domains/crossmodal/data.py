@@ -190,4 +190,7 @@ def load_av_npz(path: str | Path) -> AVClips:
     for key, value in (("video", video), ("audio", audio)):
         if not torch.isfinite(value).all():
             raise ValueError(f"load_av_npz: {path} array {key!r} holds NaN or inf")
-    return AVClips(video, audio, ())
+    try:
+        return AVClips(video, audio, ())
+    except ValueError as error:  # shapes / clip counts: say which file
+        raise ValueError(f"load_av_npz: {path}: {error}") from error

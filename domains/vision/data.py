@@ -201,7 +201,8 @@ class ImageFolderDataset(Dataset):
             images of one size).
 
     Raises:
-        ValueError: ``root`` is not a folder, has no class sub-folders, or a class has no image.
+        ValueError: ``root`` is not a folder, has no class sub-folders, or a class has no image; reading an
+            item whose file is not a readable image (corrupt, truncated, not an image) names the file.
         ImportError: Pillow is missing (the ``vision`` extra).
     """
 
@@ -231,13 +232,17 @@ class ImageFolderDataset(Dataset):
         from PIL import Image
 
         path, label = self.samples[index]
-        with Image.open(path) as image:
-            image = image.convert("RGB")
-            if self.image_size is not None:
-                height, width = self.image_size
-                image = image.resize((width, height), Image.Resampling.BICUBIC)
-            pixels = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
-            tensor = pixels.view(image.height, image.width, 3).permute(2, 0, 1).float() / 255.0
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB")  # decodes the pixels: a truncated file fails here
+                if self.image_size is not None:
+                    height, width = self.image_size
+                    image = image.resize((width, height), Image.Resampling.BICUBIC)
+                pixels = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+                tensor = pixels.view(image.height, image.width, 3).permute(2, 0, 1).float() / 255.0
+        except (OSError, ValueError, SyntaxError) as error:  # PIL: UnidentifiedImageError, truncated data, bad headers
+            raise ValueError(f"ImageFolderDataset: {str(path)!r} (item {index}, class {self.classes[label]!r}) is "
+                             f"not a readable image ({type(error).__name__}: {error})") from error
         return tensor, label
 
 

@@ -107,6 +107,24 @@ def test_image_folder_round_trip(tmp_path):
         ImageFolderDataset(tmp_path / "empty")
 
 
+@pytest.mark.parametrize("damage", ["text", "truncated_header", "truncated_pixels", "empty"])
+def test_a_corrupt_image_file_names_itself(tmp_path, damage):
+    """Issue 29: a file that is not a readable image raised PIL's UnidentifiedImageError / OSError ("image file is
+    truncated") from the data loader; it is now a ValueError naming the file and its class."""
+    data = ShapeRelations(2, 16, seed=0)
+    save_image_folder(data, tmp_path / "shapes")
+    folder = ImageFolderDataset(tmp_path / "shapes")
+    path, label = folder.samples[1]
+    content = path.read_bytes()
+    path.write_bytes({"text": b"not an image", "truncated_header": content[:40],
+                      "truncated_pixels": content[: len(content) - 30], "empty": b""}[damage])
+    expected = (rf"ImageFolderDataset: '.*{path.name}' \(item 1, class '{folder.classes[label]}'\) is not a "
+                rf"readable image")
+    with pytest.raises(ValueError, match=expected):
+        folder[1]
+    assert folder[0][0].shape == (3, 16, 16)  # the other file still reads
+
+
 # ---------------------------------------------------------------------------------------------- model
 @pytest.mark.parametrize("encoding", ["rope_axial", "rope_mixed", "mrope", "sincos_2d", "learned_2d", "nope"])
 def test_vit_runs_at_any_resolution(encoding):
