@@ -25,6 +25,7 @@ from pe_toolkit.extras import require_extra
 
 require_extra("train", __name__)
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -39,6 +40,7 @@ from torch_geometric.loader.dataloader import Collater
 from torch_geometric.transforms import Compose
 from torchmetrics.classification import MulticlassConfusionMatrix
 
+from pe_toolkit.domains.graphs.transforms import epoch_transforms
 from pe_toolkit.encoders.base import check_float, check_int, constrain_encodings
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import ResumableDataLoader, batch_seed, data_seed, seeded_step, trainer_shard
@@ -216,6 +218,19 @@ class GraphClassificationModule(L.LightningModule):
         )
 
 
+class _Split(Dataset):
+    """One split of a :class:`GraphDataModule` whose graphs carry their dataset index (per-epoch transforms)."""
+
+    def __init__(self, module: GraphDataModule, stage: str) -> None:
+        self.module, self.stage = module, stage
+
+    def __len__(self) -> int:
+        return len(self.module.subsets[self.stage])
+
+    def __getitem__(self, position: int) -> Any:
+        return self.module._get(self.stage, position)
+
+
 class _Indices(Dataset):
     """``0 .. size-1``: the training loader samples positions; :meth:`GraphDataModule._collate_train` fetches."""
 
@@ -239,6 +254,14 @@ class GraphDataModule(L.LightningDataModule):
             :func:`~pe_toolkit.domains.graphs.sbm_splits`).
         transform: applied on every access, after the dataset's own ``transform`` (e.g. a PE transform
             whose randomness should be redrawn per access); ``None`` for none.
+
+    Transforms that draw per epoch (those with ``set_epoch``, e.g.
+    :class:`~pe_toolkit.domains.graphs.transforms.RandomFeaturePropagation`, found in ``transform``, the
+    dataset's own ``transform`` and inside ``Compose``): before each training batch they are set to the
+    loader's epoch, and every graph they see carries its index in ``dataset`` as the graph-level attribute
+    they read (``index_attr``, default ``graph_id``), so their draws depend on ``(seed, epoch, graph
+    index)`` only, not on the batch order, and a resumed run repeats them. Validation and test use their own
+    copies of the transforms, at epoch 0, so evaluation draws the same starts every time.
         batch_size: graphs per batch; shuffle: shuffle the training split.
         num_workers: workers of the evaluation loaders (the training loader runs in the main process so
             that its position, and the transform's draws, are restored on resume).
@@ -269,19 +292,38 @@ class GraphDataModule(L.LightningDataModule):
                 raise ValueError(f"GraphDataModule: {stage} indices must lie in [0, {n}), got "
                                  f"[{int(idx.min())}, {int(idx.max())}]")
             self.splits[stage] = idx
-        self.subsets = {stage: self._subset(idx) for stage, idx in self.splits.items()}
+        self.subsets = {stage: self._subset(idx, stage) for stage, idx in self.splits.items()}
+        # graph-level attributes that per-epoch transforms key their draws by (the graph's index in the dataset)
+        self._index_attrs = sorted({attr for t in epoch_transforms(self.subsets["train"].transform)
+                                    if (attr := getattr(t, "index_attr", None))})
         self._collater = Collater(self.subsets["train"])
         self._train_loader: ResumableDataLoader | None = None
 
-    def _subset(self, idx: Tensor) -> Any:
+    def _subset(self, idx: Tensor, stage: str) -> Any:
         subset = self.dataset.index_select(idx)  # a shallow copy: setting its transform leaves the dataset alone
-        if self.transform is not None:
-            own = getattr(self.dataset, "transform", None)
-            subset.transform = self.transform if own is None else Compose([own, self.transform])
+        own = getattr(self.dataset, "transform", None)
+        transform = own if self.transform is None else (self.transform if own is None else
+                                                         Compose([own, self.transform]))
+        if stage != "train" and epoch_transforms(transform):
+            transform = copy.deepcopy(transform)  # evaluation keeps epoch 0 while training's copy moves on
+        subset.transform = transform
         return subset
 
+    def _get(self, stage: str, position: int) -> Any:
+        """Graph ``position`` of a split, transformed; per-epoch transforms see its dataset index."""
+        subset = self.subsets[stage]
+        if not self._index_attrs:
+            return subset[position]
+        index = int(subset.indices()[position])
+        data = copy.copy(subset.get(index))
+        for attr in self._index_attrs:
+            if attr not in data:
+                data[attr] = index
+        return data if subset.transform is None else subset.transform(data)
+
     def _loader(self, stage: str) -> DataLoader:
-        return DataLoader(self.subsets[stage], batch_size=self.batch_size, shuffle=self.shuffle and stage == "train",
+        dataset = self.subsets[stage] if not self._index_attrs else _Split(self, stage)
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=self.shuffle and stage == "train",
                           num_workers=self.num_workers)
 
     def train_dataloader(self) -> ResumableDataLoader:
@@ -295,11 +337,13 @@ class GraphDataModule(L.LightningDataModule):
     def _collate_train(self, indices: list[int]) -> Any:
         # fetched in the main process just before the batch is served: the loader's state is this batch's
         # (epoch, position), which a resumed loader reproduces, so random transforms draw the same
-        subset, loader = self.subsets["train"], self._train_loader
+        loader = self._train_loader
         epoch, position = loader.position() if loader else (0, 0)
+        for transform in epoch_transforms(self.subsets["train"].transform):
+            transform.set_epoch(epoch)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(batch_seed(self.seed, epoch, position))
-            graphs = [subset[i] for i in indices]
+            graphs = [self._get("train", i) for i in indices]
         return self._collater(graphs)
 
     def val_dataloader(self) -> DataLoader:

@@ -18,6 +18,7 @@ All computations run in float64 (numpy / scipy) and are cast to ``dtype`` (defau
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -32,7 +33,8 @@ from torch_geometric.utils import is_undirected
 
 from pe_toolkit.encoders.base import check_choice, check_int
 
-__all__ = ["LaplacianEigenvectorPE", "RandomFeaturePropagation", "RandomWalkPE", "graph_adjacency"]
+__all__ = ["LaplacianEigenvectorPE", "RandomFeaturePropagation", "RandomWalkPE", "epoch_transforms",
+           "graph_adjacency"]
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -754,20 +756,38 @@ class RandomFeaturePropagation(BaseTransform):
     Eliasof, Frasca, Bevilacqua, Treister, Chechik, Maron 2023, "Graph Positional Encoding via Random
     Feature Propagation", ICML 2023, arXiv:2303.02918.
 
-    ``X0`` ``(N, num_features)`` is standard normal, drawn from a ``torch.Generator`` seeded with ``seed``
-    (the global RNG is neither used nor advanced; every graph with the same number of nodes gets the same
-    ``X0``). Then ``X_l = Norm(A_hat X_{l-1})`` for ``l = 1..steps``, with
+    ``X0`` ``(N, num_features)`` is standard normal. Then ``X_l = Norm(A_hat X_{l-1})`` for ``l = 1..steps``, with
 
     * ``operator="sym"``: ``A_hat = D^-1/2 (A + I) D^-1/2`` (undirected graphs only),
     * ``operator="rw"``: ``A_hat = D^-1 (A + I)`` (row-stochastic; directed graphs allowed),
 
     (``+ I`` only when ``add_self_loops``; it damps the period-2 oscillation of bipartite graphs), and
 
-    * ``normalization="l2"``: each column divided by its l2 norm over the nodes (power iteration),
-    * ``normalization="qr"``: reduced QR, ``X <- Q`` with ``diag(R) >= 0`` (subspace iteration); when
-      ``N < num_features`` the last ``num_features - N`` columns are 0.
+    * ``normalization="qr"`` (default, as the paper): reduced QR, ``X <- Q`` with ``diag(R) >= 0`` (subspace, or
+      orthogonal, iteration): the columns stay orthonormal and converge to the ``num_features`` leading
+      eigenvectors of ``A_hat``; when ``N < num_features`` the last ``num_features - N`` columns are 0,
+    * ``normalization="l2"``: each column divided by its l2 norm over the nodes (power iteration; every column
+      converges to the same leading eigenvector, the trivial ``D^1/2 1`` for ``"sym"``, so late steps of
+      different columns carry the same information),
+    * ``normalization="none"``: ``X_l = A_hat X_{l-1}`` (the spectral radius of ``A_hat`` is 1: no blow-up).
 
-    ``X0`` is normalised the same way. With ``num_inits > 1`` independent trajectories are drawn.
+    ``X0`` is normalised the same way. With ``num_inits > 1`` independent trajectories are drawn; map them with
+    a network that is invariant to their order (:class:`~pe_toolkit.domains.graphs.encoders.RFPEncoder`, DSS).
+
+    The random start, redrawn per graph and per epoch: ``X0`` of every init comes from numpy's generator seeded
+    with ``(seed, epoch, graph key)`` (a ``SeedSequence``; the global RNGs are neither used nor advanced):
+
+    * ``epoch``: set with :meth:`set_epoch` (default 0). ``GraphDataModule`` calls it with the training epoch
+      before each training batch (evaluation uses its own copy at epoch 0), so every epoch sees new starts,
+      and a resumed run the same starts as an uninterrupted one.
+    * graph key: ``data[index_attr]`` (default ``"graph_id"``, the graph's index in its dataset, which
+      ``GraphDataModule`` attaches; not ``*index*``, which PyG's batching would offset by the node count) when
+      present; otherwise a sha256 of the graph (``num_nodes`` and the sorted
+      edges with their weights), so different graphs get different starts even without an index, and one
+      graph the same start every time it is transformed at the same epoch, whatever the order of its edge list.
+
+    As a ``pre_transform`` (computed once and cached) the start is fixed per graph for the whole training, the
+    simplification of the earlier versions; the paper's redraw needs a per-access ``transform``.
 
     Output shape: ``(N, num_inits * (steps + 1) * num_features)``, ordered init-major, then step, then
     feature: column ``(i * (steps + 1) + l) * num_features + f`` is feature ``f`` of step ``l`` of init ``i``.
@@ -776,15 +796,18 @@ class RandomFeaturePropagation(BaseTransform):
         num_features: random channels per init (>= 1).
         steps: propagation steps (>= 1).
         operator: ``"sym"`` or ``"rw"``.
-        normalization: ``"l2"`` or ``"qr"``.
+        normalization: ``"qr"``, ``"l2"`` or ``"none"``.
         num_inits: independent random initialisations (>= 1).
-        seed: seed of the generator (>= 0).
+        seed: base seed of the starts (>= 0).
         attr_name: node attribute; ``None`` concatenates to ``data.x``.
         add_self_loops: add ``I`` to ``A`` before normalising.
+        index_attr: graph-level attribute holding the graph's index (an int or a one-element integer tensor);
+            ``None``: always key the start by the graph's structure.
         dtype: floating dtype of the stored tensor.
 
     Raises:
-        TypeError / ValueError: bad arguments; a graph with 0 nodes; a directed graph with ``operator="sym"``.
+        TypeError / ValueError: bad arguments; a graph with 0 nodes; a directed graph with ``operator="sym"``; a
+        negative or non-integer ``data[index_attr]``.
     """
 
     def __init__(
@@ -792,31 +815,38 @@ class RandomFeaturePropagation(BaseTransform):
         num_features: int,
         steps: int,
         operator: str = "sym",
-        normalization: str = "l2",
+        normalization: str = "qr",
         num_inits: int = 1,
         seed: int = 0,
         attr_name: str | None = "rfp",
         *,
         add_self_loops: bool = True,
+        index_attr: str | None = "graph_id",
         dtype: torch.dtype = torch.float32,
     ) -> None:
         owner = "RandomFeaturePropagation"
         self.num_features = check_int(f"{owner}: num_features", num_features)
         self.steps = check_int(f"{owner}: steps", steps)
         self.operator = check_choice(f"{owner}: operator", operator, ("sym", "rw"))
-        self.normalization = check_choice(f"{owner}: normalization", normalization, ("l2", "qr"))
+        self.normalization = check_choice(f"{owner}: normalization", normalization, ("qr", "l2", "none"))
         self.num_inits = check_int(f"{owner}: num_inits", num_inits)
         self.seed = check_int(f"{owner}: seed", seed, minimum=0)
         self.attr_name = _check_attr_name(owner, "attr_name", attr_name)
         if not isinstance(add_self_loops, bool):
             raise TypeError(f"{owner}: add_self_loops must be a bool, got {add_self_loops!r}")
         self.add_self_loops = add_self_loops
+        self.index_attr = _check_attr_name(owner, "index_attr", index_attr)
         self.dtype = _check_dtype(owner, dtype)
+        self.epoch = 0
 
     @property
     def out_features(self) -> int:
         """Width of the encoding: ``num_inits * (steps + 1) * num_features``."""
         return self.num_inits * (self.steps + 1) * self.num_features
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the starts of ``epoch`` from now on (``GraphDataModule`` calls this before each training batch)."""
+        self.epoch = check_int("RandomFeaturePropagation: epoch", epoch, minimum=0)
 
     def operator_matrix(self, data: Data) -> sp.csr_matrix:
         """The propagation operator ``A_hat`` of ``data`` (float64 CSR)."""
@@ -826,37 +856,64 @@ class RandomFeaturePropagation(BaseTransform):
             adj = (adj + sp.identity(n, format="csr")).tocsr()
         deg = np.asarray(adj.sum(axis=1)).ravel()
         if self.operator == "sym":
-            d_is = _inv_sqrt(deg)
-            return (sp.diags(d_is) @ adj @ sp.diags(d_is)).tocsr()
+            return _scale_rows_and_columns(adj, _inv_sqrt(deg))
         d_inv = np.where(deg > 0, 1.0 / np.where(deg > 0, deg, 1.0), 0.0)
         return (sp.diags(d_inv) @ adj).tocsr()
 
+    def graph_key(self, data: Data) -> tuple[int, int]:
+        """``(0, index)`` from ``data[index_attr]``, or ``(1, structure hash)`` when the graph has no index."""
+        if self.index_attr is not None and self.index_attr in data:
+            value = data[self.index_attr]
+            if isinstance(value, Tensor):
+                if value.numel() != 1 or value.is_floating_point() or value.dtype == torch.bool:
+                    raise ValueError(f"RandomFeaturePropagation: data.{self.index_attr} must be one integer (the "
+                                     f"graph's index), got {value.dtype} of shape {tuple(value.shape)}")
+                value = int(value.reshape(()))
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"RandomFeaturePropagation: data.{self.index_attr} must be an integer >= 0 (the "
+                                 f"graph's index), got {value!r}")
+            return 0, int(value)
+        edges = data.edge_index.detach().cpu().to(torch.int64).numpy()
+        order = np.lexsort((edges[1], edges[0]))  # the edge list's order does not change the graph, nor its key
+        digest = hashlib.sha256(f"{data.num_nodes}|".encode())
+        digest.update(np.ascontiguousarray(edges[:, order]).tobytes())
+        if "edge_weight" in data and data.edge_weight is not None:
+            digest.update(data.edge_weight.detach().cpu().to(torch.float64).numpy()[order].tobytes())
+        return 1, int.from_bytes(digest.digest()[:8], "little")
+
+    def starts(self, num_nodes: int, key: tuple[int, int], epoch: int | None = None) -> np.ndarray:
+        """The raw standard-normal starts ``(num_inits, num_nodes, num_features)`` (float64) for a graph key."""
+        epoch = self.epoch if epoch is None else check_int("RandomFeaturePropagation: epoch", epoch, minimum=0)
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, *key]))
+        return rng.standard_normal((self.num_inits, num_nodes, self.num_features))
+
     def _normalize(self, x: np.ndarray) -> np.ndarray:
+        """Normalise every init's ``(N, F)`` block of ``x`` ``(inits, N, F)``."""
+        if self.normalization == "none":
+            return x
         if self.normalization == "l2":
-            norm = np.linalg.norm(x, axis=0, keepdims=True)
+            norm = np.linalg.norm(x, axis=1, keepdims=True)
             return x / np.where(norm > 0, norm, 1.0)
-        q, r = np.linalg.qr(x)  # reduced: q (N, min(N, F))
-        signs = np.sign(np.diag(r))
+        q, r = np.linalg.qr(x)  # reduced, batched over inits: q (inits, N, min(N, F))
+        signs = np.sign(np.diagonal(r, axis1=1, axis2=2))
         signs[signs == 0] = 1.0
-        q = q * signs
-        if q.shape[1] < x.shape[1]:
-            q = np.concatenate([q, np.zeros((x.shape[0], x.shape[1] - q.shape[1]))], axis=1)
+        q = q * signs[:, None, :]
+        if q.shape[2] < x.shape[2]:
+            q = np.concatenate([q, np.zeros((*x.shape[:2], x.shape[2] - q.shape[2]))], axis=2)
         return q
 
-    def features(self, data: Data) -> np.ndarray:
-        """The ``(N, out_features)`` float64 encoding of ``data``."""
+    def features(self, data: Data, *, epoch: int | None = None) -> np.ndarray:
+        """The ``(N, out_features)`` float64 encoding of ``data`` (at ``epoch``, default :attr:`epoch`)."""
         op = self.operator_matrix(data)
-        n = op.shape[0]
-        gen = torch.Generator().manual_seed(self.seed)
-        starts = torch.randn(self.num_inits, n, self.num_features, generator=gen, dtype=torch.float64).numpy()
-        blocks = []
-        for x in starts:
-            x = self._normalize(x)
-            blocks.append(x)
-            for _ in range(self.steps):
-                x = self._normalize(op @ x)
-                blocks.append(x)
-        return np.concatenate(blocks, axis=1)
+        n, inits, width = op.shape[0], self.num_inits, self.num_features
+        x = self._normalize(self.starts(n, self.graph_key(data), epoch))
+        out = np.empty((n, inits, self.steps + 1, width))
+        out[:, :, 0] = x.transpose(1, 0, 2)
+        for step in range(1, self.steps + 1):
+            flat = op @ x.transpose(1, 0, 2).reshape(n, inits * width)  # one sparse product for every init
+            x = self._normalize(flat.reshape(n, inits, width).transpose(1, 0, 2))
+            out[:, :, step] = x.transpose(1, 0, 2)
+        return out.reshape(n, -1)
 
     def forward(self, data: Data) -> Data:
         pe = torch.from_numpy(self.features(data)).to(data.edge_index.device, self.dtype)
@@ -865,8 +922,19 @@ class RandomFeaturePropagation(BaseTransform):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_features={self.num_features}, steps={self.steps}, "
-            f"operator={self.operator!r}, normalization={self.normalization!r}, num_inits={self.num_inits})"
+            f"operator={self.operator!r}, normalization={self.normalization!r}, num_inits={self.num_inits}, "
+            f"seed={self.seed}, add_self_loops={self.add_self_loops}, index_attr={self.index_attr!r})"
         )
+
+
+def epoch_transforms(transform: Any) -> list[Any]:
+    """The transforms inside ``transform`` (itself, or the members of a PyG ``Compose``, recursively) that draw
+    per epoch, i.e. have ``set_epoch`` (e.g. :class:`RandomFeaturePropagation`)."""
+    if transform is None:
+        return []
+    if hasattr(transform, "set_epoch"):
+        return [transform]
+    return [t for member in getattr(transform, "transforms", ()) or () for t in epoch_transforms(member)]
 
 
 def random_walk_std(probabilities: Tensor | np.ndarray, num_walks: int) -> np.ndarray:

@@ -204,7 +204,7 @@ def test_transforms_feed_the_encoders_on_a_pyg_batch():
 def test_learned_rfp_with_zero_attention_is_the_fixed_rw_operator():
     g = nx.petersen_graph()
     data = from_networkx(g)
-    data = RandomFeaturePropagation(3, 4, operator="rw", dtype=torch.float64)(data)
+    data = RandomFeaturePropagation(3, 4, operator="rw", normalization="l2", dtype=torch.float64)(data)
     enc = LearnedRFPEncoder(8, 2, in_features=3, steps=4).double()
     with torch.no_grad():
         enc.query.weight.zero_()  # uniform attention over N(i) + i = D^-1 (A + I)

@@ -374,7 +374,7 @@ def test_rfp_shape_determinism_and_global_rng_independence():
 @pytest.mark.parametrize("operator", ["sym", "rw"])
 def test_rfp_l2_columns_are_unit_and_converge_to_the_top_eigenvector(operator):
     data = er_graph(25, 0.3, seed=11)
-    pe = RandomFeaturePropagation(3, 300, operator=operator, dtype=torch.float64)(data).rfp
+    pe = RandomFeaturePropagation(3, 300, operator=operator, normalization="l2", dtype=torch.float64)(data).rfp
     steps = pe.view(25, 301, 3)
     torch.testing.assert_close(steps.norm(dim=0), torch.ones(301, 3, dtype=torch.float64))
     deg = torch.bincount(data.edge_index[0], minlength=25).double() + 1  # + self-loop

@@ -125,7 +125,7 @@ def test_rfp_learned_example_and_the_mean_operator(steps):
     length, r = 10, 4
     encoder = LearnedRFPEncoder(32, 4, in_features=r, steps=steps)
     example = encoder.example_positions(length)
-    reference = RandomFeaturePropagation(r, steps, operator="rw", seed=0)(grid_graph(length)).rfp
+    reference = RandomFeaturePropagation(r, steps, operator="rw", normalization="l2", seed=0)(grid_graph(length)).rfp
     assert example.shape == (length, r)
     torch.testing.assert_close(example, reference[:, :r])
     # with x = 0 every attention score is 0: the learned operator is the fixed "rw" mean over N(i) + i
@@ -173,7 +173,7 @@ def test_rfp_learned_pattern_by_hand_and_with_explicit_edges():
     encoder = LearnedRFPEncoder(32, 4, in_features=4, steps=2)
     length = 9
     example = encoder.example_positions(length)
-    reference = RandomFeaturePropagation(4, 2, operator="rw", seed=0)(grid_graph(length)).rfp
+    reference = RandomFeaturePropagation(4, 2, operator="rw", normalization="l2", seed=0)(grid_graph(length)).rfp
     with torch.no_grad():
         e = encoder.proj(reference)
     torch.testing.assert_close(encoder.positional_pattern(length), embed_only_pattern(e), atol=1e-5, rtol=1e-5)
