@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: Bumped whenever the stored format or the generator changes; part of every processed file name.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: PATTERN draws a size per pattern (5..34) and has 100 patterns
 
 #: Skip lengths of the 10 CSL classes (Murphy et al. 2019; Benchmarking GNNs).
 CSL_SKIPS: tuple[int, ...] = (2, 3, 4, 5, 6, 9, 11, 12, 13, 16)
@@ -441,31 +441,41 @@ def _relabel(rng: np.random.Generator, n: int, u: np.ndarray, v: np.ndarray, *no
 class PATTERNDataset(_GeneratedDataset):
     """SBM PATTERN: node classification, is the node part of the injected pattern P?
 
-    From Benchmarking GNNs (Dwivedi et al., JMLR 2023, arXiv 2003.00982;
-    ``data/SBMs/generate_SBM_PATTERN.ipynb``). A graph is a stochastic block model of
-    ``num_communities`` communities with sizes drawn uniformly from ``community_size_range``
-    (both ends inclusive; the default 5..34 is what the notebook's ``np.random.randint(5, 35)``
-    draws), edge probability ``p`` inside a community and ``q`` between communities, node features
-    drawn uniformly from ``{0, .., num_node_types - 1}``. Then a pattern P is attached: a
-    fixed random graph on ``pattern_size`` nodes (each pair an edge with ``p_pattern``) with fixed
-    random features, each pattern node joined to each community node with probability ``q_pattern``.
-    ``num_patterns`` patterns are drawn once per dataset; graph g uses pattern ``g % num_patterns``.
-    Finally node ids are shuffled. Label 1 on the pattern nodes, 0 elsewhere.
+    From Benchmarking GNNs (Dwivedi et al., JMLR 2023, arXiv 2003.00982), as its released generator
+    ``data/SBMs/generate_SBM_PATTERN.ipynb`` (the "v2" code that made the published dataset) draws it:
 
-    Parameters, here (default) vs the paper:
+    1. ``num_patterns`` patterns, drawn once per dataset. Pattern k has ``m_k`` nodes, ``m_k`` uniform in
+       ``pattern_size`` (both ends inclusive; the default 5..34 is the notebook's ``np.random.randint(5, 35)``),
+       each pair of them an edge with probability ``p_pattern``, and fixed node features uniform in
+       ``{0, .., num_node_types - 1}``.
+    2. Graph g uses pattern ``g % num_patterns`` (the notebook generates 100 train, 20 val and 20 test graphs
+       per pattern; :func:`sbm_splits` stratifies by pattern the same way). A stochastic block model of
+       ``num_communities`` communities with sizes uniform in ``community_size_range`` (5..34 by default,
+       ``randint(5, 35)``), edge probability ``p`` inside a community and ``q`` between two, node features
+       uniform in ``{0, .., num_node_types - 1}``; then the pattern's nodes are added, each joined to each
+       community node with probability ``q_pattern``, and the node ids shuffled. Label 1 on the pattern's
+       nodes, 0 elsewhere.
 
-    | parameter | default here | paper / notebook |
+    Parameters, here (default) vs the paper / generator:
+
+    | parameter | default here | generator (v2, the released data) |
     | --- | --- | --- |
-    | num_communities | 5 | 5 |
-    | community_size_range | (5, 34) | 5..34: notebook ``randint(5, 35)`` (paper: [5, 35]) |
-    | p, q | 0.5, 0.35 | 0.5, 0.35 |
-    | pattern_size | 20 | 20 (paper, DGL docs; notebook v2: randint(5,35)) |
-    | p_pattern, q_pattern | 0.5, 0.5 | 0.5, 0.5 |
-    | num_node_types | 3 | 3 |
-    | num_patterns | 20 | 100 |
+    | num_communities | 5 | 5 (``nb_clusters``) |
+    | community_size_range | (5, 34) | ``randint(5, 35)``: 5..34 (``size_min``, ``size_max``) |
+    | p, q | 0.5, 0.35 | 0.5, 0.35 ("v4" of ``p`` / ``q`` in the notebook) |
+    | pattern_size | (5, 34) | ``randint(5, 35)`` per pattern (``size_subgraph_min/max``) |
+    | p_pattern | 0.5 | the notebook passes ``p`` (0.5) to ``random_pattern``: the same value |
+    | q_pattern | 0.5 | 0.5 |
+    | num_node_types | 3 | 3 (``vocab_size``) |
+    | num_patterns | 100 | 100 (``nb_pattern_instances``) |
     | num_graphs | 1400 | 14,000 (10,000 / 2,000 / 2,000) |
 
-    Attributes of each ``Data`` (N nodes, 45..190 with the defaults, mean 117.5; the paper reports 44..188):
+    An int ``pattern_size`` fixes every pattern's size: 20 is the "v1" generator, which the paper's text and
+    DGL's docs describe (graphs of 44..188 nodes).
+
+    Attributes of each ``Data`` (N nodes, 30..204 with the defaults, mean ``97.5 + mean pattern size``, 117 on
+    average over draws of the patterns; PyG lists ~118.9 nodes and ~6,098.9 edges for the released data, which
+    this formula and the edge expectation of the tests give for a mean pattern size of ~21.4):
         - ``x``: ``(N,)`` long, categorical feature in ``[0, num_node_types)``; embed it with
           ``nn.Embedding(dataset.num_node_types, dim)``. Being categorical, it cannot take a
           concatenated PE: give PE transforms their own ``attr_name``.
@@ -478,7 +488,8 @@ class PATTERNDataset(_GeneratedDataset):
     Args:
         root: dataset directory (``None``: :func:`default_root` ``("PATTERN")``).
         num_graphs, num_communities, community_size_range, p, q, pattern_size, p_pattern,
-        q_pattern, num_node_types, num_patterns: see the table.
+        q_pattern, num_node_types, num_patterns: see the table; ``pattern_size`` is an int (every
+        pattern that size) or a ``(min, max)`` range.
         seed: seed of everything (numpy ``default_rng``).
         transform, pre_transform, pre_filter, force_reload, log: as in PyG.
 
@@ -498,11 +509,11 @@ class PATTERNDataset(_GeneratedDataset):
         community_size_range: tuple[int, int] = (5, 34),
         p: float = 0.5,
         q: float = 0.35,
-        pattern_size: int = 20,
+        pattern_size: int | tuple[int, int] = (5, 34),
         p_pattern: float = 0.5,
         q_pattern: float = 0.5,
         num_node_types: int = 3,
-        num_patterns: int = 20,
+        num_patterns: int = 100,
         seed: int = 0,
         transform: Callable | None = None,
         pre_transform: Callable | None = None,
@@ -515,7 +526,11 @@ class PATTERNDataset(_GeneratedDataset):
         self.community_size_range = _check_range("community_size_range", community_size_range)
         self.p = _check_prob("p", p)
         self.q = _check_prob("q", q)
-        self.pattern_size = _check_int("pattern_size", pattern_size, 1)
+        if isinstance(pattern_size, (tuple, list)):
+            self.pattern_size_range = _check_range("pattern_size", pattern_size)
+        else:
+            size = _check_int("pattern_size", pattern_size, 1)
+            self.pattern_size_range = (size, size)
         self.p_pattern = _check_prob("p_pattern", p_pattern)
         self.q_pattern = _check_prob("q_pattern", q_pattern)
         self.num_node_types = _check_int("num_node_types", num_node_types, 1)
@@ -525,19 +540,22 @@ class PATTERNDataset(_GeneratedDataset):
 
     def _config_tag(self) -> str:
         lo, hi = self.community_size_range
+        plo, phi = self.pattern_size_range
         return (
             f"g{self.num_graphs}_c{self.num_communities}_s{lo}-{hi}_p{_fmt(self.p)}_q{_fmt(self.q)}"
-            f"_ps{self.pattern_size}_pp{_fmt(self.p_pattern)}_qp{_fmt(self.q_pattern)}"
+            f"_ps{plo}-{phi}_pp{_fmt(self.p_pattern)}_qp{_fmt(self.q_pattern)}"
             f"_t{self.num_node_types}_np{self.num_patterns}_seed{self.seed}"
         )
 
     def _generate(self) -> list[Data]:
         rng = np.random.default_rng(self.seed)
-        m, c = self.pattern_size, self.num_communities
-        patterns = []  # (u, v, features) of each fixed pattern, in pattern-local ids
+        c = self.num_communities
+        plo, phi = self.pattern_size_range
+        patterns = []  # (size, u, v, features) of each fixed pattern, in pattern-local ids
         for _ in range(self.num_patterns):
+            m = int(rng.integers(plo, phi + 1))
             pu, pv = _sbm_pairs(rng, np.zeros(m, dtype=np.int64), np.array([[self.p_pattern]]))
-            patterns.append((pu, pv, rng.integers(0, self.num_node_types, size=m)))
+            patterns.append((m, pu, pv, rng.integers(0, self.num_node_types, size=m)))
         # block c (the pattern) has q_pattern to every community; its internal edges are the fixed pattern
         prob = np.full((c + 1, c + 1), self.q)
         np.fill_diagonal(prob, self.p)
@@ -547,11 +565,11 @@ class PATTERNDataset(_GeneratedDataset):
         data_list = []
         for g in range(self.num_graphs):
             k = g % self.num_patterns
+            m, pu, pv, pfeat = patterns[k]
             sizes = rng.integers(lo, hi + 1, size=c)
             blocks = np.concatenate([np.repeat(np.arange(c), sizes), np.full(m, c)])
             n = len(blocks)
             u, v = _sbm_pairs(rng, blocks, prob)
-            pu, pv, pfeat = patterns[k]
             offset = n - m
             u = np.concatenate([u, pu + offset])
             v = np.concatenate([v, pv + offset])

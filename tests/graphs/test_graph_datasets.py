@@ -4,6 +4,7 @@ import math
 import os
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from torch_geometric.utils import contains_self_loops, is_undirected
@@ -169,9 +170,9 @@ def test_csl_rejects_bad_skips(tmp_path):
 def test_pattern_structure(pattern):
     assert len(pattern) == 60
     lo, hi = SIZE_RANGE
+    pattern_sizes = {}
     for data in pattern:
         n = data.num_nodes
-        assert 5 * lo + 20 <= n <= 5 * hi + 20
         assert data.x.shape == (n,) and data.x.dtype == torch.long
         assert 0 <= int(data.x.min()) and int(data.x.max()) < 3
         assert data.y.shape == (n,) and data.y.dtype == torch.long
@@ -179,10 +180,50 @@ def test_pattern_structure(pattern):
         assert not contains_self_loops(data.edge_index)
         sizes = torch.bincount(data.block, minlength=6)
         assert ((sizes[:5] >= lo) & (sizes[:5] <= hi)).all()
-        assert int(sizes[5]) == 20
+        m = int(sizes[5])
+        assert lo <= m <= hi and n == int(sizes[:5].sum()) + m  # the pattern: 5..34 nodes, as the generator
+        assert pattern_sizes.setdefault(int(data.pattern_id), m) == m  # one size per pattern
         # label 1 exactly on the pattern nodes
         assert torch.equal(data.y, (data.block == 5).long())
-        assert int(data.y.sum()) == 20
+        assert int(data.y.sum()) == m
+    assert len(set(pattern_sizes.values())) > 1
+
+
+def test_pattern_defaults_follow_the_released_generator(tmp_path):
+    """100 patterns of 5..34 nodes (randint(5, 35)), 5 communities of 5..34 nodes, p = 0.5, q = 0.35,
+    p_pattern = q_pattern = 0.5, 3 node types; node and edge counts as their expectations given the patterns."""
+    ds = PATTERNDataset(tmp_path, num_graphs=300)  # 3 graphs per pattern
+    assert (ds.num_patterns, ds.pattern_size_range, ds.community_size_range) == (100, (5, 34), (5, 34))
+    assert (ds.num_communities, ds.p, ds.q, ds.p_pattern, ds.q_pattern, ds.num_node_types) == (5, 0.5, 0.35, 0.5,
+                                                                                                0.5, 3)
+    sizes = {}
+    nodes, edges, expected_edges = [], [], []
+    for data in ds:
+        m = int(data.y.sum())
+        assert sizes.setdefault(int(data.pattern_id), m) == m
+        community = torch.bincount(data.block, minlength=6)[:5].double()
+        total = float(community.sum())
+        # expected undirected edges given this graph's block sizes
+        within = float((community * (community - 1) / 2).sum()) * 0.5
+        between = (total**2 - float((community**2).sum())) / 2 * 0.35
+        expected_edges.append(within + between + m * total * 0.5 + m * (m - 1) / 2 * 0.5)
+        nodes.append(data.num_nodes)
+        edges.append(data.num_edges / 2)
+        assert 30 <= data.num_nodes <= 204
+    assert sorted(sizes) == list(range(100))
+    drawn = np.array(list(sizes.values()))
+    assert drawn.min() >= 5 and drawn.max() <= 34
+    assert abs(drawn.mean() - 19.5) < 4 * 8.66 / 10  # uniform 5..34: mean 19.5, std 8.66, 100 draws
+    assert len(np.unique(drawn)) > 15
+    # node count: 5 communities (mean 19.5 each) + the pattern; edges: their expectation, within 1 %
+    mean_pattern = np.mean([sizes[int(d.pattern_id)] for d in ds])
+    assert abs(np.mean(nodes) - (97.5 + mean_pattern)) < 4 * math.sqrt(5 * 74.92 / len(ds))
+    assert abs(np.sum(edges) / np.sum(expected_edges) - 1) < 0.01
+    # the v1 generator: a fixed size
+    fixed = PATTERNDataset(tmp_path / "v1", num_graphs=4, num_patterns=2, pattern_size=20)
+    assert all(int(d.y.sum()) == 20 for d in fixed) and fixed.pattern_size_range == (20, 20)
+    with pytest.raises(ValueError, match="pattern_size must satisfy min <= max"):
+        PATTERNDataset(tmp_path / "bad", pattern_size=(9, 5))
 
 
 def test_pattern_is_the_same_pattern_per_id(pattern):
