@@ -1,21 +1,36 @@
-"""Graph positional encodings: CSL and SBM (PATTERN / CLUSTER) accuracy per PE x model, and precompute speed.
+"""Graph positional encodings: CSL and SBM (PATTERN / CLUSTER) accuracy per PE x model, and a scale table.
 
-Three sections (``--sections``, default all):
+Three sections (``sections`` in the preset, or ``--sections``):
 
 * ``csl``: Circular Skip Links (Murphy et al. 2019), 10 classes that 1-WL cannot separate; 5-fold
   stratified cross-validation (:func:`pe_toolkit.domains.graphs.csl_folds`, Benchmarking GNNs protocol). Test
   accuracy, mean and (population) standard deviation over the folds, for every PE x model. Chance is 10 %.
-* ``sbm``: PATTERN and CLUSTER (Dwivedi et al. 2023), CPU-sized (``num_graphs`` in the presets), weighted
-  accuracy (mean per-class recall) on the test split of :func:`pe_toolkit.domains.graphs.sbm_splits`.
-* ``precompute``: the transforms of :mod:`pe_toolkit.domains.graphs.transforms` on connected random sparse graphs
-  (a ring plus ``2N`` random edges: mean degree ~6) of growing size, timed against PyG's
-  ``AddRandomWalkPE`` / ``AddLaplacianEigenvectorPE`` in the same run. Each measurement runs in a forked
-  child (time and peak memory, with a timeout and a memory cap); PyG is skipped, with the memory it would
-  need, where its estimated footprint exceeds 60 % of the available memory.
+* ``sbm``: PATTERN and CLUSTER (Dwivedi et al. 2023), CPU-sized (``sbm_num_graphs``), weighted accuracy (mean
+  per-class recall) on the test split of :func:`pe_toolkit.domains.graphs.sbm_splits`. PATTERN is drawn as
+  the released generator (100 patterns of 5..34 nodes).
+* ``precompute``: the scale table. The transforms against PyG's ``AddRandomWalkPE`` / ``AddLaplacianEigenvectorPE``
+  with the same walk length / ``k`` (``precompute.walk_length``, ``precompute.k``: 8 and 8), on connected
+  random sparse graphs (a ring plus ``2N`` random edges: mean degree ~6) of ``precompute.sizes`` nodes and on
+  whole datasets (``precompute.datasets``: every CSL graph, ``precompute.pattern_graphs`` PATTERN graphs), in
+  one run. Every measurement runs in its own forked child (time and peak memory growth, with a timeout and
+  a memory cap); the repeats of the methods alternate (toolkit, PyG, toolkit, ...) so that both see the
+  same machine load, and the speed-up is the ratio of the minima (the least disturbed repeat of each).
+  LapPE rows also give the largest residual ``|L v - lambda v|`` of the returned pairs (float64; PyG's with
+  the Rayleigh quotients of its vectors). PyG is skipped, with the memory it would need, where its estimated
+  footprint exceeds 60 % of the available memory or ``precompute.memory_cap_gib``; that row says so.
 
-    python benchmarks/graphs.py --quick                      # pipeline check, < 2 minutes
-    python benchmarks/graphs.py                              # full run (about an hour on a shared CPU core)
+Presets are YAML files, ``benchmarks/presets/graphs/{quick,full,gpu}.yaml`` (``--preset``, ``--config FILE``,
+``--set KEY.PATH=VALUE``; see ``benchmarks/presets.py``); the flags below are shortcuts for preset keys::
+
+    python benchmarks/graphs.py --quick                        # pipeline check, < 2 minutes
+    python benchmarks/graphs.py --jobs 2                       # full CPU preset
+    python benchmarks/graphs.py --preset gpu --accelerator cuda
+    python benchmarks/graphs.py --sections precompute          # the scale table alone (full preset: 1k-100k)
     python benchmarks/graphs.py --sections csl --pes none rwse rfp --models gin gps --folds 2
+
+RFP (``pe: rfp``) is the paper's: a per-access transform of the data module, its random starts redrawn per
+graph and per epoch (seeded by ``(seed, epoch, graph id)``), QR normalisation, ``num_inits`` initialisations
+mapped by the DSS encoder (``pe="rfp"``).
 
 Models come from :data:`MODELS`, a table of ``name -> (module, class, extra kwargs)``; a model whose class
 does not exist (yet) is listed as unavailable and never gets a number. Every finished training run is
@@ -53,7 +68,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
-from presets import device_options, trainer_options  # noqa: E402
+from presets import device_options, preset_from_args, trainer_options  # noqa: E402
 
 NAME = "graphs"
 SECTIONS = ("csl", "sbm", "precompute")
@@ -66,48 +81,29 @@ MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "graph_mamba": ("pe_toolkit.domains.graphs.models", "GraphMambaModel", {}),
 }
 
-# PE name -> transform options (None: no precomputed attribute). "random_features" is drawn in the model.
+# PE name -> transform options (None: no precomputed attribute). "random_features" is drawn in the model;
+# "per_access": the transform runs on every access in the data module (RFP's starts are redrawn every epoch)
+# instead of once as the dataset's pre_transform.
 LAP_K = 8  # CSL's circulant graphs have repeated eigenvalues: LapPE is expected to be weak there
 RW_STEPS = 16
-RFP_FEATURES, RFP_STEPS = 8, 8
+RFP_FEATURES, RFP_STEPS, RFP_INITS = 8, 8, 4
 PES: dict[str, dict[str, Any] | None] = {
     "none": None,
     "random_features": None,
     "lap_pe": {"transform": "LaplacianEigenvectorPE", "options": {"k": LAP_K}},
     "rwse": {"transform": "RandomWalkPE", "options": {"walk_length": RW_STEPS}},
-    "rfp": {"transform": "RandomFeaturePropagation", "options": {"num_features": RFP_FEATURES, "steps": RFP_STEPS}},
+    "rfp": {"transform": "RandomFeaturePropagation", "per_access": True,
+            "options": {"num_features": RFP_FEATURES, "steps": RFP_STEPS, "num_inits": RFP_INITS,
+                        "normalization": "qr"}},
 }
 
-FULL = {
-    "folds": 5,
-    "csl": {"hidden": 32, "layers": 3, "epochs": 40, "batch_size": 16, "lr": 2e-3},
-    "sbm": {"hidden": 32, "layers": 3, "epochs": 10, "batch_size": 16, "lr": 2e-3},
-    "sbm_num_graphs": {"pattern": 160, "cluster": 160},
-    "sbm_fractions": [0.7, 0.15, 0.15],
-    "pes": list(PES),
-    "sizes": [1_000, 2_000, 5_000, 10_000, 100_000],
-    "repeats": 3,
-    "timeout_s": 300.0,
-}
-QUICK = {
-    "folds": 1,
-    "csl": {"hidden": 16, "layers": 2, "epochs": 15, "batch_size": 16, "lr": 3e-3},
-    "sbm": {"hidden": 16, "layers": 2, "epochs": 3, "batch_size": 16, "lr": 3e-3},
-    "sbm_num_graphs": {"pattern": 40, "cluster": 40},
-    "sbm_fractions": [0.6, 0.2, 0.2],
-    "pes": ["none", "rwse"],
-    "models": ["gin", "gps", "graph_mamba"],
-    "sizes": [1_000, 2_000],
-    "repeats": 2,
-    "timeout_s": 90.0,
-}
 SBM_TASKS = ("pattern", "cluster")
 PRECOMPUTE_METHODS = ("rwse", "pyg_rwse", "lap_pe", "pyg_lap_pe", "rfp")
-MONTE_CARLO_ABOVE = 20_000  # RandomWalkPE switches from "exact" (O(T nnz N)) to "monte_carlo" above this size
-MONTE_CARLO_WALKS = 256  # walks per node: standard error <= 0.5 / sqrt(256) = 0.031 per entry
+PAIRS = (("rwse", "pyg_rwse"), ("lap_pe", "pyg_lap_pe"))  # (toolkit, PyG) compared in the speed-up table
+DATASETS = ("csl", "pattern")  # whole datasets in the scale table
 MEMORY_FRACTION = 0.6  # PyG is skipped where its estimated footprint exceeds this share of available memory
-MEMORY_CAP_GIB = 3.5  # ... or this cap (--memory-cap-gib); this project's machines are shared
-PYG_SPARSE_BYTES_PER_ENTRY = 128
+PYG_SPARSE_BYTES_PER_ENTRY = 64  # PyG's sparse RWSE: bytes per filled N^2 entry (measured 6.1 GiB at 10k, T = 8)
+RWSE_BAR = {"num_nodes": 100_000, "seconds": 60.0, "gib": 8.0}  # issue 28: exact RWSE at 100k nodes
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -144,7 +140,7 @@ def total_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def estimate_pyg_bytes(method: str, num_nodes: int, *, walk_length: int = RW_STEPS, k: int = LAP_K,
+def estimate_pyg_bytes(method: str, num_nodes: int, *, walk_length: int = 8, k: int = LAP_K,
                        avg_degree: float = 6.0) -> int:
     """Rough peak memory (bytes) of PyG's transform on a graph of ``num_nodes`` nodes.
 
@@ -152,7 +148,7 @@ def estimate_pyg_bytes(method: str, num_nodes: int, *, walk_length: int = RW_STE
     adjacency, the power and the product; measured 46 MiB at 2,000 nodes); above, sparse CSR powers ``P^t``
     whose fill-in reaches ``N^2`` once ``avg_degree^t > N`` (a few steps on an expander), at
     :data:`PYG_SPARSE_BYTES_PER_ENTRY` bytes per ``N^2`` entry (values, indices and the COO copies made to
-    read the diagonal; calibrated on this benchmark's measurement of 3.1 GiB at 5,000 nodes).
+    read the diagonal; calibrated on a measurement here: 6.1 GiB of growth at 10,000 nodes, walk length 8).
     ``pyg_lap_pe`` (``AddLaplacianEigenvectorPE``): dense float64 ``N x N`` (x3, numpy ``eigh``) below
     100 nodes, otherwise ARPACK's Lanczos basis (``N x max(2k+3, 20)`` float64) plus the sparse Laplacian.
     """
@@ -170,10 +166,10 @@ def estimate_pyg_bytes(method: str, num_nodes: int, *, walk_length: int = RW_STE
 
 
 def pyg_skip_reason(method: str, num_nodes: int, memory_bytes: int | None = None,
-                    cap_bytes: int | None = None) -> str | None:
+                    cap_bytes: int | None = None, *, walk_length: int = 8, k: int = LAP_K) -> str | None:
     """``"skipped: would need X GiB"`` when the estimate exceeds 60 % of available memory (or ``cap_bytes``)."""
     memory_bytes = total_memory_bytes() if memory_bytes is None else memory_bytes
-    need = estimate_pyg_bytes(method, num_nodes)
+    need = estimate_pyg_bytes(method, num_nodes, walk_length=walk_length, k=k)
     if need > MEMORY_FRACTION * memory_bytes:
         gib = memory_bytes / 2**30
         return f"skipped: would need {need / 2**30:.1f} GiB (> {MEMORY_FRACTION:.0%} of {gib:.1f} GiB available)"
@@ -182,10 +178,13 @@ def pyg_skip_reason(method: str, num_nodes: int, memory_bytes: int | None = None
     return None
 
 
-def make_transform(pe: str):
-    """The PE's transform from :mod:`pe_toolkit.domains.graphs.transforms` (None for "none" / "random_features")."""
+def make_transform(pe: str, *, per_access: bool | None = None):
+    """The PE's transform from :mod:`pe_toolkit.domains.graphs.transforms` (None for "none" / "random_features").
+
+    ``per_access=True`` / ``False``: only a transform that runs on every access / once as the pre_transform
+    (None for the other kind); ``None``: either."""
     spec = PES[pe]
-    if spec is None:
+    if spec is None or (per_access is not None and bool(spec.get("per_access")) != per_access):
         return None
     from pe_toolkit.domains.graphs import transforms
 
@@ -203,15 +202,16 @@ def pe_options(pe: str) -> dict[str, Any] | None:
     if pe == "rwse":
         return {"in_features": RW_STEPS}
     if pe == "rfp":
-        return {"in_features": (RFP_STEPS + 1) * RFP_FEATURES}
+        return {"in_features": RFP_INITS * (RFP_STEPS + 1) * RFP_FEATURES, "num_inits": RFP_INITS}
     raise ValueError(f"unknown pe {pe!r}; allowed: {list(PES)}")
 
 
 def load_dataset(task: str, pe: str, root: Path, num_graphs: int | None = None):
-    """The task's dataset under ``root`` with the PE's transform as ``pre_transform`` (cached on disk)."""
+    """The task's dataset under ``root`` with the PE's transform as ``pre_transform`` (cached on disk), unless
+    the PE's transform runs per access (RFP: see :func:`run_train`)."""
     from pe_toolkit.domains.graphs import CLUSTERDataset, CSLDataset, PATTERNDataset
 
-    pre = make_transform(pe)
+    pre = make_transform(pe, per_access=False)
     if task == "csl":
         return CSLDataset(root=root / "CSL", seed=0, pre_transform=pre)
     if task == "pattern":
@@ -250,7 +250,8 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
     model_cls = getattr(importlib.import_module(module_name), cls_name)
     model = model_cls(num_classes=num_classes, hidden=hp["hidden"], layers=hp["layers"], task=model_task,
                       pe=None if pe == "none" else pe, pe_options=pe_options(pe), **input_kwargs, **extra)
-    data = GraphDataModule(dataset, splits, batch_size=hp["batch_size"])
+    # RFP: a per-access transform, its starts redrawn per graph and per epoch (the data module sets both)
+    data = GraphDataModule(dataset, splits, batch_size=hp["batch_size"], transform=make_transform(pe, per_access=True))
     steps = hp["epochs"] * math.ceil(len(splits[0]) / hp["batch_size"])
     module = GraphClassificationModule(model, num_classes=num_classes, lr=hp["lr"], warmup_steps=max(1, steps // 20),
                                        max_steps=steps)
@@ -350,97 +351,214 @@ def random_sparse_graph(num_nodes: int, seed: int = 0):
     return Data(edge_index=edge_index, num_nodes=num_nodes)
 
 
-def precompute_transform(method: str, num_nodes: int):
-    """The transform measured for ``method`` at this size, and a short description of it."""
+def precompute_transform(method: str, *, walk_length: int = 8, k: int = LAP_K):
+    """The transform measured for ``method``, and a short description of it."""
     from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE
 
     from pe_toolkit.domains.graphs.transforms import LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
 
     if method == "rwse":
-        if num_nodes > MONTE_CARLO_ABOVE:
-            transform = RandomWalkPE(RW_STEPS, method="monte_carlo", num_walks=MONTE_CARLO_WALKS)
-            return transform, f"RandomWalkPE(16, monte_carlo, {MONTE_CARLO_WALKS} walks)"
-        return RandomWalkPE(RW_STEPS), "RandomWalkPE(16, exact)"
+        return RandomWalkPE(walk_length), f"RandomWalkPE({walk_length}, exact)"
     if method == "pyg_rwse":
-        return AddRandomWalkPE(RW_STEPS), "PyG AddRandomWalkPE(16)"
+        return AddRandomWalkPE(walk_length), f"PyG AddRandomWalkPE({walk_length})"
     if method == "lap_pe":
-        return LaplacianEigenvectorPE(LAP_K), "LaplacianEigenvectorPE(k=8)"
+        return LaplacianEigenvectorPE(k), f"LaplacianEigenvectorPE(k={k})"
     if method == "pyg_lap_pe":
-        return AddLaplacianEigenvectorPE(LAP_K, is_undirected=True), "PyG AddLaplacianEigenvectorPE(k=8)"
+        return AddLaplacianEigenvectorPE(k, is_undirected=True), f"PyG AddLaplacianEigenvectorPE(k={k})"
     if method == "rfp":
-        return RandomFeaturePropagation(RFP_FEATURES, RFP_STEPS), "RandomFeaturePropagation(8 features, 8 steps)"
+        transform = RandomFeaturePropagation(RFP_FEATURES, RFP_STEPS, num_inits=RFP_INITS)
+        return transform, f"RandomFeaturePropagation({RFP_FEATURES} features, {RFP_STEPS} steps, {RFP_INITS} inits)"
     raise ValueError(f"unknown precompute method {method!r}; allowed: {list(PRECOMPUTE_METHODS)}")
 
 
-def _measure_precompute(method: str, num_nodes: int, repeats: int, threads: int) -> dict[str, Any]:
-    """Runs in the forked child: build the graph, time the transform ``repeats`` times."""
+_GRAPHS: dict[tuple, list] = {}  # filled in a forked child only (its warm-up loads, the measurement reuses)
+
+
+def precompute_graphs(graph: str | int, data_root: str | None = None, pattern_graphs: int = 200) -> list:
+    """The graphs of one scale-table input: ``[random_sparse_graph(n)]`` for a size ``n``, or every graph of
+    ``"csl"`` (150) / the first ``pattern_graphs`` of ``"pattern"`` (generated, cached under ``data_root``)."""
+    key = (graph, data_root, pattern_graphs)
+    if key not in _GRAPHS:
+        _GRAPHS[key] = _load_graphs(graph, data_root, pattern_graphs)
+    return _GRAPHS[key]
+
+
+def _load_graphs(graph: str | int, data_root: str | None, pattern_graphs: int) -> list:
+    if isinstance(graph, int):
+        return [random_sparse_graph(graph)]
+    from pe_toolkit.domains.graphs import CSLDataset, PATTERNDataset
+
+    root = Path(data_root) if data_root else None  # None: the datasets' default cache directory
+    if graph == "csl":
+        dataset = CSLDataset(root=None if root is None else root / "CSL", seed=0)
+    elif graph == "pattern":
+        dataset = PATTERNDataset(root=None if root is None else root / "PATTERN", num_graphs=pattern_graphs, seed=0)
+    else:
+        raise ValueError(f"unknown scale-table dataset {graph!r}; allowed: {list(DATASETS)} or a number of nodes")
+    return [dataset[i] for i in range(len(dataset))]
+
+
+def lap_residual(data, pe, eigenvalues=None) -> float:
+    """``max_j |L v_j - lambda_j v_j|`` (float64) of unit-normalised columns ``v_j`` of ``pe`` ``(N, k)``, with
+    ``L = I - D^-1/2 A D^-1/2``; ``lambda_j`` = ``eigenvalues`` or, if None, the Rayleigh quotients."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from pe_toolkit.domains.graphs.transforms import graph_adjacency
+
+    adj = graph_adjacency(data, self_loops=False)
+    deg = np.asarray(adj.sum(axis=1)).ravel()
+    d_is = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
+    lap = sp.identity(adj.shape[0]) - sp.diags(d_is) @ adj @ sp.diags(d_is)
+    v = pe.detach().cpu().double().numpy()
+    v = v[:, np.linalg.norm(v, axis=0) > 0]
+    v = v / np.linalg.norm(v, axis=0)
+    lv = lap @ v
+    lam = (v * lv).sum(0) if eigenvalues is None else np.asarray(eigenvalues, dtype=np.float64)[: v.shape[1]]
+    return float(np.linalg.norm(lv - v * lam, axis=0).max(initial=0.0))
+
+
+def _measure_precompute(method: str, graph: str | int, threads: int, options: dict[str, Any]) -> dict[str, Any]:
+    """Runs in the forked child: build the input, time one pass of the transform over its graphs."""
     import torch
 
     torch.set_num_threads(threads)
-    data = random_sparse_graph(num_nodes)
-    transform, description = precompute_transform(method, num_nodes)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        transform(data.clone())
-        times.append(time.perf_counter() - start)
-    return {"times_s": times, "description": description, "num_edges": int(data.num_edges)}
+    graphs = precompute_graphs(graph, options.get("data_root"), options.get("pattern_graphs", 200))
+    transform, description = precompute_transform(method, walk_length=options["walk_length"], k=options["k"])
+    start = time.perf_counter()
+    outputs = [transform(g) for g in graphs]  # transforms return copies; the inputs stay untouched
+    seconds = time.perf_counter() - start
+    row = {"seconds": seconds, "description": description, "graphs": len(graphs),
+           "num_nodes_total": sum(int(g.num_nodes) for g in graphs), "num_edges": sum(int(g.num_edges) for g in graphs)}
+    if method in ("lap_pe", "pyg_lap_pe"):  # accuracy: the largest residual over the graphs (not timed)
+        key = "lap_pe" if method == "lap_pe" else "laplacian_eigenvector_pe"
+        row["max_residual"] = max(lap_residual(g, out[key], out.lap_eigval[0] if method == "lap_pe" else None)
+                                  for g, out in zip(graphs, outputs))
+    return row
 
 
-def _warmup_precompute(method: str, threads: int):
+def _warmup_precompute(method: str, graph: str | int, threads: int, options: dict[str, Any]):
+    """Before the child's baseline: load the code paths, and the input graphs (not part of the measurement)."""
     def warm() -> None:
         import torch
 
         torch.set_num_threads(threads)
-        transform, _ = precompute_transform(method, 300)
+        transform, _ = precompute_transform(method, walk_length=options["walk_length"], k=options["k"])
         transform(random_sparse_graph(300, seed=1))
+        precompute_graphs(graph, options.get("data_root"), options.get("pattern_graphs", 200))
 
     return warm
 
 
-def run_precompute(sizes: list[int], repeats: int, timeout: float, threads: int, progress: Progress,
-                   cap_bytes: int | None = None) -> list[dict]:
-    """One row per (method, size): median time and peak memory growth, or an error / skip note."""
-    rows = []
+def run_precompute(settings: dict[str, Any], threads: int, progress: Progress, *,
+                   data_root: str | None = None) -> list[dict]:
+    """The scale table: one row per (method, input) with min / median seconds over the repeats and peak memory
+    growth, or a skip / error note. The repeats of the methods alternate, one forked child each."""
+    sizes, datasets = list(settings["sizes"]), list(settings["datasets"])
+    repeats, timeout = int(settings["repeats"]), float(settings["timeout_s"])
+    cap_bytes = int(float(settings["memory_cap_gib"]) * 2**30)
+    options = {"walk_length": int(settings["walk_length"]), "k": int(settings["k"]), "data_root": data_root,
+               "pattern_graphs": int(settings["pattern_graphs"])}
     memory = total_memory_bytes()
-    limit = int(MEMORY_FRACTION * memory) if cap_bytes is None else min(int(MEMORY_FRACTION * memory), 2 * cap_bytes)
-    for n in sizes:
+    limit = min(int(MEMORY_FRACTION * memory), 2 * cap_bytes)
+    # import (no compute) once here, so that every forked child has the modules instead of importing them
+    import scipy.sparse.linalg  # noqa: F401
+    import torch_geometric.transforms  # noqa: F401
+
+    import pe_toolkit.domains.graphs  # noqa: F401
+
+    rows = []
+    for graph in [*sizes, *datasets]:
+        cells: dict[str, dict[str, Any]] = {}
         for method in PRECOMPUTE_METHODS:
-            row: dict[str, Any] = {"section": "precompute", "method": method, "num_nodes": n,
-                                   "library": "pyg" if method.startswith("pyg_") else "pe_toolkit"}
-            reason = pyg_skip_reason(method, n, memory, cap_bytes) if method.startswith("pyg_") else None
-            if reason:
-                row["status"] = reason
-            else:
-                reps = repeats if n <= 10_000 else 1
+            cell: dict[str, Any] = {"section": "precompute", "method": method, "input": str(graph),
+                                    "num_nodes": graph if isinstance(graph, int) else None,
+                                    "library": "pyg" if method.startswith("pyg_") else "pe_toolkit",
+                                    "walk_length": options["walk_length"], "k": options["k"], "times_s": []}
+            if method.startswith("pyg_") and isinstance(graph, int):
+                reason = pyg_skip_reason(method, graph, memory, cap_bytes, walk_length=options["walk_length"],
+                                         k=options["k"])
+                if reason:
+                    cell["status"] = reason
+            cells[method] = cell
+        # dense PyG RWSE above 2k nodes is minutes per call: once; everything else alternates `repeats` times
+        for rep in range(repeats):
+            for method, cell in cells.items():
+                if cell.get("status", "ok") != "ok":
+                    continue
+                if rep and method == "pyg_rwse" and isinstance(graph, int) and graph > 2_000:
+                    continue
                 try:
                     result, peak = peak_memory_in_subprocess(
-                        _measure_precompute, method, n, reps, threads, warmup=_warmup_precompute(method, threads),
-                        timeout=timeout, memory_limit_bytes=limit)
-                    row.update(status="ok", median_s=statistics.median(result["times_s"]), min_s=min(result["times_s"]),
-                               repeats=reps, peak_mib=peak / 2**20, description=result["description"],
-                               num_edges=result["num_edges"])
+                        _measure_precompute, method, graph, threads, options,
+                        warmup=_warmup_precompute(method, graph, threads, options), timeout=timeout,
+                        memory_limit_bytes=limit)
                 except RuntimeError as error:
                     text = str(error)
-                    row["status"] = (f"timeout after {timeout:.0f} s" if "timed out" in text
-                                     else "failed: " + text.strip().splitlines()[-1][:200])
-            rows.append(row)
-            shown = f"{row['median_s']:.3f} s, {row['peak_mib']:.0f} MiB" if row["status"] == "ok" else row["status"]
-            progress(f"precompute {method} N={n}: {shown}")
+                    cell["status"] = (f"timeout after {timeout:.0f} s" if "timed out" in text
+                                      else "failed: " + text.strip().splitlines()[-1][:200])
+                    continue  # a failed method is not retried at this input
+                cell["times_s"].append(result.pop("seconds"))
+                cell["peak_mib"] = max(cell.get("peak_mib", 0.0), peak / 2**20)
+                cell.update(result)
+        for method, cell in cells.items():
+            times = cell["times_s"]
+            if times:  # measured (a later repeat may have failed: its note stays)
+                if cell.get("status", "ok") != "ok":
+                    cell["note"] = cell["status"]
+                cell.update(status="ok", min_s=min(times), median_s=statistics.median(times), repeats=len(times))
+            else:
+                cell.setdefault("status", "not run")
+            rows.append(cell)
+            shown = (f"{cell['min_s']:.3f} s (min of {cell['repeats']}), {cell['peak_mib']:.0f} MiB"
+                     if cell.get("status") == "ok" else cell.get("status"))
+            progress(f"precompute {method} {graph}: {shown}")
     return rows
 
 
 def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """PyG time / toolkit time at each size where both were measured in this run."""
+    """One row per (encoding, input): toolkit and PyG seconds (min over repeats) and peak memory, the
+    speed-up PyG / toolkit where both were measured in this run, or PyG's skip / failure note."""
     out = []
-    for ours, theirs in (("rwse", "pyg_rwse"), ("lap_pe", "pyg_lap_pe")):
-        for n in sorted({r["num_nodes"] for r in rows}):
-            a = [r for r in rows if r["method"] == ours and r["num_nodes"] == n and r["status"] == "ok"]
-            b = [r for r in rows if r["method"] == theirs and r["num_nodes"] == n and r["status"] == "ok"]
-            if a and b:
-                out.append({"encoding": ours, "num_nodes": n, "toolkit_s": a[0]["median_s"], "pyg_s": b[0]["median_s"],
-                            "speedup": b[0]["median_s"] / a[0]["median_s"]})
+    inputs = list(dict.fromkeys(r.get("input", str(r.get("num_nodes"))) for r in rows))
+    for ours, theirs in PAIRS:
+        for graph in inputs:
+            a = [r for r in rows if r["method"] == ours and r.get("input", str(r.get("num_nodes"))) == graph]
+            b = [r for r in rows if r["method"] == theirs and r.get("input", str(r.get("num_nodes"))) == graph]
+            if not a or not b:
+                continue
+            a, b = a[0], b[0]
+            row: dict[str, Any] = {"encoding": ours, "input": graph}
+            a_ok, b_ok = a.get("status") == "ok", b.get("status") == "ok"
+            if a_ok:
+                row.update(toolkit_s=a.get("min_s", a.get("median_s")), toolkit_mib=a.get("peak_mib"))
+                if "max_residual" in a:
+                    row["toolkit_residual"] = a["max_residual"]
+            if b_ok:
+                row.update(pyg_s=b.get("min_s", b.get("median_s")), pyg_mib=b.get("peak_mib"))
+                if "max_residual" in b:
+                    row["pyg_residual"] = b["max_residual"]
+            if a_ok and b_ok:
+                row["speedup"] = row["pyg_s"] / row["toolkit_s"]
+            else:
+                row["note"] = "; ".join(f"{name}: {r.get('status')}" for name, r, ok in
+                                        (("toolkit", a, a_ok), ("PyG", b, b_ok)) if not ok)
+            out.append(row)
     return out
+
+
+def rwse_bar(rows: list[dict[str, Any]]) -> str | None:
+    """The issue's bar for exact RWSE at 100k nodes, checked against this run's measurement (None if absent)."""
+    hit = [r for r in rows if r["method"] == "rwse" and r.get("num_nodes") == RWSE_BAR["num_nodes"]]
+    if not hit:
+        return None
+    row = hit[0]
+    if row.get("status") != "ok":
+        return f"Exact RWSE at {RWSE_BAR['num_nodes']:,} nodes: {row.get('status')} (bar: < 60 s and < 8 GiB): not met."
+    met = row["min_s"] < RWSE_BAR["seconds"] and row["peak_mib"] < RWSE_BAR["gib"] * 1024
+    return (f"Exact RWSE (walk length {row['walk_length']}) at {RWSE_BAR['num_nodes']:,} nodes: {row['min_s']:.1f} s, "
+            f"{row['peak_mib']:.0f} MiB peak growth (bar: < {RWSE_BAR['seconds']:.0f} s and < {RWSE_BAR['gib']:.0f} "
+            f"GiB): {'met' if met else 'not met'}.")
 
 
 def plot_precompute(rows: list[dict[str, Any]], path: Path) -> None:
@@ -451,14 +569,15 @@ def plot_precompute(rows: list[dict[str, Any]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for method in PRECOMPUTE_METHODS:
-        points = sorted((r["num_nodes"], r["median_s"]) for r in rows if r["method"] == method and r["status"] == "ok")
+        points = sorted((r["num_nodes"], r.get("min_s", r.get("median_s"))) for r in rows
+                        if r["method"] == method and r.get("status") == "ok" and r.get("num_nodes"))
         if points:
             style = "--" if method.startswith("pyg_") else "-"
             ax.plot(*zip(*points), style, marker="o", label=method)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("nodes (random sparse graph, mean degree ~6)")
-    ax.set_ylabel("seconds per graph (median)")
+    ax.set_ylabel("seconds per graph (min over repeats)")
     if not note_if_empty(ax, "precompute time", reason="no precompute method finished in this run"):
         ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
@@ -469,32 +588,53 @@ def plot_precompute(rows: list[dict[str, Any]], path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0])
-    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--pes", nargs="+", choices=list(PES), help="default: all (full), none rwse (quick)")
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), help="default: every available model")
-    parser.add_argument("--folds", type=int, help="CSL folds to run, out of 5 (default 5 full, 1 quick)")
-    parser.add_argument("--epochs", type=int, help="training epochs (overrides the preset, CSL and SBM)")
+    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, help="shortcut for --set sections=[...]")
+    parser.add_argument("--pes", nargs="+", choices=list(PES), help="shortcut for --set pes=[...]")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), help="shortcut for --set models=[...]")
+    parser.add_argument("--folds", type=int, help="CSL folds to run, out of 5 (shortcut for --set folds=N)")
+    parser.add_argument("--epochs", type=int, help="training epochs, CSL and SBM (overrides the preset)")
     parser.add_argument("--sbm-epochs", type=int, help="SBM training epochs (overrides --epochs and the preset)")
     parser.add_argument("--sbm-graphs", type=int, help="graphs per SBM dataset (overrides the preset)")
-    parser.add_argument("--sizes", nargs="+", type=int, help="precompute graph sizes (nodes)")
-    parser.add_argument("--repeats", type=int, help="precompute repeats per size (<= 10k nodes)")
-    parser.add_argument("--timeout", type=float, help="seconds per precompute measurement")
-    parser.add_argument("--memory-cap-gib", type=float, default=MEMORY_CAP_GIB,
-                        help=f"skip PyG transforms estimated above this (default {MEMORY_CAP_GIB})")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker / child (default 1)")
-    parser.add_argument("--jobs", type=int, default=2, help="training runs in parallel (0: in this process)")
+    parser.add_argument("--sizes", nargs="+", type=int, help="scale-table graph sizes in nodes (precompute.sizes)")
+    parser.add_argument("--scale-datasets", nargs="*", choices=DATASETS,
+                        help="whole datasets in the scale table (precompute.datasets; none: give no value)")
+    parser.add_argument("--repeats", type=int, help="scale-table repeats per method and input (precompute.repeats)")
+    parser.add_argument("--timeout", type=float, help="seconds per scale-table measurement (precompute.timeout_s)")
+    parser.add_argument("--memory-cap-gib", type=float, help="skip PyG transforms estimated above this "
+                        "(precompute.memory_cap_gib)")
+    parser.add_argument("--threads", type=int, help="torch threads per worker / child (preset: threads)")
+    parser.add_argument("--jobs", type=int, help="training runs in parallel, 0: in this process (preset: jobs)")
     parser.add_argument("--data-root", type=Path, help="dataset cache (default OUT/graphs/data)")
     parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
     parser.add_argument("--report-only", action="store_true", help="train nothing; report stored runs")
     args = parser.parse_args(argv)
     args.resume = args.resume or args.report_only
-    preset = QUICK if args.quick else FULL
-    folds = args.folds if args.folds is not None else preset["folds"]
+    try:
+        preset = preset_from_args(args, NAME)
+    except ValueError as error:
+        parser.error(str(error))
+    for key in ("sections", "pes", "folds", "jobs", "threads"):
+        if getattr(args, key) is not None:
+            preset[key] = getattr(args, key)
+    scale = preset["precompute"]
+    for flag, key in (("sizes", "sizes"), ("scale_datasets", "datasets"), ("repeats", "repeats"),
+                      ("timeout", "timeout_s"), ("memory_cap_gib", "memory_cap_gib")):
+        if getattr(args, flag) is not None:
+            scale[key] = getattr(args, flag)
+    for key, allowed in (("sections", SECTIONS), ("pes", tuple(PES)), ("models", tuple(MODELS))):
+        bad = [v for v in preset[key] if v not in allowed]
+        if bad or not isinstance(preset[key], list):
+            parser.error(f"preset {key} must be a list from {list(allowed)}, got {preset[key]!r}")
+    bad = [d for d in scale["datasets"] if d not in DATASETS]
+    if bad:
+        parser.error(f"precompute.datasets must be a list from {list(DATASETS)}, got {scale['datasets']!r}")
+    sections, pes, folds = preset["sections"], preset["pes"], preset["folds"]
     if not 1 <= folds <= 5:
         parser.error(f"--folds must be in [1, 5], got {folds}")
-    pes = args.pes or preset["pes"]
-    found, missing = available_models(args.models or preset.get("models"))
+    if preset["jobs"] < 0 or preset["threads"] < 1:
+        parser.error(f"jobs must be >= 0 and threads >= 1, got {preset['jobs']} and {preset['threads']}")
+    found, missing = available_models(args.models or preset["models"])
     if args.models and missing:
         parser.error(f"model(s) {missing} are not implemented yet (no {[MODELS[m][1] for m in missing]})")
     _, unavailable = available_models()
@@ -507,9 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     sbm_graphs = dict(preset["sbm_num_graphs"])
     if args.sbm_graphs is not None:
         sbm_graphs = {t: args.sbm_graphs for t in sbm_graphs}
-    sizes = args.sizes or preset["sizes"]
-    repeats = args.repeats or preset["repeats"]
-    timeout = args.timeout or preset["timeout_s"]
+    threads, jobs = preset["threads"], preset["jobs"]
     out_dir = Path(args.out) / NAME
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -518,22 +656,22 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
 
     # Precompute first: its children are forked, so this process must not have run torch compute yet.
-    if "precompute" in args.sections:
-        progress = Progress(len(sizes) * len(PRECOMPUTE_METHODS), f"{NAME} precompute")
-        rows += run_precompute(sizes, repeats, timeout, args.threads, progress,
-                               cap_bytes=int(args.memory_cap_gib * 2**30))
+    if "precompute" in sections:
+        progress = Progress((len(scale["sizes"]) + len(scale["datasets"])) * len(PRECOMPUTE_METHODS),
+                            f"{NAME} precompute")
+        rows += run_precompute(scale, threads, progress, data_root=str(data_root))
 
     # Order: CSL fold 0 and the SBM runs for every (PE, model) first, then the other CSL folds, so that a run
     # stopped early (and reported with --report-only) has every cell with as many folds as possible.
     specs = []
-    base = {"seed": 0, "threads": args.threads, "data_root": str(data_root),
+    base = {"seed": 0, "threads": threads, "data_root": str(data_root),
             "device": device_options(args)}  # part of a run's identity: --resume never mixes devices
-    csl_specs = [{**base, "task": "csl", "pe": pe, "model": m, "fold": f, "training": csl_hp}
-                 for f in range(folds) for pe in pes for m in models] if "csl" in args.sections else []
+    csl_specs = [{**base, "task": "csl", "pe": pe, "model": m, "fold": f, "training": csl_hp, "pe_settings": PES[pe]}
+                 for f in range(folds) for pe in pes for m in models] if "csl" in sections else []
     per_fold = len(pes) * len(models)
     specs += csl_specs[:per_fold]
-    if "sbm" in args.sections:
-        specs += [{**base, "task": t, "pe": pe, "model": m, "fold": 0, "training": sbm_hp,
+    if "sbm" in sections:
+        specs += [{**base, "task": t, "pe": pe, "model": m, "fold": 0, "training": sbm_hp, "pe_settings": PES[pe],
                    "num_graphs": sbm_graphs[t], "fractions": preset["sbm_fractions"]}
                   for t in SBM_TASKS for pe in pes for m in models]
     specs += csl_specs[per_fold:]
@@ -553,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         # build every (dataset, PE) once here, so parallel workers never race to write the same cache file
         for key in sorted({(s["task"], s["pe"], s.get("num_graphs")) for s, _ in todo}):
             load_dataset(key[0], key[1], data_root, key[2])
-        print(f"{NAME}: {len(specs)} training runs ({len(specs) - len(todo)} reused), jobs={args.jobs}", flush=True)
+        print(f"{NAME}: {len(specs)} training runs ({len(specs) - len(todo)} reused), jobs={jobs}", flush=True)
         progress = Progress(len(todo), f"{NAME} train")
 
         def record(row: dict[str, Any], path: Path) -> None:
@@ -562,11 +700,11 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"{row['task']} {row['pe']} {row['model']} fold {row['fold']}: "
                      f"{row['metric']} {row['test_metric']:.3f} ({row['seconds']:.0f}s)")
 
-        if args.jobs <= 0:
+        if jobs <= 0:
             for spec, path in todo:
                 record(run_train(spec), path)
         else:
-            with worker_pool(args.jobs) as pool:
+            with worker_pool(jobs) as pool:
                 futures = {pool.submit(run_train, spec): path for spec, path in todo}
                 for future in concurrent.futures.as_completed(futures):
                     record(future.result(), futures[future])
@@ -576,22 +714,21 @@ def main(argv: list[str] | None = None) -> int:
     pre_rows = [r for r in rows if r["section"] == "precompute"]
     train_rows.sort(key=lambda r: (r["task"], r["model"], r["pe"], r["fold"]))
     summary = summarize_training(train_rows)
-    config = {"quick": args.quick, "sections": args.sections, "pes": pes, "models": models,
-              "unavailable_models": unavailable, "csl_folds": folds, "csl_training": csl_hp, "sbm_training": sbm_hp,
-              "sbm_num_graphs": sbm_graphs, "sbm_fractions": preset["sbm_fractions"],
-              "pe_settings": {k: v for k, v in PES.items() if v}, "precompute_sizes": sizes,
-              "precompute_repeats": repeats, "precompute_timeout_s": timeout, "threads": args.threads}
+    config = {**preset, "quick": args.quick, "models": models, "unavailable_models": unavailable,
+              "csl_training": csl_hp, "sbm_training": sbm_hp, "sbm_num_graphs": sbm_graphs,
+              "pe_settings": {k: v for k, v in PES.items() if v}, "device": device_options(args)}
     write_results(NAME, config, train_rows + pre_rows, seconds, root=args.out)
 
-    body = [f"Sections: {', '.join(args.sections)}. Models: {', '.join(models) or 'none'}"
+    body = [f"Preset: {preset['preset']}. Sections: {', '.join(sections)}. Models: {', '.join(models) or 'none'}"
             + (f" (not implemented yet, so not reported: {', '.join(unavailable)})" if unavailable else "")
-            + f". PEs: {', '.join(pes)}. Torch threads per process: {args.threads}.\n"]
+            + f". PEs: {', '.join(pes)}. Torch threads per process: {threads}.\n"]
     csl_summary = [r for r in summary if r["task"] == "csl"]
     if csl_summary:
         body.append(
             f"\n## CSL test accuracy (%), {folds} of 5 folds\n\n"
-            f"Training: {csl_hp}; LapPE k={LAP_K}, RWSE {RW_STEPS} steps, RFP {RFP_FEATURES} features x "
-            f"{RFP_STEPS} steps, random features 16 (fresh each forward in training, fixed table in eval). "
+            f"Training: {csl_hp}; LapPE k={LAP_K}, RWSE {RW_STEPS} steps, RFP {RFP_INITS} inits x {RFP_FEATURES} "
+            f"features x {RFP_STEPS} steps (QR, starts redrawn per graph and epoch, DSS encoder), random features 16 "
+            "(fresh each forward in training, fixed table in eval). "
             "Test accuracy after the last epoch; mean +- population std over folds; chance is 10 %.\n\n"
             + markdown_table(csl_summary, ["model", "pe", ("runs", "folds"), ("mean", "accuracy %"), ("std", "std"),
                                            ("seconds", "s / run")],
@@ -610,26 +747,38 @@ def main(argv: list[str] | None = None) -> int:
         plot_accuracy(sbm_summary, [t for t in SBM_TASKS if any(r["task"] == t for r in sbm_summary)],
                       out_dir / "sbm_accuracy.png", "weighted test accuracy (%)")
     if pre_rows:
+        table = speedups(pre_rows)
+        bar = rwse_bar(pre_rows)
         body.append(
-            "\n## Precompute time per graph\n\n"
-            f"Connected random sparse graphs (ring + 2N random edges, mean degree ~6), one forked child per cell, "
-            f"median of up to {repeats} calls (1 above 10k nodes), {args.threads} torch thread(s), timeout "
-            f"{timeout:.0f} s. Peak = the child's resident-memory growth. PyG is skipped where its estimated "
-            f"footprint exceeds {MEMORY_FRACTION:.0%} of the available memory or {args.memory_cap_gib:.1f} GiB. "
-            "RandomWalkPE uses Monte-Carlo "
-            f"({MONTE_CARLO_WALKS} walks) above {MONTE_CARLO_ABOVE:,} nodes.\n\n"
-            + markdown_table(pre_rows, ["method", ("num_nodes", "nodes"), ("median_s", "median s"), "repeats",
-                                        ("peak_mib", "peak MiB"), "status"],
-                             {"median_s": ".4f", "peak_mib": ".0f"})
-            + "\n### Speed-up over PyG (PyG time / toolkit time, same run)\n\n"
-            + (markdown_table(speedups(pre_rows), ["encoding", ("num_nodes", "nodes"), ("toolkit_s", "toolkit s"),
-                                                   ("pyg_s", "PyG s"), ("speedup", "speed-up")],
-                              {"toolkit_s": ".4f", "pyg_s": ".4f", "speedup": ".2f"})
-               if speedups(pre_rows) else "No size with both measured.\n")
+            "\n## Scale: RWSE and LapPE against PyG\n\n"
+            f"RWSE walk length {scale['walk_length']}, LapPE k = {scale['k']} (the toolkit's float32 default: float32 "
+            "Lanczos + float64 Rayleigh-Ritz; PyG's AddLaplacianEigenvectorPE runs float32 Lanczos), RFP "
+            f"{RFP_INITS} inits x {RFP_FEATURES} features x {RFP_STEPS} steps. Inputs: connected random sparse graphs "
+            "(ring + 2N random edges, mean degree ~6) of the given size, and whole datasets (seconds for all their "
+            f"graphs: CSL's 150, PATTERN's first {scale['pattern_graphs']}). One forked child per measurement, "
+            f"{threads} torch thread(s), timeout {float(scale['timeout_s']):.0f} s; the methods' repeats alternate "
+            f"(up to {scale['repeats']}; PyG's RWSE above 2,000 nodes once). Seconds = the minimum over the repeats "
+            "(the least disturbed by other load on the machine); peak = the child's resident-memory growth (max). "
+            "PyG is skipped where its estimated footprint exceeds "
+            f"{MEMORY_FRACTION:.0%} of the available memory or {float(scale['memory_cap_gib']):.1f} GiB. Residual: "
+            "the largest ``|L v - lambda v|`` of the returned eigenpairs (PyG: its vectors' Rayleigh quotients), "
+            "float64.\n\n"
+            + (markdown_table(table, ["encoding", "input", ("toolkit_s", "toolkit s"), ("pyg_s", "PyG s"),
+                                      ("speedup", "PyG / toolkit"), ("toolkit_mib", "toolkit MiB"),
+                                      ("pyg_mib", "PyG MiB"), ("toolkit_residual", "toolkit residual"),
+                                      ("pyg_residual", "PyG residual"), "note"],
+                              {"toolkit_s": ".4f", "pyg_s": ".4f", "speedup": ".2f", "toolkit_mib": ".0f",
+                               "pyg_mib": ".0f", "toolkit_residual": ".1e", "pyg_residual": ".1e"})
+               if table else "No input with both measured.\n")
+            + (f"\n{bar}\n" if bar else "")
+            + "\n### Every measurement\n\n"
+            + markdown_table(pre_rows, ["method", "input", ("min_s", "min s"), ("median_s", "median s"), "repeats",
+                                        ("peak_mib", "peak MiB"), "status", "note"],
+                             {"min_s": ".4f", "median_s": ".4f", "peak_mib": ".0f"})
             + "\n![precompute time](precompute_time.png)\n")
         plot_precompute(pre_rows, out_dir / "precompute_time.png")
     body.append(f"\nTotal wall time {seconds:.0f} s.\n")
-    write_report(NAME, "Graph positional encodings: accuracy and precompute speed", "".join(body), root=args.out)
+    write_report(NAME, "Graph positional encodings: accuracy and scale", "".join(body), root=args.out)
     print(f"{NAME}: wrote {out_dir} in {seconds:.0f} s", flush=True)
     return 0
 

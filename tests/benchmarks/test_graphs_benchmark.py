@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -47,14 +48,42 @@ def test_pyg_memory_estimate_and_skip():
 
 def test_speedups_only_where_both_measured():
     rows = [
-        {"method": "rwse", "num_nodes": 10, "status": "ok", "median_s": 1.0},
-        {"method": "pyg_rwse", "num_nodes": 10, "status": "ok", "median_s": 3.0},
-        {"method": "rwse", "num_nodes": 20, "status": "ok", "median_s": 1.0},
-        {"method": "pyg_rwse", "num_nodes": 20, "status": "skipped: would need 9.0 GiB"},
+        {"method": "rwse", "input": "10", "status": "ok", "min_s": 1.0, "peak_mib": 5.0},
+        {"method": "pyg_rwse", "input": "10", "status": "ok", "min_s": 3.0, "peak_mib": 50.0},
+        {"method": "rwse", "input": "20", "status": "ok", "min_s": 1.0, "peak_mib": 6.0},
+        {"method": "pyg_rwse", "input": "20", "status": "skipped: would need 9.0 GiB"},
+        {"method": "lap_pe", "input": "csl", "status": "ok", "min_s": 0.5, "peak_mib": 1.0, "max_residual": 1e-7},
+        {"method": "pyg_lap_pe", "input": "csl", "status": "ok", "min_s": 1.0, "peak_mib": 2.0, "max_residual": 1e-6},
     ]
     assert graphs.speedups(rows) == [
-        {"encoding": "rwse", "num_nodes": 10, "toolkit_s": 1.0, "pyg_s": 3.0, "speedup": 3.0}
+        {"encoding": "rwse", "input": "10", "toolkit_s": 1.0, "toolkit_mib": 5.0, "pyg_s": 3.0, "pyg_mib": 50.0,
+         "speedup": 3.0},
+        {"encoding": "rwse", "input": "20", "toolkit_s": 1.0, "toolkit_mib": 6.0,
+         "note": "PyG: skipped: would need 9.0 GiB"},
+        {"encoding": "lap_pe", "input": "csl", "toolkit_s": 0.5, "toolkit_mib": 1.0, "toolkit_residual": 1e-7,
+         "pyg_s": 1.0, "pyg_mib": 2.0, "pyg_residual": 1e-6, "speedup": 2.0},
     ]
+
+
+def test_rwse_bar_is_checked_against_the_measurement():
+    row = {"method": "rwse", "num_nodes": 100_000, "status": "ok", "min_s": 12.5, "peak_mib": 700.0, "walk_length": 8}
+    assert graphs.rwse_bar([row]).endswith(": met.") and "12.5 s" in graphs.rwse_bar([row])
+    assert graphs.rwse_bar([{**row, "min_s": 75.0}]).endswith("not met.")
+    assert graphs.rwse_bar([{**row, "status": "timeout after 300 s"}]).endswith("not met.")
+    assert graphs.rwse_bar([{**row, "num_nodes": 1000}]) is None
+
+
+def test_presets_are_yaml_files_with_the_same_keys():
+    presets = importlib.import_module("presets")
+    assert presets.available_presets("graphs") == ["full", "gpu", "quick"]
+    loaded = {name: presets.load_preset("graphs", name) for name in ("quick", "full", "gpu")}
+    keys = {name: set(p) | {f"precompute.{k}" for k in p["precompute"]} for name, p in loaded.items()}
+    assert keys["quick"] == keys["full"] == keys["gpu"]
+    full = loaded["full"]["precompute"]
+    assert full["sizes"] == [1_000, 10_000, 100_000] and full["walk_length"] == 8 and full["k"] == 8
+    assert set(full["datasets"]) == {"csl", "pattern"}
+    changed = presets.load_preset("graphs", "quick", overrides=["precompute.sizes=[500]"])
+    assert changed["precompute"]["sizes"] == [500]
 
 
 def test_model_table_reports_missing_models():
@@ -76,22 +105,27 @@ def test_random_sparse_graph_is_connected_with_mean_degree_about_six():
 
 def test_precompute_section_in_subprocess(tmp_path):
     # forked children: run in a fresh interpreter so no torch compute has happened before forking
-    cmd = [sys.executable, SCRIPT, "--sections", "precompute", "--sizes", "150", "300", "--repeats", "1",
-           "--timeout", "60", "--out", str(tmp_path)]
-    subprocess.run(cmd, check=True, timeout=120, capture_output=True)
+    cmd = [sys.executable, SCRIPT, "--quick", "--sections", "precompute", "--sizes", "150", "300", "--repeats", "1",
+           "--timeout", "60", "--scale-datasets", "csl", "--out", str(tmp_path)]
+    subprocess.run(cmd, check=True, timeout=180, capture_output=True)
     out = tmp_path / "graphs"
     document = json.loads((out / "results.json").read_text())
     assert set(document) == {"benchmark", "config", "rows", "environment", "seconds"}
+    assert document["config"]["precompute"]["walk_length"] == 8 and document["config"]["preset"] == "quick"
     rows = document["rows"]
-    assert {(r["method"], r["num_nodes"]) for r in rows} == {
-        (m, n) for m in graphs.PRECOMPUTE_METHODS for n in (150, 300)
+    assert {(r["method"], r["input"]) for r in rows} == {
+        (m, n) for m in graphs.PRECOMPUTE_METHODS for n in ("150", "300", "csl")
     }
     for r in rows:
         assert r["section"] == "precompute"
         assert r["status"] == "ok", r
-        assert r["median_s"] > 0 and r["peak_mib"] >= 0
+        assert r["min_s"] > 0 and r["peak_mib"] >= 0 and r["repeats"] == 1
+        if r["method"] in ("lap_pe", "pyg_lap_pe"):
+            assert r["max_residual"] < 1e-4
+    assert next(r for r in rows if r["input"] == "csl")["graphs"] == 150
     report = (out / "report.md").read_text()
-    assert "Precompute time" in report and "Speed-up over PyG" in report
+    assert "Scale: RWSE and LapPE against PyG" in report and "PyG / toolkit" in report
+    assert "| rwse | csl |" in report and "| lap_pe | 300 |" in report
     assert (out / "precompute_time.png").stat().st_size > 0
 
 
