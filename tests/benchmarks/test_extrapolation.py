@@ -380,6 +380,18 @@ def test_passkey_claims_per_mode_and_not_learned_flag():
     assert ext.passkey_learned(summary, 64) == {"zero_shot": ["bam_ssmax"]}
 
 
+def test_passkey_claims_are_untested_when_nothing_is_retrieved_at_the_context():
+    """0 of every prompt at 1x on both sides: equal zeros at 8x say nothing about extrapolation."""
+    rows = []
+    for seed in range(3):
+        rows.append(_variant_row("bam_ssmax", seed, [10, 10, 10, 10], exact=(0.0, 0.0), mode="trained"))
+        rows.append(_variant_row("alibi", seed, [10, 10, 10, 10], exact=(0.0, 0.0), mode="trained"))
+    found = [c for c in ext.claims(ext.summarize(rows), _config(("trained",)))
+             if c["claim"].endswith("better than alibi")]
+    assert [c["verdict"] for c in found] == ["untested"]
+    assert "bam_ssmax, alibi: no passkey retrieved at the training context" in found[0]["evidence"]
+
+
 # ------------------------------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
