@@ -294,6 +294,21 @@ def test_claims_untested_with_one_seed_or_a_task_not_learned():
     assert "not learned in distribution by ['rope']" in claim["why"]
 
 
+def test_out_of_distribution_claims_of_every_paper_need_the_task_learned_in_distribution():
+    """Golkar's contextual counting and CoPE's selective copy / flip-flop compare OOD accuracy: a pair that
+    did not learn the task in distribution is untested, not a tie (counting's claim is on the IID error)."""
+    causal, bidirectional = "contextual_counting (encdec_causal)", "contextual_counting (encdec_bidirectional)"
+    summary = [summary_row(causal, "nope", [0.0, 0.01, 0.0], iid=0.1),
+               summary_row(bidirectional, "nope", [0.0, 0.0, 0.0], iid=0.1),
+               summary_row("flip_flop", "cope", [0.6, 0.62, 0.61], iid=0.95),
+               summary_row("flip_flop", "rope", [0.2, 0.21, 0.2], iid=0.95)]
+    results = lg.claims(summary)
+    (golkar,) = [r for r in results if r["task"] == causal and r.get("task_b") == bidirectional and r["a"] == "nope"]
+    assert golkar["verdict"] == "untested" and "not learned in distribution" in golkar["why"]
+    (flip,) = [r for r in results if r["task"] == "flip_flop" and r["b"] == "rope"]
+    assert flip["verdict"] == "reproduced"
+
+
 def test_reverse_is_compared_only_with_the_papers_reverse_x2_and_counting_by_its_error():
     tasks = {c["task"] for c in lg.claim_list()}
     assert "reverse_x2" in tasks and "reverse" not in tasks
