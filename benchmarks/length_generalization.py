@@ -618,19 +618,22 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     tasks = sorted({task_key(r) for r in rows})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
-    filled = []
-    for ax, task in zip(axes[0], tasks):
+    columns = min(3, len(tasks))
+    grid_rows = math.ceil(len(tasks) / columns)
+    fig, axes = plt.subplots(grid_rows, columns, figsize=(5.5 * columns, 4 * grid_rows), squeeze=False)
+    colors = {enc: f"C{i % 10}" for i, enc in enumerate(sorted({r["encoding"] for r in rows}))}  # one per encoder
+    for ax in axes.flat[len(tasks):]:
+        ax.set_visible(False)
+    for ax, task in zip(axes.flat, tasks):
         task_rows = [r for r in rows if task_key(r) == task]
-        for index, enc in enumerate(sorted({r["encoding"] for r in task_rows})):
+        for enc in sorted({r["encoding"] for r in task_rows}):
             members = [r for r in task_rows if r["encoding"] == enc]
-            color = f"C{index % 10}"
             for part, style in (("iid", "-"), ("ood", "--")):
                 lengths, summaries = length_curve(members, part)
                 means = [s["mean"] for s in summaries]
                 errors = [[s["mean"] - s["low"] if math.isfinite(s["low"]) else 0.0 for s in summaries],
                           [s["high"] - s["mean"] if math.isfinite(s["high"]) else 0.0 for s in summaries]]
-                ax.errorbar(lengths, means, yerr=errors, color=color, linestyle=style, marker=".", capsize=2,
+                ax.errorbar(lengths, means, yerr=errors, color=colors[enc], linestyle=style, marker=".", capsize=2,
                             label=enc if part == "iid" else None)
         high = task_rows[0]["train_lengths"][1]
         ax.axvline(high + 0.5, color="grey", linestyle=":", linewidth=1)
@@ -641,9 +644,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylabel("exact match (mean, 95 % interval)")
         ax.set_ylim(-0.02, 1.02)
         if not note_if_empty(ax, "exact-match accuracy"):
-            filled.append(ax)
-    if filled:
-        filled[-1].legend(fontsize=8, loc="lower left")
+            ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
