@@ -43,11 +43,12 @@ from pe_toolkit.domains.detection.encoders import (
 from pe_toolkit.domains.detection.loss import SetCriterion, sigmoid_focal_loss
 from pe_toolkit.domains.detection.matcher import HungarianMatcher
 from pe_toolkit.domains.detection.metrics import coco_map
-from pe_toolkit.domains.detection.model import DetectorConfig, RecursiveDetector, count_parameters
+from pe_toolkit.domains.detection.model import DETECTOR_VARIANTS, DetectorConfig, RecursiveDetector, count_parameters
 from pe_toolkit.domains.detection.roi_align import roi_align
 
 __all__ = [
-    "SHAPE_CLASSES", "BoxPE", "CenternessPE", "CocoDetectionDataset", "DetectorConfig", "HungarianMatcher",
+    "DETECTOR_VARIANTS", "SHAPE_CLASSES", "BoxPE", "CenternessPE", "CocoDetectionDataset", "DetectorConfig",
+    "HungarianMatcher",
     "RecursiveDetector", "SetCriterion", "ShapesDetectionDataset", "box_area", "box_cxcywh_to_xyxy", "box_iou",
     "box_sine_embedding", "box_xywh_to_xyxy", "box_xyxy_to_cxcywh", "box_xyxy_to_xywh", "centerness_grid",
     "coco_map", "collate_detection", "count_parameters", "generalized_box_iou", "roi_align", "sigmoid_focal_loss",

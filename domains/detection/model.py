@@ -42,9 +42,22 @@ from pe_toolkit.domains.detection.roi_align import roi_align
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.nn.attention import MultiHeadAttention
 
-__all__ = ["Backbone", "DecoderStage", "DetectorConfig", "DynamicInteraction", "RecursiveDetector", "count_parameters"]
+__all__ = ["DETECTOR_VARIANTS", "Backbone", "DecoderStage", "DetectorConfig", "DynamicInteraction", "RecursiveDetector",
+           "count_parameters"]
 
 _SCALE_CLAMP = math.log(1000.0 / 16)  # Sparse R-CNN's clamp on the size deltas
+
+#: Named detectors (``recursive``, ``box_pe``, ``centerness_pe`` flags of :class:`DetectorConfig`). RecursiveDet's claim
+#: mixes two changes, sharing the stages and adding the PEs; with ``independent_box_centerness`` (both PEs, every
+#: stage its own parameters, its own PE modules included) the four corner variants form a 2 x 2 design, so the PE
+#: effect is measured with and without sharing and the sharing effect with and without the PEs.
+DETECTOR_VARIANTS: dict[str, dict[str, bool]] = {
+    "independent": {"recursive": False, "box_pe": False, "centerness_pe": False},  # Sparse R-CNN
+    "recursive": {"recursive": True, "box_pe": False, "centerness_pe": False},
+    "recursive_box": {"recursive": True, "box_pe": True, "centerness_pe": False},
+    "recursive_box_centerness": {"recursive": True, "box_pe": True, "centerness_pe": True},  # RecursiveDet
+    "independent_box_centerness": {"recursive": False, "box_pe": True, "centerness_pe": True},
+}
 
 
 @dataclass
@@ -102,6 +115,27 @@ class DetectorConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def for_variant(cls, variant: str, **options) -> DetectorConfig:
+        """The config of a named detector of :data:`DETECTOR_VARIANTS`, with ``options`` for everything else.
+
+        Example:
+            >>> c = DetectorConfig.for_variant("independent_box_centerness", num_stages=3)
+            >>> c.recursive, c.box_pe, c.centerness_pe, c.num_stages
+            (False, True, True, 3)
+
+        Raises:
+            ValueError: an unknown variant, or ``options`` that set a flag the variant fixes.
+        """
+        if variant not in DETECTOR_VARIANTS:
+            raise ValueError(f"DetectorConfig.for_variant: variant must be one of {list(DETECTOR_VARIANTS)}, "
+                             f"got {variant!r}")
+        fixed = sorted(set(options) & set(DETECTOR_VARIANTS[variant]))
+        if fixed:
+            raise ValueError(f"DetectorConfig.for_variant: the variant {variant!r} sets {fixed} itself; pass the "
+                             "other options only")
+        return cls(**options, **DETECTOR_VARIANTS[variant])
 
 
 class Backbone(nn.Sequential):
@@ -274,6 +308,14 @@ class RecursiveDetector(nn.Module):
         if self.stages is not None:
             return list(self.stages)
         return [self.first_stage] + [self.shared_stage] * (self.config.num_stages - 1)
+
+    def pe_modules(self) -> list[dict[str, nn.Module | None]]:
+        """Per step, the stage's ``{"box_pe", "centerness_pe"}`` modules (``None`` when disabled).
+
+        With independent stages every step has its own PE modules (and parameters); with recursion steps
+        2..S return the same shared objects.
+        """
+        return [{"box_pe": stage.box_pe, "centerness_pe": stage.centerness_pe} for stage in self.stage_modules()]
 
     def forward(self, images: Tensor) -> list[tuple[Tensor, Tensor]]:
         if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3:
