@@ -439,7 +439,8 @@ def _eigsh_smallest_nontrivial(norm_adj: sp.csr_matrix, count: int, tol: float, 
         try:
             # the largest eigenvalues of S are 1 - (the smallest of L); the largest, 1, is the trivial pair
             # COO: scipy's coo_matvec is ~2x faster than its csr_matvec here (measured, float32 and float64)
-            mu, vecs = eigsh(norm_adj.astype(np.float32).tocoo(), k=count + 1, which="LA", v0=v0.astype(np.float32),
+            mu, vecs = eigsh(_products(norm_adj.astype(np.float32).tocoo()), k=count + 1, which="LA",
+                             v0=v0.astype(np.float32),
                              tol=tol, ncv=ncv, maxiter=300)
             vals, vecs, residual = _rayleigh_ritz_nontrivial(norm_adj, vecs[:, np.argsort(-mu)[1:]], trivial)
             if residual <= SINGLE_PRECISION_MAX_RESIDUAL:
@@ -448,7 +449,7 @@ def _eigsh_smallest_nontrivial(norm_adj: sp.csr_matrix, count: int, tol: float, 
             pass
         tol = max(tol, 1e-7)  # retry in float64 (then shift-invert)
     try:
-        mu, vecs = eigsh(norm_adj.tocoo(), k=count + 1, which="LA", v0=v0, tol=tol, ncv=ncv, maxiter=300)
+        mu, vecs = eigsh(_products(norm_adj.tocoo()), k=count + 1, which="LA", v0=v0, tol=tol, ncv=ncv, maxiter=300)
         order = np.argsort(-mu)[1:]
         vals, vecs = 1.0 - mu[order], vecs[:, order]
     except ArpackNoConvergence:
@@ -464,6 +465,25 @@ def _eigsh_smallest_nontrivial(norm_adj: sp.csr_matrix, count: int, tol: float, 
         vals, vecs = vals[order], vecs[:, order]
     order = np.argsort(vals)
     return vals[order], vecs[:, order]
+
+
+def _products(matrix: sp.coo_matrix):
+    from scipy.sparse.linalg import LinearOperator
+
+    class Products(LinearOperator):
+        """``x -> matrix @ x`` for ARPACK without ``LinearOperator.matvec``'s checks and reshapes: ARPACK always
+        passes a contiguous ``(n,)`` slice. At 1,000 nodes these per-call checks were ~11 % of the solve."""
+
+        def __init__(self) -> None:
+            super().__init__(matrix.dtype, matrix.shape)
+
+        def _matvec(self, x: np.ndarray) -> np.ndarray:
+            return matrix @ x.ravel()
+
+        def matvec(self, x: np.ndarray) -> np.ndarray:
+            return matrix @ x
+
+    return Products()
 
 
 def _rayleigh_ritz_nontrivial(norm_adj: sp.csr_matrix, vecs: np.ndarray,
