@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -267,29 +266,6 @@ def test_empty_sentences_are_rejected():
         SentencePair(("a",), (), ())
     with pytest.raises(ValueError, match=r"alignment source index 1 is outside \[0, 1\)"):
         SentencePair(("a",), ("A",), ((1, 0),))
-
-
-def test_tiny_benchmark_run_and_resume(tmp_path, monkeypatch):
-    from benchmarks import translation as bench
-
-    monkeypatch.setattr(bench, "QUICK", {**bench.QUICK, "train_pairs": 40, "test_pairs": 8, "dim": 16, "steps": 2,
-                                         "batch_size": 8})
-    argv = ["--quick", "--out", str(tmp_path), "--variants", "pe", "xl_input"]
-    bench.main(argv)
-    out = tmp_path / "translation"
-    rows = json.loads((out / "results.json").read_text())["rows"]
-    assert [(r["variant"], r["positions"]) for r in rows] == [("pe", "-"), ("xl_input", "reorderer")]
-    assert sorted(p.stem for p in (out / "runs" / "quick").glob("*.json")) == [
-        "pe__none__seed0", "xl_input__reorderer__seed0"]
-
-    def no_training(*args, **kwargs):
-        raise AssertionError("a finished run was trained again")
-
-    monkeypatch.setattr(bench, "run_one", no_training)
-    bench.main([*argv, "--resume"])  # both runs reused
-    assert json.loads((out / "results.json").read_text())["rows"] == rows
-    with pytest.raises(AssertionError, match="trained again"):
-        bench.main([*argv, "--resume", "--steps", "3"])
 
 
 # ------------------------------------------------------------------ cross-lingual positions, embedding scale
