@@ -62,6 +62,11 @@ def test_claims_from_paired_seed_differences_and_fractions():
     low = [model_row("learned", s, 0.5, pa_fraction=0.6 + 0.01 * s) for s in range(3)]
     by = {c["claim"]: c for c in bench.claims([r for r in rows if r["encoding"] == "learned"], low)}
     assert by["PA-LRP conserves relevance (sum R_in = f(x))"]["verdict"] == "not reproduced"
+    # a wide interval that merely contains 1 (mean 0.64) is no evidence of conservation
+    wide = [model_row("learned", s, 0.5, pa_fraction=f) for s, f in enumerate((0.45, 0.55, 0.92))]
+    by = {c["claim"]: c for c in bench.claims([r for r in rows if r["encoding"] == "learned"], wide)}
+    assert bench.aggregate_models(wide)[0]["input_fraction_pa_lrp"]["high"] > 1.0
+    assert by["PA-LRP conserves relevance (sum R_in = f(x))"]["verdict"] == "not reproduced"
     single = {c["claim"]: c for c in bench.claims([r for r in rows if r["seed"] == 0], models[:2])}
     assert {c["verdict"] for c in single.values()} == {"untested"}
 
