@@ -9,7 +9,10 @@ separates the two things the claim mixes, sharing and the PEs, with a 2 x 2 desi
   (first stage + one shared stage applied ``num_stages - 1`` times, its dynamic interaction twice),
   ``recursive_box`` (+ ``box_pe`` in the proposals' self-attention), ``recursive_box_centerness`` (+ the
   ``centerness_pe`` term in the dynamic interaction) and ``independent_box_centerness`` (both PEs, no sharing):
-  the PE effect is measured with and without sharing, the sharing effect with and without the PEs;
+  the PE effect is measured with and without sharing, the sharing effect with and without the PEs. The centerness
+  term is one number per RoI cell added before ``LayerNorm(dynamic_dim)``, which subtracts it (the official
+  ``DynamicConv`` does the same), so the centerness PE does not change a detector's output: its comparisons
+  measure the box PE and the initial weights;
 * data from the preset / arguments: ``shapes`` (:class:`pe_toolkit.domains.detection.ShapesDetectionDataset`,
   seeded, any size and 1-3 classes) or ``coco`` (your COCO JSON + image folders, letterboxed to one size; the
   class count is the categories'); train / validation / test sets are fixed for all variants and seeds;
@@ -81,7 +84,8 @@ COMPARISONS = (
     ("independent_box_centerness", "independent", "both PEs, independent stages (PE effect without sharing)"),
     ("recursive_box_centerness", "recursive", "both PEs, shared stages (PE effect with sharing)"),
     ("recursive_box", "recursive", "box PE alone, shared stages"),
-    ("recursive_box_centerness", "recursive_box", "centerness PE on top of the box PE, shared stages"),
+    ("recursive_box_centerness", "recursive_box", "centerness PE on top of the box PE, shared stages (its term cancels "
+     "in the dynamic layer's LayerNorm, as in the official code: this measures only initialisation)"),
     ("recursive", "independent", "sharing without PEs"),
     ("recursive_box_centerness", "independent_box_centerness", "sharing with both PEs"),
 )
