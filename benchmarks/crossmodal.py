@@ -65,7 +65,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
+from presets import check_seeds, device_options, preset_from_args, trainer_options  # noqa: E402
 
 NAME = "crossmodal"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -85,12 +85,7 @@ def _positive_int(value: Any) -> bool:
 
 def check_preset(preset: dict[str, Any]) -> None:
     """``ValueError`` naming the preset key for a preset that cannot run."""
-    seeds = preset["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           for s in seeds):
-        raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct, got {seeds}")
+    check_seeds(preset["seeds"])
     variants = preset["variants"]
     if not isinstance(variants, list) or not variants or not set(variants) <= set(VARIANTS) \
             or len(set(variants)) != len(variants):

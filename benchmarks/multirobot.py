@@ -59,7 +59,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
+from presets import check_seeds, device_options, preset_from_args, trainer_options  # noqa: E402
 
 NAME = "multirobot"
 PES = ("fourier", "rope2d", "none")
@@ -75,12 +75,7 @@ def tuning_score(metrics: dict[str, float]) -> float:
 
 def check_preset(preset: dict[str, Any]) -> None:
     """Errors naming the preset key for a preset that cannot run or would break the fairness rule."""
-    seeds = preset["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           for s in seeds):
-        raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct, got {seeds}")
+    check_seeds(preset["seeds"])
     pes = preset["pes"]
     if not isinstance(pes, list) or not pes or not set(pes) <= set(PES):
         raise ValueError(f"pes must be a non-empty list from {list(PES)}, got {pes!r}")

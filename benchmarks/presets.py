@@ -167,6 +167,15 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Lightning precision of the training runs (default 32-true)")
 
 
+def check_seeds(seeds: Any) -> None:
+    """``ValueError`` naming ``seeds`` unless it is a non-empty list of distinct ints (bools refused)."""
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
+        raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {seeds}")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
