@@ -204,29 +204,3 @@ def test_tiny_joint_training_and_sampling():
     assert 0.0 <= scores["silent_clips"] <= 1.0
     with pytest.raises(ValueError, match="video has batch size 2 but audio has 3"):
         module.loss(train.video[:2], train.audio[:3])
-
-
-def test_tiny_benchmark_run_and_resume(tmp_path, monkeypatch):
-    import json
-
-    from benchmarks import crossmodal as bench
-
-    monkeypatch.setattr(bench, "QUICK", {**bench.QUICK, "train_clips": 16, "eval_clips": 2, "dim": 16, "num_heads": 2,
-                                         "num_steps": 10, "steps": 2, "batch_size": 8, "sampling_steps": 2,
-                                         "gammas": [1.0]})
-    argv = ["--quick", "--out", str(tmp_path), "--variants", "none", "cmc_pe"]
-    bench.main(argv)
-    out = tmp_path / "crossmodal"
-    rows = json.loads((out / "results.json").read_text())["rows"]
-    assert [r["variant"] for r in rows] == ["none", "cmc_pe"]
-    assert sorted(p.stem for p in (out / "runs" / "quick").glob("*.json")) == ["cmc_pe__seed0", "none__seed0"]
-
-    def no_training(*args, **kwargs):
-        raise AssertionError("a finished run was trained again")
-
-    monkeypatch.setattr(bench, "run_one", no_training)
-    bench.main([*argv, "--resume"])  # both reused, the samples figure drawn from the stored clips
-    assert json.loads((out / "results.json").read_text())["rows"] == rows
-    assert (out / "samples.png").stat().st_size > 0
-    with pytest.raises(AssertionError, match="trained again"):
-        bench.main([*argv, "--resume", "--steps", "3"])
