@@ -14,22 +14,38 @@ from benchmarks import graphs
 SCRIPT = graphs.__file__
 
 
-def test_mean_std_is_population_std_and_skips_missing():
-    mean, std = graphs.mean_std([0.2, 0.4, None, float("nan")])
-    assert mean == pytest.approx(0.3)
-    assert std == pytest.approx(0.1)
-    assert graphs.mean_std([0.5]) == (0.5, 0.0)
-    assert graphs.mean_std([]) == (None, None)
-
-
-def test_summarize_training_groups_folds():
+def test_summarize_training_gives_student_t_intervals_over_replicates():
     rows = [{"task": "csl", "pe": pe, "model": "gin", "metric": "acc", "test_metric": v, "seconds": 1.0}
-            for pe, v in (("rwse", 1.0), ("rwse", 0.8), ("none", 0.1))]
+            for pe, v in (("rwse", 1.0), ("rwse", 0.8), ("rwse", 0.9), ("none", 0.1), ("none", float("nan")))]
     summary = graphs.summarize_training(rows)
     assert [r["pe"] for r in summary] == ["none", "rwse"]  # PE table order
-    assert summary[1]["runs"] == 2
-    assert summary[1]["mean"] == pytest.approx(0.9)
-    assert summary[1]["std"] == pytest.approx(0.1)
+    none, rwse = summary
+    assert rwse["runs"] == 3 and rwse["n"] == 3
+    half = 4.302653 * 0.1 / 3 ** 0.5  # t(0.975, 2) * sample std / sqrt(n), by hand
+    assert rwse["mean"] == pytest.approx(0.9)
+    assert (rwse["low"], rwse["high"]) == (pytest.approx(0.9 - half, abs=1e-6), pytest.approx(0.9 + half, abs=1e-6))
+    assert rwse["text"] == f"90.0 [{100 * (0.9 - half):.1f}, {100 * (0.9 + half):.1f}] (n=3)"
+    assert none["n"] == 1 and none["text"] == "10.0 (n=1)"  # the NaN run is dropped; one value, no interval
+
+
+def _cell(task, model, pe, mean, low, high, n=3):
+    return {"task": task, "model": model, "pe": pe, "mean": mean, "low": low, "high": high, "n": n,
+            "text": f"{mean}"}
+
+
+def test_claim_verdicts_come_from_the_intervals():
+    summary = [_cell("csl", "gin", "none", 0.1, 0.1, 0.1), _cell("csl", "gin", "lap_pe", 0.5, 0.3, 0.7),
+               _cell("csl", "gin", "rwse", 0.2, 0.05, 0.35), _cell("csl", "gps", "none", 0.1, 0.1, 0.1),
+               _cell("csl", "gps", "rwse", 0.9, 0.8, 1.0, n=1), _cell("pattern", "gin", "rfp", 0.6, 0.55, 0.65),
+               _cell("pattern", "gin", "lap_pe", 0.7, 0.68, 0.72)]
+    rows = {(r["claim"].split(" (")[0], r["task"], r["model"]): (r["verdict"], r["status"])
+            for r in graphs.claim_verdicts(summary)}
+    assert rows == {
+        ("LapPE beats no PE", "csl", "gin"): ("better", "reproduced"),
+        ("RWSE beats no PE", "csl", "gin"): ("tie", "not reproduced"),  # [0.05, 0.35] overlaps 0.1
+        ("RWSE beats no PE", "csl", "gps"): ("untested", "untested"),  # one replicate: no interval
+        ("RFP beats LapPE", "pattern", "gin"): ("worse", "not reproduced"),
+    }
 
 
 def test_pyg_memory_estimate_and_skip():
@@ -144,12 +160,14 @@ def test_csl_section_tiny_run_and_report_only(tmp_path, capsys):
     assert len(list((out / "runs").glob("*.json"))) == 2
     assert (out / "csl_accuracy.png").stat().st_size > 0
     report = (out / "report.md").read_text()
-    assert "CSL test accuracy" in report and "| gin | rwse | 1 |" in report
+    assert "CSL test accuracy" in report and "| gin | rwse | " in report and "(n=1)" in report
+    assert "## How the fairness rule is met" in report
+    assert "| RWSE beats no PE (Rampasek et al.) | csl | gin |" in report and "| untested | untested |" in report
     assert "graph_mamba" not in report or "not implemented yet" in report
     # the stored runs are reported again without training
     (out / "report.md").unlink()
     assert graphs.main([*argv, "--report-only"]) == 0
-    assert "| gin | none | 1 |" in (out / "report.md").read_text()
+    assert "| gin | none | " in (out / "report.md").read_text()
     # another device is another run: the auto-device runs are not reused for --accelerator cpu
     capsys.readouterr()
     graphs.main([*argv, "--accelerator", "cpu", "--report-only"])
@@ -159,11 +177,23 @@ def test_csl_section_tiny_run_and_report_only(tmp_path, capsys):
 
 def test_sbm_section_tiny_run(tmp_path):
     argv = ["--sections", "sbm", "--epochs", "1", "--sbm-graphs", "10", "--pes", "rfp", "--models", "gin",
-            "--jobs", "0", "--out", str(tmp_path)]
+            "--jobs", "0", "--out", str(tmp_path), "--set", "sbm_seeds=[0, 1]"]
     assert graphs.main(argv) == 0
     out = tmp_path / "graphs"
     rows = json.loads((out / "results.json").read_text())["rows"]
-    assert {r["task"] for r in rows} == {"pattern", "cluster"}
+    assert sorted((r["task"], r["seed"]) for r in rows) == [("cluster", 0), ("cluster", 1), ("pattern", 0),
+                                                            ("pattern", 1)]
+    assert sorted(p.name for p in (out / "runs").glob("*.json")) == [
+        f"{t}__rfp__gin__seed{s}.json" for t in ("cluster", "pattern") for s in (0, 1)]
+    first, second = (next(r for r in rows if r["task"] == "pattern" and r["seed"] == s) for s in (0, 1))
+    assert (first["test_metric"], first["train_metric"]) != (second["test_metric"], second["train_metric"])
     assert all(r["metric"] == "weighted_acc" and 0.0 <= r["test_metric"] <= 1.0 for r in rows)
     assert (out / "sbm_accuracy.png").stat().st_size > 0
     assert "PATTERN / CLUSTER" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("seeds", ["[]", "[0, 0]", "[-1]", "3", "[0.5]"])
+def test_bad_sbm_seeds_are_named(tmp_path, capsys, seeds):
+    with pytest.raises(SystemExit):
+        graphs.main(["--sections", "sbm", "--out", str(tmp_path), "--set", f"sbm_seeds={seeds}"])
+    assert "sbm_seeds must be a non-empty list of distinct non-negative integers" in capsys.readouterr().err

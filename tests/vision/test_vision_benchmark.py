@@ -48,6 +48,7 @@ def test_tiny_run_writes_results_and_resumes(tmp_path):
     assert all(0 <= r["acc_16"] <= 1 and 0 <= r["acc_24"] <= 1 and r["cpu_seconds"] > 0 for r in runs)
     report = (out / "report.md").read_text()
     assert "rope_axial vs learned_2d" in report and (out / "accuracy_vs_resolution.png").stat().st_size > 1000
+    assert "## How the fairness rule is met" in report and "same validation scenes" in report
     assert bench.main(args + ["--resume"]) == 0  # every run reused: same rows again
     again = json.loads((out / "results.json").read_text())
     assert [r["acc_24"] for r in again["rows"] if r["kind"] == "run"] == [r["acc_24"] for r in runs]
