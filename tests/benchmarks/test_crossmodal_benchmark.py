@@ -130,6 +130,10 @@ def test_connector_comparisons_come_from_the_gain_intervals():
     reversed_rows = _rows("cmc_pe", 1.5, [0.0, 0.01, -0.01]) + _rows("cross_attention", 1.5, [0.30, 0.32, 0.31])
     assert _verdicts(reversed_rows)["CMC-PE aligns better than cross-attention (gain, gamma 1.5)"] == \
         "not reproduced (reversed)"
+    with_rope = _verdicts(rows + _rows("cross_attention_rope", 1.5, [0.25, 0.35, 0.30]))
+    assert with_rope["CMC-PE aligns better than cross-attention with RoPE (an extra baseline; gain, gamma 1.5)"] \
+        == "not reproduced (tie)"
+    assert "CMC-PE aligns better than cross-attention with RoPE (an extra baseline; gain, gamma 1.5)" not in verdicts
 
 
 def test_a_control_that_aligns_is_flagged_and_one_seed_is_untested():
