@@ -813,9 +813,10 @@ def main(argv: list[str] | None = None) -> int:
             "reaches a model: the PEs are functions of the graph alone (RFP's starts are seeded random draws). "
             "Replicates: the CSL folds, the SBM seeds; tables show the mean and the 95 % Student-t interval; a claim "
             "is *reproduced* only where the two intervals do not overlap, *untested* with fewer than 2 replicates. "
-            "Departures from the papers' protocol: CPU-sized models and datasets (PATTERN / CLUSTER "
-            f"{sbm_graphs} graphs instead of 10,000 / 1,000 / 1,000 test graphs, {sbm_hp['epochs']} epochs), and "
-            "LapPE k = 8 on CSL (the paper uses 20).\n\n"
+            "Departures from the papers' protocol: CPU-sized models and datasets ("
+            + ", ".join(f"{task.upper()} {count} graphs" for task, count in sbm_graphs.items())
+            + f" instead of 14,000 and 12,000; {sbm_hp['epochs']} epochs; hidden {sbm_hp['hidden']}), and LapPE "
+            "k = 8 on CSL (Benchmarking GNNs uses 20).\n\n"
             "## The papers' claims, as measured\n\n"
             + (markdown_table(claims, ["claim", "task", "model", ("a", "first PE"), ("b", "second PE"), "verdict",
                                        "status"]) if claims else "No claim has both of its PEs in this run.\n"))
