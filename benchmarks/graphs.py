@@ -345,7 +345,7 @@ def plot_accuracy(summary: list[dict[str, Any]], tasks: list[str], path: Path, y
 
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        rows = [r for r in summary if r["task"] == task and math.isfinite(r["mean"])]
+        rows = [r for r in summary if r["task"] == task and r["mean"] is not None and math.isfinite(r["mean"])]
         pes = [p for p in PES if any(r["pe"] == p for r in rows)]
         models = [m for m in MODELS if any(r["model"] == m for r in rows)]
         width = 0.8 / max(1, len(models))
@@ -357,7 +357,7 @@ def plot_accuracy(summary: list[dict[str, Any]], tasks: list[str], path: Path, y
                     xs.append(i + (j - (len(models) - 1) / 2) * width)
                     ys.append(100 * hit[0]["mean"])
                     # the 95 % interval as the error bar; none drawn for a single replicate
-                    has_interval = math.isfinite(hit[0]["low"])
+                    has_interval = hit[0].get("low") is not None and math.isfinite(hit[0]["low"])
                     below.append(100 * (hit[0]["mean"] - hit[0]["low"]) if has_interval else 0.0)
                     above.append(100 * (hit[0]["high"] - hit[0]["mean"]) if has_interval else 0.0)
             ax.bar(xs, ys, width, yerr=[below, above], capsize=3, label=model)

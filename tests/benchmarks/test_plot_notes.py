@@ -246,7 +246,9 @@ def test_graphs_accuracy_none(tmp_path, saved):
     from benchmarks import graphs
 
     pe, model = next(iter(graphs.PES)), next(iter(graphs.MODELS))
-    rows = [{"task": t, "pe": pe, "model": model, "mean": None, "std": None} for t in ("csl", "sbm")]
+    # a cell without a value (None) and what mean_interval gives for no finite value (NaN)
+    rows = [{"task": "csl", "pe": pe, "model": model, "mean": None, "low": None, "high": None},
+            {"task": "sbm", "pe": pe, "model": model, "mean": NAN, "low": NAN, "high": NAN, "n": 0}]
     graphs.plot_accuracy(rows, ["csl", "sbm"], tmp_path / "acc.png", "accuracy (%)")
     graphs.plot_precompute([{"method": "x", "num_nodes": 10, "median_s": 1.0, "status": "failed"}],
                            tmp_path / "pre.png")
