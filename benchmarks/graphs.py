@@ -8,10 +8,6 @@ Three sections (``sections`` in the preset, or ``--sections``):
 * ``sbm``: PATTERN and CLUSTER (Dwivedi et al. 2023), CPU-sized (``sbm_num_graphs``), weighted accuracy (mean
   per-class recall) on the test split of :func:`pe_toolkit.domains.graphs.sbm_splits`, mean and 95 % interval
   over ``sbm_seeds``. PATTERN is drawn as the released generator (100 patterns of 5..34 nodes).
-
-Fairness (``docs/benchmarks.md``): every PE and model trains with the preset's hyperparameters (no method is
-tuned), the papers' claims (:data:`CLAIMS`) are decided from the intervals by :func:`claim_verdicts`, and the
-report says how the rule is met and where the protocol departs from the papers'.
 * ``precompute``: the scale table. The transforms against PyG's ``AddRandomWalkPE`` / ``AddLaplacianEigenvectorPE``
   with the same walk length / ``k`` (``precompute.walk_length``, ``precompute.k``: 8 and 8), on connected
   random sparse graphs (a ring plus ``2N`` random edges: mean degree ~6) of ``precompute.sizes`` nodes and on
@@ -22,6 +18,10 @@ report says how the rule is met and where the protocol departs from the papers'.
   LapPE rows also give the largest residual ``|L v - lambda v|`` of the returned pairs (float64; PyG's with
   the Rayleigh quotients of its vectors). PyG is skipped, with the memory it would need, where its estimated
   footprint exceeds 60 % of the available memory or ``precompute.memory_cap_gib``; that row says so.
+
+Fairness (``docs/benchmarks.md``): every PE and model trains with the preset's hyperparameters (no method is
+tuned), the papers' claims (:data:`CLAIMS`) are decided from the intervals by :func:`claim_verdicts`, and the
+report says how the rule is met and where the protocol departs from the papers'.
 
 Presets are YAML files, ``benchmarks/presets/graphs/{quick,full,gpu}.yaml`` (``--preset``, ``--config FILE``,
 ``--set KEY.PATH=VALUE``; see ``benchmarks/presets.py``); the flags below are shortcuts for preset keys::
@@ -75,7 +75,7 @@ from common import (  # noqa: E402
     write_report,
     write_results,
 )
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
+from presets import check_seeds, device_options, preset_from_args, trainer_options  # noqa: E402
 
 NAME = "graphs"
 SECTIONS = ("csl", "sbm", "precompute")
@@ -695,9 +695,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sbm_epochs is not None:
         sbm_hp["epochs"] = args.sbm_epochs
     sbm_seeds = preset["sbm_seeds"]
-    if not isinstance(sbm_seeds, list) or not sbm_seeds or len(set(map(str, sbm_seeds))) != len(sbm_seeds) \
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sbm_seeds):
-        parser.error(f"sbm_seeds must be a non-empty list of distinct non-negative integers, got {sbm_seeds!r}")
+    try:
+        check_seeds(sbm_seeds, "sbm_seeds")
+    except ValueError as error:
+        parser.error(str(error))
     sbm_graphs = dict(preset["sbm_num_graphs"])
     if args.sbm_graphs is not None:
         sbm_graphs = {t: args.sbm_graphs for t in sbm_graphs}

@@ -167,13 +167,14 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Lightning precision of the training runs (default 32-true)")
 
 
-def check_seeds(seeds: Any) -> None:
-    """``ValueError`` naming ``seeds`` unless it is a non-empty list of distinct ints (bools refused)."""
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+def check_seeds(seeds: Any, name: str = "seeds") -> None:
+    """``ValueError`` naming ``name`` unless ``seeds`` is a non-empty list of distinct non-negative ints (bools
+    refused; ``lightning.seed_everything`` refuses negative seeds)."""
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                            for s in seeds):
-        raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+        raise ValueError(f"{name} must be a non-empty list of non-negative ints, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct, got {seeds}")
+        raise ValueError(f"{name} must be distinct, got {seeds}")
 
 
 def _positive_int(text: str) -> int:

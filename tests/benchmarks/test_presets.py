@@ -92,10 +92,13 @@ def test_every_preset_file_in_the_repository_parses():
 
 
 @pytest.mark.parametrize("seeds, message", [
-    ([], "non-empty list of ints"), ((0, 1), "non-empty list of ints"), ([0, True], "non-empty list of ints"),
-    ([0, 1.0], "non-empty list of ints"), ([1, 1], "distinct"),
+    ([], "non-empty list of non-negative ints"), ((0, 1), "non-empty list of non-negative ints"),
+    ([0, True], "non-empty list of non-negative ints"), ([0, 1.0], "non-empty list of non-negative ints"),
+    ([0, -1], "non-empty list of non-negative ints"), ([1, 1], "distinct"),
 ])
 def test_check_seeds_names_seeds_and_what_is_allowed(seeds, message):
     with pytest.raises(ValueError, match=f"seeds must be .*{message}"):
         presets.check_seeds(seeds)
     presets.check_seeds([2, 0, 1])  # a good list passes
+    with pytest.raises(ValueError, match="sbm_seeds must be distinct"):
+        presets.check_seeds([1, 1], "sbm_seeds")  # the key it came from is named
