@@ -148,6 +148,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                             num_sanity_val_steps=0, default_root_dir=tmp,
                             limit_train_batches=1.0 if batches is None else int(batches))
         trainer.fit(module, data)
+        # read now: test(ckpt_path=...) restores the callbacks' state from the best checkpoint, saved before the
+        # stop, which resets stopped_epoch to 0
+        stopped_by_patience = early.stopped_epoch > 0
         best_val = float(checkpoint.best_model_score) if checkpoint.best_model_score is not None else float("nan")
         result = trainer.test(module, data, ckpt_path=checkpoint.best_model_path, verbose=False)[0]
     epochs = int(trainer.current_epoch)
@@ -162,7 +165,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "val_ndcg@10": best_val,
         "epochs": epochs,
         "steps": int(trainer.global_step),
-        "converged": bool(early.stopped_epoch),  # stopped by patience, not by the max_epochs cap
+        "converged": stopped_by_patience,  # stopped by patience, not by the max_epochs cap
         "train_examples": len(data.examples["train"]),
         "test_queries": len(data.examples["test"]),
         "users": sequences.num_users if subset is None else subset,

@@ -81,3 +81,20 @@ def test_tiny_run_writes_results_report_and_plot(tmp_path):
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
     with pytest.raises(ValueError, match="preset key 'training.synthetic.epochs' does not exist"):
         recsys.main(["--quick", "--out", str(tmp_path), "--set", "training.synthetic.epochs=3"])
+
+
+def test_converged_flag_survives_testing_the_best_checkpoint(tmp_path):
+    # trainer.test(ckpt_path=best) restores EarlyStopping's state from a checkpoint saved before the stop
+    # (stopped_epoch 0); the flag is read after fit, so a run stopped by patience is reported as converged
+    tiny = ["--set", "training.synthetic.users=30", "--set", "training.synthetic.max_len=12",
+            "--set", "training.synthetic.dim=8", "--set", "training.synthetic.batches_per_epoch=2",
+            "--set", "training.synthetic.max_epochs=12", "--set", "training.synthetic.patience=1",
+            "--set", "synthetic.length=[8,12]"]
+    args = ["--quick", "--out", str(tmp_path), "--datasets", "synthetic", "--encoders", "learned", "cape",
+            "--jobs", "0", "--accelerator", "cpu", *tiny]
+    assert recsys.main(args) == 0
+    rows = json.loads((tmp_path / "recsys" / "results.json").read_text())["rows"]
+    assert all(r["converged"] == (r["epochs"] < 12) for r in rows)
+    assert any(r["converged"] for r in rows)
+    report = (tmp_path / "recsys" / "report.md").read_text()
+    assert f"Runs stopped by patience (converged): {sum(r['converged'] for r in rows)} of 2" in report
