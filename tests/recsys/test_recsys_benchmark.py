@@ -55,12 +55,17 @@ def test_summary_intervals_and_verdicts():
     assert "untested" in recsys.verdict_sentence(one_seed[0])
 
 
-def test_tiny_run_writes_results_report_and_plot(tmp_path):
+def tiny_run_args(out, max_epochs: int, *extra: str) -> list[str]:
+    """CLI arguments of a seconds-long run: learned and CAPE on a 30-user synthetic log, dim 8, 2 batches an epoch."""
     tiny = ["--set", "training.synthetic.users=30", "--set", "training.synthetic.max_len=12",
             "--set", "training.synthetic.dim=8", "--set", "training.synthetic.batches_per_epoch=2",
-            "--set", "training.synthetic.max_epochs=1", "--set", "synthetic.length=[8,12]"]
-    args = ["--quick", "--out", str(tmp_path), "--datasets", "synthetic", "--encoders", "learned", "cape",
+            "--set", f"training.synthetic.max_epochs={max_epochs}", "--set", "synthetic.length=[8,12]", *extra]
+    return ["--quick", "--out", str(out), "--datasets", "synthetic", "--encoders", "learned", "cape",
             "--jobs", "0", "--accelerator", "cpu", *tiny]
+
+
+def test_tiny_run_writes_results_report_and_plot(tmp_path):
+    args = tiny_run_args(tmp_path, 1)
     assert recsys.main(args) == 0
     out = tmp_path / "recsys"
     results = json.loads((out / "results.json").read_text())
@@ -86,13 +91,7 @@ def test_tiny_run_writes_results_report_and_plot(tmp_path):
 def test_converged_flag_survives_testing_the_best_checkpoint(tmp_path):
     # trainer.test(ckpt_path=best) restores EarlyStopping's state from a checkpoint saved before the stop
     # (stopped_epoch 0); the flag is read after fit, so a run stopped by patience is reported as converged
-    tiny = ["--set", "training.synthetic.users=30", "--set", "training.synthetic.max_len=12",
-            "--set", "training.synthetic.dim=8", "--set", "training.synthetic.batches_per_epoch=2",
-            "--set", "training.synthetic.max_epochs=12", "--set", "training.synthetic.patience=1",
-            "--set", "synthetic.length=[8,12]"]
-    args = ["--quick", "--out", str(tmp_path), "--datasets", "synthetic", "--encoders", "learned", "cape",
-            "--jobs", "0", "--accelerator", "cpu", *tiny]
-    assert recsys.main(args) == 0
+    assert recsys.main(tiny_run_args(tmp_path, 12, "--set", "training.synthetic.patience=1")) == 0
     rows = json.loads((tmp_path / "recsys" / "results.json").read_text())["rows"]
     assert all(r["converged"] == (r["epochs"] < 12) for r in rows)
     assert any(r["converged"] for r in rows)
