@@ -6,6 +6,9 @@
   (``rope_scaling`` and ``rope_parameters``) to and from the ``rope`` encoder's options.
 * :mod:`.swap`: :func:`swap_positional_encoding`, any registered sequence encoder inside an HF
   model, in place.
+* :mod:`.checkpoint`: a swapped model as its own HF model type (``pe_toolkit_<family>``), registered
+  here with ``AutoConfig`` / ``AutoModelForCausalLM`` so ``from_pretrained`` opens swapped checkpoints;
+  atomic saving (:func:`save_swapped`).
 * :mod:`.logits`: :class:`CausalLMLogits`, an HF causal LM as ``model(input_ids) -> logits`` for the
   training modules and benchmarks.
 """
@@ -23,10 +26,13 @@ _EXPORTS = {
     "from_hf": "weights", "to_hf": "weights", "transformer_config_from_hf": "weights",
     "hf_config_from_transformer": "weights",
     "rope_options_from_hf": "rope_config", "rope_config_to_hf": "rope_config",
-    "swap_positional_encoding": "swap", "load_swapped": "swap", "swapped_encoding": "swap",
+    "swap_positional_encoding": "swap", "load_swapped": "swap", "swapped_encoding": "swap", "save_swapped": "swap",
     "CausalLMLogits": "logits",
 }
 __all__ = sorted(_EXPORTS)
+
+# a swapped checkpoint names its own model type: register them, so from_pretrained builds the swapped model
+importlib.import_module(f"{__name__}.checkpoint").register_all()
 
 
 def __getattr__(name: str) -> Any:

@@ -297,7 +297,7 @@ def rope_options_from_hf(config: Any) -> dict[str, Any]:
     """
     params = hf_rope_parameters(config)
     partial = params.get("partial_rotary_factor")
-    model_type = getattr(config, "model_type", None)
+    model_type = str(getattr(config, "model_type", None)).removeprefix("pe_toolkit_")  # a swapped model's config
     if model_type in FULL_ROTARY_MODEL_TYPES and partial is not None and partial != 1.0:
         raise ValueError(
             f"partial_rotary_factor={partial} on a {model_type!r} config: HF's {model_type} models rotate the whole "

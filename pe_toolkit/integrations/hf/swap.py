@@ -1,63 +1,72 @@
-"""Any registered sequence encoder inside a Hugging Face Llama / Qwen2 / Mistral causal LM, in place.
+"""Any registered sequence encoder inside a Hugging Face decoder-only causal LM, in place.
 
-:func:`swap_positional_encoding` replaces every layer's ``self_attn`` by a :class:`SwappedAttention`
-that keeps the layer's ``q_proj`` / ``k_proj`` / ``v_proj`` / ``o_proj`` (the same modules, so the
-state-dict keys of the checkpoint stay valid) and runs this toolkit's attention instead of HF's:
-``encoding.rotate`` on queries and keys, :func:`~pe_toolkit.nn.backends.attend` (backend ``"auto"``
-by default) with the encoding's bias. The model's own ``forward``, ``generate``, ``save_pretrained``
-and training loop keep working; HF's rotary embedding is still evaluated by the base model but
-never applied.
+:func:`swap_positional_encoding` keeps every HF module of the model (projections, fused ``qkv``,
+q/k norms, the cache, the decoder layers) and changes only where the positions act:
+
+* HF's rotary embedding module(s) return the identity rotation (``cos = 1``, ``sin = 0``), so the
+  attention's own ``apply_rotary_pos_emb`` leaves queries and keys as they are (partial rotary too);
+* the model's attention implementation becomes ``"pe_toolkit"`` (registered with HF's
+  ``AttentionInterface``): the attention modules hand it their queries, keys (all of them, cached ones
+  included, un-rotated), values, ``scaling``, ``sliding_window`` and ``softcap``, and it applies
+  ``encoding.rotate`` to queries and keys at their positions and runs
+  :func:`~pe_toolkit.nn.backends.attend` (backend ``"auto"`` by default) with the encoding's bias.
+
+So whatever a family does around its positions is kept: q/k norms (Qwen3, OLMo 2, Gemma 3), the
+attention scale (Gemma's ``query_pre_attn_scalar``, Granite's ``attention_multiplier``), logit
+soft-capping (Gemma 2), per-layer sliding windows (Mistral, Qwen2, Gemma 2/3, Ministral), NoPE layers
+(SmolLM3's ``no_rope_layers`` stay without positions), fused projections (Phi-3, GPT-NeoX).
 
 >>> model = swap_positional_encoding(model, "alibi")                      # doctest: +SKIP
 >>> model.generate(ids, attention_mask=mask, max_new_tokens=20)             # doctest: +SKIP
->>> model.save_pretrained("alibi-llama"); model = load_swapped("alibi-llama")  # doctest: +SKIP
+>>> model.save_pretrained("alibi-qwen3")                                    # doctest: +SKIP
+>>> AutoModelForCausalLM.from_pretrained("alibi-qwen3", trust_remote_code=True)  # doctest: +SKIP
 
 Design:
 
 * **One encoder** for all layers (as :class:`pe_toolkit.Transformer` shares one), registered on the
   base model as ``model.model.pe_toolkit.encoding`` (a :class:`PositionalSwap`): its parameters are in
   ``model.parameters()`` (trainable) and in the state dict under ``model.pe_toolkit.encoding.``.
-  The layers refer to it without registering it again (no duplicate state-dict entries). A bias
-  encoder builds its bias once per forward for all layers (its ``forward_scope``), except under HF
-  gradient checkpointing, where each recomputed layer builds its own.
-* **Positions** are HF's ``position_ids``, which the decoder layers pass to ``self_attn``: ``arange``
-  continued past the cache, or, in ``generate`` with an ``attention_mask``, ``cumsum(mask) - 1`` (0 on
-  padding), so each left-padded prompt counts from 0 at its first real token.
-* **Masks**: HF hands the attention a 4D mask (or ``None``) in a format that depends on
-  ``attn_implementation``; it is ignored. A forward pre-hook on the base model reads the 2D
-  ``attention_mask`` (``(B, past + L)``, 1 = real token) and passes it to every layer (as the keyword
-  ``pe_toolkit_inputs``), which builds ``AttentionMask(L, keys, causal=True, key_padding_mask=...)``. A
-  padding query sees no key; :class:`~pe_toolkit.nn.masks.AttentionMask` then gives it every key, so
-  its (ignored) output is finite, never NaN. Packed sequences follow HF's rule: without a cache and
-  without an ``attention_mask``, ``position_ids`` that restart mark documents, which do not attend to
-  each other. A sliding window (Mistral ``sliding_window``, Qwen2 ``"sliding_attention"`` layers) is
-  the mask's ``window`` (the same rule as HF: a query sees its last ``sliding_window`` keys).
-* **KV cache**: keys enter HF's cache already rotated (``cache.update``, as HF does). HF's cache holds
-  no positions, so each layer records the positions of its keys on its cache layer (attribute
-  ``_pe_toolkit_key_positions``, which ``copy.deepcopy`` of a cache keeps); a bias encoder reads
-  them. A cache cropped from the end (assisted decoding) is followed; a cache whose keys were not
-  recorded (filled before the swap, or re-batched with ``batch_select_indices``) is refused.
-* **Embed hooks** (``sinusoidal``, ``scaled_sinusoidal``, ``learned``): the same pre-hook replaces
-  ``input_ids`` by ``inputs_embeds = encoding.embed(embed_tokens(input_ids), position_ids)`` (also
-  for given ``inputs_embeds``), as :class:`pe_toolkit.Transformer` adds them once to the input.
-* **Saving**: ``model.config.pe_toolkit = {"encoding", "options", "backend", "query_block_size",
-  "state_dict_prefix"}`` goes into ``config.json``; ``save_pretrained`` writes the encoder's
-  parameters with the model's. HF's ``from_pretrained`` builds the plain model (and drops the
-  encoder keys as unexpected); :func:`load_swapped` loads, swaps from ``config.pe_toolkit`` and then
-  loads the encoder's parameters from the checkpoint.
+  Swapping in ``"rope"`` starts from the model's own rope settings (:func:`rope_options_from_hf`);
+  options passed override them (a ``scaling`` replaces the model's scaling, keeping its base and
+  rotary fraction). A model with per-layer-type rope settings (Gemma 3) gets one ``rope`` encoder
+  per layer type (``encodings``) when ``"rope"`` is swapped in with the model's own settings.
+  ``seed=`` makes the encoder's initialisation reproducible, ``state_dict=`` loads given parameters.
+* **A swapped model is its own HF model type** (:mod:`.checkpoint`): ``PeToolkitQwen3ForCausalLM``
+  (a subclass of ``Qwen3ForCausalLM``) with ``model_type = "pe_toolkit_qwen3"``, registered with the
+  ``Auto`` classes, and an ``auto_map`` to a small ``modeling_pe_toolkit.py`` that ``save_pretrained``
+  writes beside the checkpoint. ``save_pretrained`` replaces the checkpoint folder atomically.
+* **Positions** are HF's ``position_ids`` (``arange`` continued past the cache when absent; in
+  ``generate`` with an ``attention_mask``, ``cumsum(mask) - 1``), read by a forward pre-hook on the
+  base model and handed to every attention call in the keyword ``pe_toolkit_inputs``.
+* **Masks**: HF builds no mask for the ``"pe_toolkit"`` implementation; the pre-hook reads the 2D
+  ``attention_mask`` (``(B, past + L)``, 1 = real token), and the attention builds
+  ``AttentionMask(L, keys, causal=True, key_padding_mask=..., window=sliding_window)``. Packed
+  sequences: ``position_ids`` that restart (without an ``attention_mask``, on an empty cache) or
+  ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (HF's flattening collator) mark documents that do not attend to
+  each other.
+* **KV cache**: keys enter HF's cache un-rotated; each layer records the positions of its keys on its
+  cache layer (attribute ``_pe_toolkit_key_positions``, which ``copy.deepcopy`` keeps) and rotates
+  all keys at their positions on every call (``O(keys x head_dim)`` per step, next to the attention's
+  own ``O(keys x head_dim)``). A cache cropped from the end is followed; a cache whose keys were not
+  recorded is refused. Pre-allocated caches (``cache_implementation="static"``) are refused by name.
+* **Embed hooks** (``sinusoidal``, ``learned``, ...): the pre-hook replaces ``input_ids`` by
+  ``inputs_embeds = encoding.embed(embed_tokens(input_ids), positions)``.
+* ``output_attentions=True`` returns the attention probabilities (written out, not through SDPA);
+  a soft-capped model (Gemma 2) also runs written out.
 
-Not covered (refused where detectable): static and other pre-allocated caches
-(``cache_implementation="static"``), 4D custom ``attention_mask``, ``output_attentions`` (the
-swapped layers return no attention weights), 3D (multimodal) ``position_ids``, and the choice of
-HF's ``attn_implementation`` (our ``backend=`` decides; HF still builds its mask, unused).
-Length-dependent RoPE scalings (``dynamic``, ``longrope``) rotate cached keys once, as HF does, so
-past ``original_max_position`` cached decoding differs from a full forward (see the ``rope`` encoder).
+Not covered (refused where detectable): pre-allocated caches, 4D custom ``attention_mask``, 3D
+(multimodal M-RoPE) ``position_ids``, and HF's ``attn_implementation`` (our ``backend=`` decides;
+changing it after the swap is refused at the next forward). Length-dependent RoPE scalings
+(``dynamic``, ``longrope``) rotate each call's keys for the call's length.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +85,15 @@ from pe_toolkit.nn.backends import attend  # noqa: E402
 from pe_toolkit.nn.masks import AttentionMask  # noqa: E402
 from pe_toolkit.registry import encoder_info, get_encoder, list_encoders  # noqa: E402
 
-SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
-"""The HF causal-LM classes whose attention layers :func:`swap_positional_encoding` replaces."""
+FAMILIES = (
+    "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM", "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM", "Phi3ForCausalLM", "Olmo2ForCausalLM", "GPTNeoXForCausalLM", "GraniteForCausalLM",
+    "SmolLM3ForCausalLM", "MinistralForCausalLM",
+)
+"""The HF causal-LM classes :func:`swap_positional_encoding` takes (each measured against HF's logits,
+tokens and generation by :mod:`.check_families`)."""
+
+SUPPORTED = FAMILIES  # the name before the families were added
 
 CONFIG_KEY = "pe_toolkit"
 """``model.config.pe_toolkit``: the swap's description, saved in ``config.json``."""
@@ -86,78 +102,143 @@ MODULE_NAME = "pe_toolkit"
 """Attribute of the base model (``model.model``) holding the :class:`PositionalSwap`."""
 
 INPUTS_KWARG = "pe_toolkit_inputs"
-"""Keyword the base-model pre-hook adds; HF passes it through every decoder layer to ``self_attn``."""
+"""Keyword the base-model pre-hook adds; HF passes it through every decoder layer to the attention."""
 
 POSITIONS_ATTR = "_pe_toolkit_key_positions"
 """Attribute of an HF cache layer holding the positions of its keys (``(K,)`` or ``(B, K)``)."""
 
+ATTN_IMPLEMENTATION = "pe_toolkit"
+"""The ``config._attn_implementation`` of a swapped model (registered with HF's ``AttentionInterface``)."""
 
-def _supported_classes() -> tuple[type, ...]:
-    return tuple(getattr(transformers, name) for name in SUPPORTED)
+
+def family_of(model_or_class: Any) -> str | None:
+    """The :data:`FAMILIES` class name ``model_or_class`` is (or derives from), else ``None``."""
+    cls = model_or_class if isinstance(model_or_class, type) else type(model_or_class)
+    return next((c.__name__ for c in cls.__mro__
+                 if c.__name__ in FAMILIES and c.__module__.startswith("transformers.")), None)
 
 
 def check_model(model: Any) -> None:
-    """``TypeError`` naming ``model``'s class unless it is one of :data:`SUPPORTED` (or a subclass)."""
-    if not isinstance(model, _supported_classes()):
-        raise TypeError(f"model must be one of {', '.join(SUPPORTED)} (a Hugging Face causal LM), "
+    """``TypeError`` naming ``model``'s class unless it is one of :data:`FAMILIES` (or a subclass)."""
+    if not isinstance(model, transformers.PreTrainedModel) or family_of(model) is None:
+        raise TypeError(f"model must be one of {', '.join(FAMILIES)} (a Hugging Face causal LM), "
                         f"got {type(model).__name__}")
+
+
+def _active(module: Any) -> Any:
+    """``module``, or the module PEFT's ``ModulesToSaveWrapper`` around it currently runs (the adapter's copy)."""
+    if isinstance(module, nn.Module) and hasattr(module, "original_module") and hasattr(module, "modules_to_save"):
+        adapters = getattr(module, "active_adapters", None) or []
+        if getattr(module, "disable_adapters", False) or not adapters or adapters[0] not in module.modules_to_save:
+            return module.original_module
+        return module.modules_to_save[adapters[0]]
+    return module
 
 
 @dataclass
 class _Inputs:
-    """What the base-model pre-hook hands every layer for one forward."""
+    """What the base-model pre-hook hands every attention call for one forward."""
 
+    swap: PositionalSwap        # the active swap (PEFT's copy under modules_to_save)
+    positions: Tensor           # (L,) or (B, L): positions of the new tokens
     padding: Tensor | None      # bool (B, past + L), True = real token; None when every token is real
-    documents: Tensor | None    # (B, L) run ids of packed sequences (position_ids without a mask), or None
+    documents: Tensor | None    # (B, L) document ids of packed sequences, or None
+    cache: Any                  # the HF cache of this forward, or None
+    weights: bool               # output_attentions: return the attention probabilities
+
+
+def _identity_rotation(module: nn.Module, args: tuple, output: Any) -> Any:
+    """Forward hook on HF's rotary embedding: ``(cos, sin) -> (1, 0)``, so HF's rotation is the identity."""
+    config = getattr(module, "config", None)
+    implementation = getattr(config, "_attn_implementation", ATTN_IMPLEMENTATION) if config is not None else None
+    if implementation not in (ATTN_IMPLEMENTATION, None):
+        raise ValueError(f"this model's positional encoding was swapped (swap_positional_encoding), which needs "
+                         f"attn_implementation={ATTN_IMPLEMENTATION!r}, but it is now {implementation!r}: choose the "
+                         "attention kernel with swap_positional_encoding(..., backend=...) instead")
+    if not (isinstance(output, tuple) and len(output) == 2 and all(isinstance(t, Tensor) for t in output)):
+        raise TypeError(f"{type(module).__name__} returned {type(output).__name__}, not HF's (cos, sin): this rotary "
+                        "embedding is not covered")
+    cos, sin = output
+    return torch.ones_like(cos), torch.zeros_like(sin)
 
 
 class PositionalSwap(nn.Module):
     """The swapped-in encoder and how the attention runs it; ``model.model.pe_toolkit``.
 
     Holds the encoder as the submodule ``encoding`` (its parameters train and are saved with the
-    model) and installs the base model's forward hooks: the pre-hook reads the 2D
-    ``attention_mask`` and ``position_ids`` (see the module docstring), adds an ``embed`` hook's
-    output to the input embeddings, and opens the bias encoder's
+    model; PEFT's ``modules_to_save=["pe_toolkit"]`` trains and saves a copy that the layers then use)
+    and, for a model whose layer types carry their own rope settings, ``by_layer_type`` (one encoder per
+    ``config.layer_types`` entry). Installs the base model's forward hooks: the pre-hook reads
+    positions, the 2D ``attention_mask`` and packed-document markers (see the module docstring), adds
+    an ``embed`` hook's output to the input embeddings, and opens the bias encoder's
     :meth:`~pe_toolkit.encoders.base.PositionBiasEncoding.forward_scope` (one bias per forward, shared
     by the layers); the post-hook closes it (also when the forward raises).
     """
 
     def __init__(self, encoding: PositionalEncoding, name: str, options: dict[str, Any], *, backend: str,
-                 query_block_size: int | None) -> None:
+                 query_block_size: int | None, seed: int | None = None,
+                 by_layer_type: dict[str, PositionalEncoding] | None = None) -> None:
         super().__init__()
         self.encoding = encoding
+        self.by_layer_type = nn.ModuleDict(by_layer_type) if by_layer_type else None
         self.name = name
         self.options = options
         self.backend = backend
         self.query_block_size = query_block_size
+        self.seed = seed
         self._scopes: list[Any] = []
-        self._handles: list[Any] = []
         self._parameter_names: list[str] | None = None
 
     @property
     def embeds(self) -> bool:
         """Whether the encoder has an ``embed`` hook (added to the input embeddings)."""
-        return type(self.encoding).embed is not PositionalEncoding.embed
+        return type(_active(self.encoding)).embed is not PositionalEncoding.embed
 
     def spec(self, prefix: str) -> dict[str, Any]:
         """The ``config.pe_toolkit`` entry: JSON only."""
         return {"encoding": self.name, "options": dict(self.options), "backend": self.backend,
-                "query_block_size": self.query_block_size, "state_dict_prefix": prefix}
+                "query_block_size": self.query_block_size, "seed": self.seed,
+                "per_layer_type": sorted(self.by_layer_type) if self.by_layer_type else None,
+                "state_dict_prefix": prefix}
+
+    def encoding_for(self, layer_type: str | None) -> PositionalEncoding:
+        """The encoder of a layer of ``layer_type`` (the shared one unless the layer types have their own)."""
+        if self.by_layer_type is not None and layer_type is not None:
+            return _active(self.by_layer_type[layer_type])
+        return _active(self.encoding)
 
     def attach(self, base: nn.Module) -> None:
-        """Install the forward hooks on ``base`` (the ``LlamaModel`` / ``Qwen2Model`` / ``MistralModel``)."""
+        """Install the forward hooks on ``base`` and make its rotary embedding(s) the identity."""
         signature = inspect.signature(base.forward)
         self._parameter_names = [p.name for p in signature.parameters.values()
                                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        self._handles = [base.register_forward_pre_hook(self._before, with_kwargs=True),
-                         base.register_forward_hook(self._after, with_kwargs=True, always_call=True)]
+        base.register_forward_pre_hook(self._before, with_kwargs=True)
+        base.register_forward_hook(self._after, with_kwargs=True, always_call=True)
+        rotaries = [m for m in base.modules() if type(m).__name__.endswith("RotaryEmbedding")]
+        for module in rotaries:
+            module.register_forward_hook(_identity_rotation)
 
     def _before(self, base: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        swap = _active(getattr(base, MODULE_NAME))
         names = self._parameter_names or []
         if args and len(args) <= len(names):
             kwargs = {**dict(zip(names, args, strict=False)), **kwargs}
             args = ()
+        cache_name = "cache" if "cache" in names else "past_key_values"
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        ids, embeds = kwargs.get("input_ids"), kwargs.get("inputs_embeds")
+        reference = embeds if embeds is not None else ids
+        if reference is None:
+            return args, kwargs  # HF raises its own error
+        batch, length, device = reference.shape[0], reference.shape[1], reference.device
+        use_cache = kwargs.get("use_cache")
+        use_cache = getattr(base.config, "use_cache", False) if use_cache is None else use_cache
+        if cache is None and use_cache:
+            # HF would create this cache inside the forward; created here, the layers can record key positions
+            cache = transformers.DynamicCache(config=base.config)
+            kwargs.pop("past_key_values", None)
+            kwargs[cache_name] = cache
+        past = int(cache.get_seq_length()) if cache is not None else 0
         mask = kwargs.get("attention_mask")
         position_ids = kwargs.get("position_ids")
         padding = None
@@ -165,37 +246,41 @@ class PositionalSwap(nn.Module):
             if not isinstance(mask, Tensor) or mask.dim() != 2:
                 shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
                 raise ValueError(f"attention_mask must be a 2D padding mask (batch, keys) with 1 for real tokens, got "
-                                 f"{shape}: a model swapped to {self.name!r} builds its own causal mask (4D custom "
+                                 f"{shape}: a model swapped to {swap.name!r} builds its own causal mask (4D custom "
                                  "masks are not covered)")
             padding = mask if mask.dtype == torch.bool else mask != 0
+            if tuple(padding.shape) != (batch, past + length):
+                raise ValueError(f"attention_mask has shape {tuple(padding.shape)}, expected ({batch}, "
+                                 f"{past + length}): one entry per cached ({past}) and new ({length}) token")
             if bool(padding.all()):
                 padding = None
         documents = None
-        if mask is None and isinstance(position_ids, Tensor) and position_ids.dim() == 2 and position_ids.shape[-1] > 1:
+        boundaries = kwargs.get("cu_seq_lens_q", kwargs.get("cu_seq_lens_k"))
+        if boundaries is not None:
+            documents, starts = _documents_from_boundaries(boundaries, batch, length)
+            if position_ids is None:
+                position_ids = (torch.arange(length, device=device) - starts)[None]
+        elif mask is None and past == 0 and isinstance(position_ids, Tensor) and position_ids.dim() == 2 and length > 1:
             # HF's find_packed_sequence_indices: a new document wherever the position does not grow by 1
             diff = torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1)
             runs = (diff != 1).long().cumsum(-1)
             documents = runs if bool((runs[:, -1] != 0).any()) else None
-        kwargs[INPUTS_KWARG] = _Inputs(padding=padding, documents=documents)
-        if self.embeds:
-            embeds = kwargs.get("inputs_embeds")
-            if embeds is None and kwargs.get("input_ids") is not None:
-                embeds = base.embed_tokens(kwargs["input_ids"])
-            if embeds is not None:
-                length = embeds.shape[1]
-                if position_ids is None:
-                    past = int(cache.get_seq_length()) if cache is not None else 0
-                    positions = torch.arange(past, past + length, device=embeds.device)
-                else:
-                    positions = _query_positions(position_ids, embeds.shape[0], length, 0, embeds.device)
-                kwargs["inputs_embeds"] = self.encoding.embed(embeds, positions)
-                kwargs["input_ids"] = None
+        positions = _query_positions(position_ids, batch, length, past, device)
+        weights = bool(kwargs.get("output_attentions") or getattr(base.config, "output_attentions", False))
+        kwargs[INPUTS_KWARG] = _Inputs(swap=swap, positions=positions, padding=padding, documents=documents,
+                                       cache=cache, weights=weights)
+        encoding = swap.encoding_for(None)
+        if type(encoding).embed is not PositionalEncoding.embed:
+            if embeds is None:
+                embeds = base.get_input_embeddings()(ids)
+            kwargs["inputs_embeds"] = encoding.embed(embeds, positions)
+            kwargs["input_ids"] = None
         # HF gradient checkpointing recomputes each layer in the backward pass, where a bias shared by the
         # layers would be rebuilt per layer (a different recomputed graph): then every layer builds its own
         checkpointed = torch.is_grad_enabled() and any(
-            getattr(layer, "gradient_checkpointing", False) and layer.training for layer in base.layers)
-        if isinstance(self.encoding, PositionBiasEncoding) and not checkpointed:
-            scope = self.encoding.forward_scope()
+            getattr(module, "gradient_checkpointing", False) and module.training for module in base.modules())
+        if isinstance(encoding, PositionBiasEncoding) and not checkpointed:
+            scope = encoding.forward_scope()
             scope.__enter__()
             self._scopes.append(scope)
         return args, kwargs
@@ -207,6 +292,17 @@ class PositionalSwap(nn.Module):
     def extra_repr(self) -> str:
         text = f"name={self.name!r}, backend={self.backend!r}"
         return text + (f", query_block_size={self.query_block_size}" if self.query_block_size else "")
+
+
+def _documents_from_boundaries(boundaries: Tensor, batch: int, length: int) -> tuple[Tensor, Tensor]:
+    """``cu_seq_lens`` ``(D + 1,)`` (0, end of document 1, ..., L) as document ids ``(1, L)`` and each token's
+    document start ``(L,)``."""
+    if batch != 1 or boundaries.dim() != 1 or int(boundaries[0]) != 0 or int(boundaries[-1]) != length:
+        raise ValueError(f"cu_seq_lens_q / cu_seq_lens_k must be the cumulative document lengths (0, ..., {length}) "
+                         f"of one flattened row, got {boundaries.tolist()} for input of shape ({batch}, {length})")
+    index = torch.arange(length, device=boundaries.device)
+    documents = torch.bucketize(index, boundaries[1:].to(index.dtype), right=True)
+    return documents[None], boundaries.to(index.dtype)[documents]
 
 
 def _query_positions(position_ids: Tensor | None, batch: int, length: int, past: int,
@@ -236,124 +332,142 @@ def _join(earlier: Tensor | None, new: Tensor, batch: int) -> Tensor:
     return torch.cat((earlier, new.to(earlier.dtype)), dim=-1)
 
 
-class SwappedAttention(nn.Module):
-    """An HF decoder layer's ``self_attn`` with a pe_toolkit encoder: the same projections, our attention.
-
-    ``forward(hidden_states, position_embeddings, attention_mask, cache, **kwargs) -> (output, None)``
-    has HF's signature; ``position_embeddings`` (HF's cos / sin) and the 4D ``attention_mask`` are
-    ignored, the positions come from ``kwargs["position_ids"]`` and the padding from the base model's
-    pre-hook (see :mod:`pe_toolkit.integrations.hf.swap`).
-
-    Attributes:
-        q_proj, k_proj, v_proj, o_proj: the original layer's modules (same parameters, same keys).
-        layer_idx: the layer's index into HF's cache.
-        window: the layer's sliding window (``None``: full causal attention).
-    """
-
-    def __init__(self, original: nn.Module, swap: PositionalSwap, window: int | None) -> None:
-        super().__init__()
-        self.config = original.config
-        self.layer_idx = original.layer_idx
-        self.head_dim = original.head_dim
-        self.num_key_value_groups = original.num_key_value_groups
-        self.scaling = original.scaling
-        self.attention_dropout = original.attention_dropout
-        self.is_causal = True
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (original.q_proj, original.k_proj, original.v_proj,
-                                                              original.o_proj)
-        self.window = window
-        self.replaced = type(original).__name__
-        object.__setattr__(self, "swap", swap)  # shared, registered once on the base model
-
-    @property
-    def encoding(self) -> PositionalEncoding:
-        return self.swap.encoding
-
-    def forward(self, hidden_states: Tensor, position_embeddings: Any = None, attention_mask: Any = None,
-                cache: Any = None, **kwargs: Any) -> tuple[Tensor, None]:
-        if cache is None:  # the name before transformers 5
-            cache = kwargs.pop("past_key_values", None)
-        inputs: _Inputs | None = kwargs.get(INPUTS_KWARG)
-        if inputs is None:
-            if attention_mask is not None:
-                raise ValueError(f"{type(self).__name__} (layer {self.layer_idx}) was called outside its base "
-                                 "model's forward, so the 2D attention_mask is unknown: call the model itself")
-            inputs = _Inputs(padding=None, documents=None)
-        encoding = self.swap.encoding
-        batch, length, _ = hidden_states.shape
-        shape = (batch, length, -1, self.head_dim)
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
-        past = int(cache.get_seq_length(self.layer_idx)) if cache is not None else 0
-        q_pos = _query_positions(kwargs.get("position_ids"), batch, length, past, hidden_states.device)
-        q, k = encoding.rotate(q, k, q_pos, q_pos)
-        if cache is not None:
-            earlier = self._recorded_positions(cache, past, batch)
-            k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
-            seen = _join(earlier, q_pos, batch)
-            keys = k.shape[-2]
-            if keys > seen.shape[-1]:
-                kind = f"{type(cache).__name__}, layer {type(cache.layers[self.layer_idx]).__name__}"
-                raise ValueError(f"the cache ({kind}) returned {keys} keys for {seen.shape[-1]} tokens seen: only "
-                                 "caches that return the keys seen so far (DynamicCache, with or without a sliding "
-                                 "window) are covered, not pre-allocated ones (cache_implementation='static')")
-            setattr(cache.layers[self.layer_idx], POSITIONS_ATTR, seen)
-            k_pos = seen[..., seen.shape[-1] - keys:]
+def _recorded_positions(cache: Any, layer: int, past: int, batch: int) -> Tensor | None:
+    """Positions of the ``past`` tokens layer ``layer``'s cache has seen (recorded by earlier calls)."""
+    if past == 0:
+        return None
+    entry = cache.layers[layer] if layer < len(cache.layers) else None
+    recorded = getattr(entry, POSITIONS_ATTR, None)
+    if recorded is not None and recorded.dim() == 2 and recorded.shape[0] != batch:
+        if recorded.shape[0] and batch % recorded.shape[0] == 0:  # batch_repeat_interleave
+            recorded = recorded.repeat_interleave(batch // recorded.shape[0], dim=0)
         else:
-            keys, k_pos = length, q_pos
-        padding = inputs.padding
-        if padding is not None:
-            if tuple(padding.shape) != (batch, past + length):
-                raise ValueError(f"attention_mask has shape {tuple(padding.shape)}, expected ({batch}, "
-                                 f"{past + length}): one entry per cached ({past}) and new ({length}) token")
-            padding = padding[:, padding.shape[1] - keys:]
-        documents = inputs.documents if cache is None else None
-        if documents is not None and not encoding.supports_documents:
-            raise ValueError(f"encoding {self.swap.name!r} is not exact on packed sequences (position_ids that "
-                             "restart); run the documents separately or pass an attention_mask")
-        mask = AttentionMask(length, keys, causal=True, key_padding_mask=padding, q_documents=documents,
-                             k_documents=documents, window=self.window)
-        out = attend(q, k, v, q_pos, k_pos, encoding, mask, backend=self.swap.backend,
-                     tile=self.swap.query_block_size, dropout=self.attention_dropout if self.training else 0.0)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1)), None
-
-    def _recorded_positions(self, cache: Any, past: int, batch: int) -> Tensor | None:
-        """Positions of the ``past`` tokens this layer's cache has seen (recorded by earlier calls)."""
-        if past == 0:
-            return None
-        layer = cache.layers[self.layer_idx] if self.layer_idx < len(cache.layers) else None
-        recorded = getattr(layer, POSITIONS_ATTR, None)
-        if recorded is not None and recorded.dim() == 2 and recorded.shape[0] != batch:
-            if recorded.shape[0] and batch % recorded.shape[0] == 0:  # batch_repeat_interleave
-                recorded = recorded.repeat_interleave(batch // recorded.shape[0], dim=0)
-            else:
-                recorded = None
-        if recorded is None or recorded.shape[-1] < past:
-            raise ValueError(f"the cache holds {past} tokens for layer {self.layer_idx} whose positions the swapped "
-                             f"attention did not record (a cache filled before swap_positional_encoding, or "
-                             "re-batched with batch_select_indices): start from an empty cache")
-        return recorded[..., :past]  # a cache cropped from the end keeps the first `past`
-
-    def extra_repr(self) -> str:
-        text = f"layer_idx={self.layer_idx}, replaces={self.replaced}"
-        return text + (f", window={self.window}" if self.window is not None else "")
+            recorded = None
+    if recorded is None or recorded.shape[-1] < past:
+        raise ValueError(f"the cache holds {past} tokens for layer {layer} whose positions the swapped attention did "
+                         "not record (a cache filled before swap_positional_encoding, or re-batched with "
+                         "batch_select_indices): start from an empty cache")
+    return recorded[..., :past]  # a cache cropped from the end keeps the first `past`
 
 
-def _layer_windows(config: Any) -> list[int | None]:
-    """The sliding window of each layer (``None``: full attention), as HF's attention reads it."""
-    count = config.num_hidden_layers
+def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, batch: int) -> Tensor:
+    """Positions of the ``keys`` keys HF's cache handed this attention call (recording the new ones)."""
+    cache, layer = inputs.cache, getattr(module, "layer_idx", None)
+    if cache is None or layer is None:
+        if keys != length:
+            raise ValueError(f"the attention got {keys} keys for {length} queries without a cache it can read")
+        return inputs.positions
+    entry = cache.layers[layer]
+    if type(entry).__name__.startswith("Static") or "Quantized" in type(entry).__name__:
+        raise ValueError(f"a pre-allocated cache ({type(cache).__name__}, layer {type(entry).__name__}; "
+                         "cache_implementation='static' / 'offloaded_static' / 'quantized') is not covered by a "
+                         "swapped positional encoding: use the default DynamicCache")
+    total = int(entry.get_seq_length()) if hasattr(entry, "get_seq_length") else keys
+    past = total - length
+    seen = _join(_recorded_positions(cache, layer, past, batch), inputs.positions, batch)
+    if keys > seen.shape[-1]:
+        raise ValueError(f"the cache ({type(cache).__name__}, layer {type(entry).__name__}) returned {keys} keys for "
+                         f"{seen.shape[-1]} tokens seen: only caches that return the keys seen so far (DynamicCache, "
+                         "with or without a sliding window) are covered, not pre-allocated ones "
+                         "(cache_implementation='static')")
+    setattr(entry, POSITIONS_ATTR, seen)
+    return seen[..., seen.shape[-1] - keys:]
+
+
+def pe_toolkit_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+                         dropout: float = 0.0, scaling: float | None = None, sliding_window: int | None = None,
+                         softcap: float | None = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+    """HF's attention-function signature (``ALL_ATTENTION_FUNCTIONS["pe_toolkit"]``) with the swapped encoder.
+
+    ``query`` ``(B, H, L, hd)``; ``key``, ``value`` ``(B, H_kv, K, hd)`` (cached keys included, not
+    rotated). Returns ``(B, L, H, hd)`` and the attention probabilities ``(B, H, L, K)`` when the forward
+    asked for ``output_attentions`` (else ``None``). HF's 4D ``attention_mask`` is not used (HF builds
+    none for this implementation): the mask comes from the pre-hook's inputs.
+    """
+    inputs = kwargs.get(INPUTS_KWARG)
+    if not isinstance(inputs, _Inputs):
+        layer = getattr(module, "layer_idx", "?")
+        raise ValueError(f"attention implementation {ATTN_IMPLEMENTATION!r} (layer {layer}) was called"
+                         " outside its swapped model's forward, so the positions are unknown: call the model")
+    swap = inputs.swap
+    batch, heads, length, head_dim = query.shape
+    keys = key.shape[-2]
+    if getattr(module, "use_rope", True) is False:
+        encoding = None  # a NoPE layer (SmolLM3's no_rope_layers) stays without positions
+    else:
+        layer_types = getattr(module.config, "layer_types", None) if hasattr(module, "config") else None
+        layer = getattr(module, "layer_idx", None)
+        encoding = swap.encoding_for(layer_types[layer] if layer_types and layer is not None else None)
+    q_pos = inputs.positions
+    k_pos = _key_positions(module, inputs, keys, length, batch)
+    if encoding is None:
+        encoding = _NO_POSITION
+    window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
+    if window is not None and not encoding.supports_window:
+        raise ValueError(f"encoding {swap.name!r} is not exact under sliding-window attention (window {window})")
+    q, k = encoding.rotate(query, key, q_pos, k_pos)
+    if scaling is not None and not math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-12):
+        q = q * (scaling * math.sqrt(head_dim))  # attend divides by sqrt(head_dim)
+    padding = inputs.padding
+    if padding is not None:
+        if padding.shape[1] < keys:
+            raise ValueError(f"attention_mask has {padding.shape[1]} entries per row for {keys} keys")
+        padding = padding[:, padding.shape[1] - keys:]
+    documents = inputs.documents if keys == length else None
+    if documents is not None and not encoding.supports_documents:
+        raise ValueError(f"encoding {swap.name!r} is not exact on packed sequences (position_ids that restart, or "
+                         "cu_seq_lens): run the documents separately or pass an attention_mask")
+    mask = AttentionMask(length, keys, causal=True, key_padding_mask=padding, q_documents=documents,
+                         k_documents=documents, window=window)
+    if softcap is not None or inputs.weights:
+        out, weights = _written_out(q, k, value, q_pos, k_pos, encoding, mask, softcap, dropout)
+    else:
+        out = attend(q, k, value, q_pos, k_pos, encoding, mask, backend=swap.backend, tile=swap.query_block_size,
+                     dropout=dropout)
+        weights = None
+    return out.transpose(1, 2).contiguous(), weights
+
+
+_NO_POSITION = PositionalEncoding(2, 1)
+"""The encoder of a NoPE layer: no rotation, no bias."""
+
+
+def _written_out(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
+                 mask: AttentionMask, softcap: float | None, dropout: float) -> tuple[Tensor, Tensor]:
+    """``softmax(cap(q k^T / sqrt(d) + bias), masked) v`` written out, with the probabilities.
+
+    ``cap(s) = softcap * tanh(s / softcap)`` (Gemma 2; the identity without ``softcap``), applied, as HF
+    does, to the whole logit before the mask; the encoder's bias is part of the logit.
+    """
+    groups = q.shape[1] // k.shape[1]
+    visible = mask.dense(0, mask.q_len, q.device)
+    bias = (encoding.bias(q, k, q_pos, k_pos, visible=visible) if encoding.bias_uses_visibility
+            else encoding.bias(q, k, q_pos, k_pos))
+    compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    kk, vv = k.repeat_interleave(groups, dim=1).to(compute), v.repeat_interleave(groups, dim=1).to(compute)
+    scores = q.to(compute) @ kk.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias.to(compute)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if visible is not None:
+        scores = scores.masked_fill(~visible, float("-inf"))
+    weights = scores.softmax(-1)
+    if dropout > 0:
+        weights = nn.functional.dropout(weights, dropout)
+    return (weights @ vv).to(q.dtype), weights.to(q.dtype)
+
+
+transformers.AttentionInterface.register(ATTN_IMPLEMENTATION, pe_toolkit_attention)
+
+
+def _has_sliding_layers(config: Any) -> bool:
+    """Whether some layer attends through a sliding window (as HF's attention reads the config)."""
     window = getattr(config, "sliding_window", None)
-    if config.model_type == "llama" or window is None:
-        return [None] * count
+    if window is None or getattr(config, "use_sliding_window", True) is False:
+        return False
     types = getattr(config, "layer_types", None)
-    if types is None:  # Mistral: every layer
-        return [window] * count
-    unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
-    if unknown:
-        raise ValueError(f"config.layer_types holds {unknown}: only 'full_attention' and 'sliding_attention' "
-                         "layers are covered")
-    return [window if kind == "sliding_attention" else None for kind in types]
+    return types is None or "sliding_attention" in types
 
 
 def _build_encoding(config: Any, name: str, options: dict[str, Any], heads: int,
@@ -391,40 +505,91 @@ def _build_encoding(config: Any, name: str, options: dict[str, Any], heads: int,
     return encoding, options
 
 
-def swap_positional_encoding(model: Any, name: str | None = None, *, backend: str = "auto",
-                             query_block_size: int | None = None, **options: Any) -> Any:
-    """Make an HF Llama / Qwen2 / Mistral causal LM use the registered encoder ``name``, in place.
+ROPE_SCALING_OPTIONS = ("scaling", "factor", "original_max_position", "beta_fast", "beta_slow", "mscale",
+                        "mscale_all_dim", "attention_factor", "low_freq_factor", "high_freq_factor", "short_factor",
+                        "long_factor", "truncate")
+"""``rope`` options that belong to a scaling: a ``scaling=`` passed to the swap replaces all of the model's."""
 
-    Every decoder layer's ``self_attn`` becomes a :class:`SwappedAttention` (same projection
-    modules, so ``state_dict`` keys and weights are unchanged) and one encoder, built as
+
+def _per_layer_rope(config: Any) -> dict[str, dict[str, Any]] | None:
+    """``{layer_type: rope options}`` for a config whose ``rope_parameters`` differ per layer type (Gemma 3)."""
+    from pe_toolkit.integrations.hf.rope_config import rope_options_from_hf
+
+    params = getattr(config, "rope_parameters", None)
+    if not isinstance(params, dict) or not any(isinstance(v, dict) for v in params.values()):
+        return None
+    result = {}
+    for layer_type, own in params.items():
+        view = copy.copy(config)
+        view.rope_parameters = dict(own)
+        result[layer_type] = rope_options_from_hf(view)
+    return result
+
+
+def _rope_defaults(config: Any, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]] | None]:
+    """The ``rope`` options of a swap: the model's own, with ``options`` on top (see the module docstring),
+    and the per-layer-type options when the model has them and nothing was overridden."""
+    from pe_toolkit.integrations.hf.rope_config import rope_options_from_hf
+
+    per_type = _per_layer_rope(config)
+    if per_type is not None:
+        if not options:
+            return per_type[sorted(per_type)[0]], per_type
+        own = per_type.get("full_attention", per_type[sorted(per_type)[0]])
+    else:
+        try:
+            own = rope_options_from_hf(config)
+        except ValueError:
+            if options:
+                return dict(options), None
+            raise
+    if "scaling" in options:
+        own = {key: value for key, value in own.items() if key not in ROPE_SCALING_OPTIONS}
+    return {**own, **options}, None
+
+
+def swap_positional_encoding(model: Any, name: str | None = None, *, backend: str = "auto",
+                             query_block_size: int | None = None, seed: int | None = None,
+                             state_dict: dict[str, Tensor] | None = None, **options: Any) -> Any:
+    """Make an HF causal LM of one of :data:`FAMILIES` use the registered encoder ``name``, in place.
+
+    Every attention call then runs through :func:`pe_toolkit_attention` with one encoder, built as
     ``get_encoder(name, num_attention_heads * head_dim, num_attention_heads, causal=True, **options)``,
-    serves all layers. ``model.forward`` and ``model.generate`` (KV cache, left-padded batches through
-    ``attention_mask``) then use it; its parameters are trainable and saved. Swapping a swapped model
-    again replaces the encoder. See the module docstring for masks, positions and the cache.
+    for all layers; the model's modules, state-dict keys and weights are unchanged and the encoder's
+    parameters are added (trainable, saved). ``model.forward`` and ``model.generate`` (KV cache,
+    left-padded batches through ``attention_mask``) use it. The model becomes an instance of its
+    swapped class (``PeToolkit<Family>``, see :mod:`.checkpoint`), which ``save_pretrained`` saves as
+    its own model type. Swapping a swapped model again replaces the encoder.
 
     Args:
-        model: ``LlamaForCausalLM``, ``Qwen2ForCausalLM`` or ``MistralForCausalLM`` (or subclasses).
+        model: one of :data:`FAMILIES` (or a subclass).
         name: a registered sequence encoder (``"rope"``, ``"alibi"``, ``"t5"``, ``"fire"``, ...);
-            ``None`` reads ``model.config.pe_toolkit`` (a reloaded swapped checkpoint; the encoder's
-            parameters are then freshly initialised, :func:`load_swapped` also loads them).
+            ``None`` reads ``model.config.pe_toolkit`` (a reloaded swapped checkpoint).
         backend: ``"auto"`` (default), ``"sdpa"``, ``"blocked"`` or ``"flex"``
             (:mod:`pe_toolkit.nn.backends`).
         query_block_size: tile size of the ``"blocked"`` backend (selects it under ``"auto"``).
-        **options: the encoder's options (JSON values; saved in ``config.pe_toolkit``). ``learned``'s
-            ``max_len`` defaults to ``config.max_position_embeddings``.
+        seed: seeds the encoder's initialisation (two swaps with one seed are equal; saved in the config).
+        state_dict: the encoder's parameters to load (e.g. ``swapped_encoding(other).state_dict()``).
+        **options: the encoder's options (JSON values; saved in ``config.pe_toolkit``). For ``"rope"``
+            they go on top of the model's own rope settings (``rope_options_from_hf(model.config)``); a
+            ``scaling`` replaces the model's scaling options. ``learned``'s ``max_len`` defaults to
+            ``config.max_position_embeddings``.
 
     Returns:
         ``model`` itself, with ``model.config.pe_toolkit`` set and the encoder, in the model's dtype
-        and on its device, at ``model.model.pe_toolkit.encoding``.
+        and on its device, at ``model.<base>.pe_toolkit.encoding``.
 
     Raises:
         TypeError: ``model`` is not a supported HF causal LM (the message names its class), or the
             encoder rejects an option.
         ValueError: an unknown or non-sequence encoder; ``causal=False``; a ``learned`` ``max_len``
             below ``config.max_position_embeddings``; an encoder that is not exact under the model's
-            sliding window; options that are not JSON; a bad ``backend`` / ``query_block_size``;
-            ``name=None`` without ``config.pe_toolkit``.
+            sliding window; options that are not JSON; a bad ``backend`` / ``query_block_size`` /
+            ``seed``; a ``state_dict`` that does not fit (its keys named); ``name=None`` without
+            ``config.pe_toolkit``.
     """
+    from pe_toolkit.integrations.hf import checkpoint
+
     check_model(model)
     config = model.config
     if name is None:
@@ -436,46 +601,94 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
         options = {**dict(spec.get("options") or {}), **options}
         backend = spec.get("backend", backend)
         query_block_size = spec.get("query_block_size", query_block_size)
+        seed = spec.get("seed", seed) if seed is None else seed
+        per_layer_type = spec.get("per_layer_type")
+    else:
+        per_layer_type = None
     if not isinstance(name, str):
         raise TypeError(f"name must be a str (a registered encoder), got {type(name).__name__} ({name!r})")
     if query_block_size is not None and (isinstance(query_block_size, bool) or not isinstance(query_block_size, int)
                                          or query_block_size < 1):
         raise ValueError(f"query_block_size must be a positive int or None, got {query_block_size!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an int or None, got {seed!r}")
     backend = check_backend(backend, query_block_size)
-    base = getattr(model, model.base_model_prefix)  # LlamaModel / Qwen2Model / MistralModel
-    layers = list(base.layers)
-    first = layers[0].self_attn
-    heads, head_dim = config.num_attention_heads, first.head_dim
-    windows = _layer_windows(config)
-    encoding, options = _build_encoding(config, name, dict(options), heads, head_dim)
-    if any(w is not None for w in windows) and not encoding.supports_window:
+    base = getattr(model, model.base_model_prefix)
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    by_type_options = None
+    if name == "rope":
+        if per_layer_type is not None:  # reloading: the saved options are the first layer type's
+            by_type_options = _per_layer_rope(config)
+        else:
+            options, by_type_options = _rope_defaults(config, dict(options))
+    with torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext():
+        if seed is not None:
+            torch.manual_seed(seed)
+        encoding, options = _build_encoding(config, name, dict(options), heads, head_dim)
+        by_layer_type = None
+        if by_type_options is not None:
+            by_layer_type = {kind: _build_encoding(config, name, dict(kind_options), heads, head_dim)[0]
+                             for kind, kind_options in by_type_options.items()}
+    if _has_sliding_layers(config) and not encoding.supports_window:
         raise ValueError(f"encoding {name!r} is not exact under sliding-window attention (config.sliding_window="
                          f"{config.sliding_window}): choose another encoder or a model without a window")
     reference = next(model.parameters())
     dtype = reference.dtype if reference.is_floating_point() else None
-    encoding = encoding.to(device=reference.device, dtype=dtype)
+    device = reference.device if reference.device.type != "meta" else None
+    encoding = encoding.to(device=device, dtype=dtype)
+    if by_layer_type is not None:
+        by_layer_type = {kind: enc.to(device=device, dtype=dtype) for kind, enc in by_layer_type.items()}
+    if state_dict is not None:
+        _load_encoder_state(encoding, by_layer_type, state_dict, name)
     swap = getattr(base, MODULE_NAME, None)
-    if isinstance(swap, PositionalSwap):  # swapped before: replace the encoder, keep the layers and hooks
-        swap.encoding, swap.name, swap.options = encoding, name, options
-        swap.backend, swap.query_block_size = backend, query_block_size
+    new = PositionalSwap(encoding, name, options, backend=backend, query_block_size=query_block_size, seed=seed,
+                         by_layer_type=by_layer_type)
+    new.train(model.training)
+    if isinstance(_active(swap), PositionalSwap):  # swapped before: keep the hooks, replace the module
+        base._modules[MODULE_NAME] = new  # the hooks find the module by name
     else:
-        swap = PositionalSwap(encoding, name, options, backend=backend, query_block_size=query_block_size)
-        setattr(base, MODULE_NAME, swap)
-        swap.attach(base)
-    for layer, window in zip(layers, windows, strict=True):
-        if not isinstance(layer.self_attn, SwappedAttention):
-            layer.self_attn = SwappedAttention(layer.self_attn, swap, window)
-    swap.train(model.training)
+        setattr(base, MODULE_NAME, new)
+        new.attach(base)
+    config._attn_implementation = ATTN_IMPLEMENTATION
     prefix = f"{model.base_model_prefix}.{MODULE_NAME}.encoding."
-    setattr(config, CONFIG_KEY, swap.spec(prefix))
+    setattr(config, CONFIG_KEY, new.spec(prefix))
+    checkpoint.make_swapped(model)
     return model
 
 
+def _load_encoder_state(encoding: PositionalEncoding, by_layer_type: dict[str, PositionalEncoding] | None,
+                        state_dict: dict[str, Tensor], name: str) -> None:
+    """Load ``state_dict`` (the encoder's keys, or ``by_layer_type.<type>.`` keys too) into the new encoder(s)."""
+    holder = nn.Module()
+    holder.encoding = encoding
+    if by_layer_type is not None:
+        holder.by_layer_type = nn.ModuleDict(by_layer_type)
+    if by_layer_type is None and not any(key.startswith("encoding.") for key in state_dict):
+        target, state = encoding, state_dict
+    else:
+        target, state = holder, state_dict
+    result = target.load_state_dict(state, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise ValueError(f"state_dict does not fit encoding {name!r}: missing {sorted(result.missing_keys)}, "
+                         f"unexpected {sorted(result.unexpected_keys)}")
+
+
 def swapped_encoding(model: Any) -> PositionalEncoding | None:
-    """The encoder :func:`swap_positional_encoding` put into ``model`` (``None`` if it was not swapped)."""
+    """The encoder :func:`swap_positional_encoding` put into ``model`` (``None`` if it was not swapped);
+    under PEFT's ``modules_to_save``, the adapter's copy that the layers use."""
+    if hasattr(model, "get_base_model"):  # a PeftModel
+        model = model.get_base_model()
     base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
-    swap = getattr(base, MODULE_NAME, None)
-    return swap.encoding if isinstance(swap, PositionalSwap) else None
+    swap = _active(getattr(base, MODULE_NAME, None))
+    return _active(swap.encoding) if isinstance(swap, PositionalSwap) else None
+
+
+def save_swapped(model: Any, directory: Any, **save_pretrained_kwargs: Any) -> None:
+    """``model.save_pretrained(directory, **kwargs)`` for a swapped model, atomically (see :mod:`.checkpoint`)."""
+    from pe_toolkit.integrations.hf import checkpoint
+
+    checkpoint.save_swapped(model, directory, **save_pretrained_kwargs)
 
 
 HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
@@ -512,21 +725,26 @@ def load_swapped(path: Any, *, model_class: Any = None, **from_pretrained_kwargs
     """Reload a model saved (``save_pretrained``) after :func:`swap_positional_encoding`.
 
     ``model_class.from_pretrained(path, **from_pretrained_kwargs)`` (default
-    ``transformers.AutoModelForCausalLM``) builds the HF model, which drops the encoder's keys;
-    then the swap of ``config.pe_toolkit`` is applied again and the encoder's parameters (state-dict
-    keys under ``config.pe_toolkit["state_dict_prefix"]``) are loaded from the checkpoint's
-    safetensors files, local or on the Hub. Logits equal those of the saved model.
+    ``transformers.AutoModelForCausalLM``), which, with this module imported, builds the registered
+    swapped class (:mod:`.checkpoint`) and loads the encoder's parameters with the model's. A checkpoint
+    written before swapped models had their own model type (``model_type`` of the plain family) is
+    rebuilt from ``config.pe_toolkit`` and its encoder's parameters read from the safetensors files.
+    Logits equal those of the saved model.
 
     Raises:
         ValueError: the checkpoint's config has no ``pe_toolkit`` entry (not a swapped model), or the
             checkpoint lacks some of the encoder's parameters (named).
     """
+    from pe_toolkit.integrations.hf import checkpoint  # noqa: F401 (registers the swapped model types)
+
     model_class = transformers.AutoModelForCausalLM if model_class is None else model_class
     model = model_class.from_pretrained(path, **from_pretrained_kwargs)
     spec = getattr(model.config, CONFIG_KEY, None)
     if not isinstance(spec, dict):
         raise ValueError(f"{path}: config.json has no {CONFIG_KEY!r} entry, so it was not saved from a model that "
                          "swap_positional_encoding changed; load it with from_pretrained")
+    if swapped_encoding(model) is not None:
+        return model
     swap_positional_encoding(model)
     encoding = swapped_encoding(model)
     expected = encoding.state_dict()

@@ -40,9 +40,15 @@ SUPPORTED = {
 MODEL_TYPES = {model_type: name for name, (_, model_type) in SUPPORTED.items()}
 
 
+def _model_type(config: Any) -> str:
+    """``config.model_type``, that of the family for a swapped model's config (``pe_toolkit_llama`` -> ``llama``)."""
+    return str(config.model_type).removeprefix("pe_toolkit_")
+
+
 def check_supported(model: Any) -> str:
     """The ``model_type`` of a supported HF causal LM; ``TypeError`` naming the class otherwise."""
-    name = type(model).__name__
+    name = next((c.__name__ for c in type(model).__mro__ if c.__name__ in SUPPORTED
+                 and c.__module__.startswith("transformers.")), type(model).__name__)
     if not isinstance(model, transformers.PreTrainedModel) or name not in SUPPORTED:
         raise TypeError(f"model must be one of {', '.join(SUPPORTED)} (a Hugging Face causal LM), got {name}")
     return SUPPORTED[name][1]
@@ -50,7 +56,7 @@ def check_supported(model: Any) -> str:
 
 def _window(config: Any) -> int | None:
     """The one sliding window of every layer, or ``None``; mixed full / sliding layers are refused."""
-    model_type = config.model_type
+    model_type = _model_type(config)
     if model_type == "mistral":
         return config.sliding_window
     if model_type == "qwen2":
@@ -80,7 +86,7 @@ def transformer_config_from_hf(config: Any, *, encoding: str | None = None,
     """
     from pe_toolkit.integrations.hf.rope_config import rope_options_from_hf
 
-    if not isinstance(config, transformers.PretrainedConfig) or config.model_type not in MODEL_TYPES:
+    if not isinstance(config, transformers.PretrainedConfig) or _model_type(config) not in MODEL_TYPES:
         allowed = ", ".join(cls for cls, _ in SUPPORTED.values())
         raise TypeError(f"config must be one of {allowed}, got {type(config).__name__}")
     heads = config.num_attention_heads
@@ -92,8 +98,8 @@ def transformer_config_from_hf(config: Any, *, encoding: str | None = None,
         raise ValueError(f"hidden_act={config.hidden_act!r}: a pe_toolkit Transformer's SwiGLU uses 'silu'")
     if getattr(config, "mlp_bias", False):
         raise ValueError("mlp_bias=True: a pe_toolkit Transformer's MLP has no biases")
-    qkv_bias = config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
-    if config.model_type == "llama" and getattr(config, "attention_bias", False):
+    qkv_bias = _model_type(config) == "qwen2" or bool(getattr(config, "attention_bias", False))
+    if _model_type(config) == "llama" and getattr(config, "attention_bias", False):
         raise ValueError("attention_bias=True (Llama: q, k, v and output projections): a pe_toolkit Transformer "
                          "has q/k/v biases only (Qwen2's layout)")
     if encoding is None:
@@ -200,7 +206,7 @@ def hf_config_from_transformer(model: Transformer, like: Any = None) -> Any:
         base: dict[str, Any] = {}
     else:
         like_config = like.config if isinstance(like, transformers.PreTrainedModel) else like
-        if not isinstance(like_config, transformers.PretrainedConfig) or like_config.model_type not in MODEL_TYPES:
+        if not isinstance(like_config, transformers.PretrainedConfig) or _model_type(like_config) not in MODEL_TYPES:
             allowed = ", ".join(cls for cls, _ in SUPPORTED.values())
             raise TypeError(f"like must be an HF config or model of {allowed}, got {type(like).__name__}")
         config_class = type(like_config)
@@ -251,14 +257,14 @@ def to_hf(model: Transformer, like: Any = None) -> Any:
     projection bias (Llama's bias option covers all four projections).
     """
     config = hf_config_from_transformer(model, like)
-    name = MODEL_TYPES[config.model_type]
+    name = MODEL_TYPES[_model_type(config)]
     hf_model = getattr(transformers, name)(config)
     reference = next(model.parameters())
     hf_model = hf_model.to(device=reference.device, dtype=torch.float32)
     with torch.no_grad():
         for hf_param, our_param in _pairs(hf_model, model):
             hf_param.copy_(our_param.float())
-        if config.model_type == "llama" and model.config.qkv_bias:
+        if _model_type(config) == "llama" and model.config.qkv_bias:
             for layer in hf_model.model.layers:
                 layer.self_attn.o_proj.bias.zero_()
     hf_model = hf_model.to(reference.dtype)
