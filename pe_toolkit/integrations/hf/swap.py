@@ -89,6 +89,11 @@ FAMILIES = (
     "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM", "Gemma2ForCausalLM",
     "Gemma3ForCausalLM", "Phi3ForCausalLM", "Olmo2ForCausalLM", "GPTNeoXForCausalLM", "GraniteForCausalLM",
     "SmolLM3ForCausalLM", "MinistralForCausalLM",
+    # further families of transformers 5 whose attention fits the same pattern
+    "GemmaForCausalLM", "OlmoForCausalLM", "Olmo3ForCausalLM", "PhiForCausalLM", "CohereForCausalLM",
+    "Cohere2ForCausalLM", "Starcoder2ForCausalLM", "HeliumForCausalLM", "GlmForCausalLM", "Glm4ForCausalLM",
+    "Exaone4ForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "ArceeForCausalLM",
+    "SeedOssForCausalLM", "ApertusForCausalLM", "PersimmonForCausalLM", "BitNetForCausalLM",
 )
 """The HF causal-LM classes :func:`swap_positional_encoding` takes (each measured against HF's logits,
 tokens and generation by :mod:`.check_families`)."""
@@ -392,7 +397,7 @@ def pe_toolkit_attention(module: nn.Module, query: Tensor, key: Tensor, value: T
     swap = inputs.swap
     batch, heads, length, head_dim = query.shape
     keys = key.shape[-2]
-    if getattr(module, "use_rope", True) is False:
+    if not getattr(module, "use_rope", True):
         encoding = None  # a NoPE layer (SmolLM3's no_rope_layers) stays without positions
     else:
         layer_types = getattr(module.config, "layer_types", None) if hasattr(module, "config") else None
@@ -505,6 +510,9 @@ def _build_encoding(config: Any, name: str, options: dict[str, Any], heads: int,
     return encoding, options
 
 
+INTERLEAVED_ROPE = ("CohereForCausalLM", "Cohere2ForCausalLM", "HeliumForCausalLM", "GlmForCausalLM", "Glm4ForCausalLM")
+"""Families whose RoPE rotates adjacent pairs ``(2i, 2i + 1)`` (GPT-J style): ``rope`` gets ``interleaved=True``."""
+
 ROPE_SCALING_OPTIONS = ("scaling", "factor", "original_max_position", "beta_fast", "beta_slow", "mscale",
                         "mscale_all_dim", "attention_factor", "low_freq_factor", "high_freq_factor", "short_factor",
                         "long_factor", "truncate")
@@ -526,12 +534,15 @@ def _per_layer_rope(config: Any) -> dict[str, dict[str, Any]] | None:
     return result
 
 
-def _rope_defaults(config: Any, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]] | None]:
+def _rope_defaults(config: Any, options: dict[str, Any],
+                  family: str | None = None) -> tuple[dict[str, Any], dict[str, dict[str, Any]] | None]:
     """The ``rope`` options of a swap: the model's own, with ``options`` on top (see the module docstring),
     and the per-layer-type options when the model has them and nothing was overridden."""
     from pe_toolkit.integrations.hf.rope_config import rope_options_from_hf
 
     per_type = _per_layer_rope(config)
+    if family in INTERLEAVED_ROPE and per_type is not None:
+        per_type = {kind: {**own, "interleaved": True} for kind, own in per_type.items()}
     if per_type is not None:
         if not options:
             return per_type[sorted(per_type)[0]], per_type
@@ -539,6 +550,8 @@ def _rope_defaults(config: Any, options: dict[str, Any]) -> tuple[dict[str, Any]
     else:
         try:
             own = rope_options_from_hf(config)
+            if family in INTERLEAVED_ROPE:
+                own["interleaved"] = True
         except ValueError:
             if options:
                 return dict(options), None
@@ -619,9 +632,9 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
     by_type_options = None
     if name == "rope":
         if per_layer_type is not None:  # reloading: the saved options are the first layer type's
-            by_type_options = _per_layer_rope(config)
+            by_type_options = _rope_defaults(config, {}, family_of(model))[1]
         else:
-            options, by_type_options = _rope_defaults(config, dict(options))
+            options, by_type_options = _rope_defaults(config, dict(options), family_of(model))
     with torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext():
         if seed is not None:
             torch.manual_seed(seed)
