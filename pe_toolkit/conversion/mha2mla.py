@@ -96,6 +96,19 @@ def _check_model(model: Transformer) -> None:
             "MHA2MLA converts self-attention MHA/GQA without QK-norm; got "
             f"attention={config.attention!r}, cross_attention={config.cross_attention}, qk_norm={config.qk_norm}"
         )
+    # MLA's blocks take none of these: name the one field that blocks the conversion
+    if config.attention_window is not None:
+        raise ValueError(f"MHA2MLA cannot convert a sliding-window model: attention_window={config.attention_window} "
+                         "(HF's sliding_window); the MLA attention has no window. Convert a model without a window")
+    if config.qkv_bias:
+        raise ValueError("MHA2MLA cannot convert q/k/v biases: qkv_bias=True (Qwen2's q/k/v biases are not "
+                         "converted; MLA's projections have none)")
+    if config.attention_backend != "auto":
+        raise ValueError(f"MHA2MLA builds MLA blocks with their own attention: attention_backend="
+                         f"{config.attention_backend!r} must be 'auto'")
+    if config.attention_block_size is not None:
+        raise ValueError(f"MHA2MLA builds MLA blocks with their own attention: attention_block_size="
+                         f"{config.attention_block_size} must be None")
     for i, block in enumerate(model.blocks):
         attn = block.attn
         if not isinstance(attn, MultiHeadAttention) or attn.q_proj.bias is not None or attn.k_proj.bias is not None:

@@ -79,7 +79,7 @@ require_extra("hf", __name__)
 
 import transformers  # noqa: E402
 
-from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding  # noqa: E402
+from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding, tracing  # noqa: E402
 from pe_toolkit.nn.attention import check_backend  # noqa: E402
 from pe_toolkit.nn.backends import attend  # noqa: E402
 from pe_toolkit.nn.masks import AttentionMask  # noqa: E402
@@ -284,7 +284,7 @@ class PositionalSwap(nn.Module):
         # layers would be rebuilt per layer (a different recomputed graph): then every layer builds its own
         checkpointed = torch.is_grad_enabled() and any(
             getattr(module, "gradient_checkpointing", False) and module.training for module in base.modules())
-        if isinstance(encoding, PositionBiasEncoding) and not checkpointed:
+        if isinstance(encoding, PositionBiasEncoding) and not checkpointed and not tracing():  # compiled: no reuse
             scope = encoding.forward_scope()
             scope.__enter__()
             self._scopes.append(scope)

@@ -45,11 +45,35 @@ def _model_type(config: Any) -> str:
     return str(config.model_type).removeprefix("pe_toolkit_")
 
 
+NOT_REPRESENTED = {
+    "Qwen3ForCausalLM": "q_norm / k_norm (an RMSNorm of each head's queries and keys)",
+    "Gemma2ForCausalLM": "attn_logit_softcapping / final_logit_softcapping, query_pre_attn_scalar, the GELU MLP and "
+                         "the post-attention / feed-forward norms",
+    "Gemma3ForCausalLM": "query_pre_attn_scalar, q_norm / k_norm, per-layer-type rope_parameters and layer_types "
+                         "mixing sliding and full attention",
+    "Phi3ForCausalLM": "the fused qkv_proj / gate_up_proj and partial_rotary_factor",
+    "Olmo2ForCausalLM": "q_norm / k_norm over the whole query / key width and norms after (not before) each sublayer",
+    "GPTNeoXForCausalLM": "use_parallel_residual, the fused query_key_value, LayerNorm and partial rotary "
+                          "(partial_rotary_factor)",
+    "GraniteForCausalLM": "embedding_multiplier, residual_multiplier, attention_multiplier and logits_scaling",
+    "SmolLM3ForCausalLM": "no_rope_layers (layers without RoPE; the Transformer has one encoder for all layers)",
+    "MinistralForCausalLM": "layer_types mixing sliding_window and full-attention layers (one window for all layers)",
+}
+"""Families :func:`swap_positional_encoding` serves but :func:`from_hf` does not port, with the fields why."""
+
+
 def check_supported(model: Any) -> str:
-    """The ``model_type`` of a supported HF causal LM; ``TypeError`` naming the class otherwise."""
-    name = next((c.__name__ for c in type(model).__mro__ if c.__name__ in SUPPORTED
-                 and c.__module__.startswith("transformers.")), type(model).__name__)
+    """The ``model_type`` of a supported HF causal LM; ``TypeError`` naming the class (and, for a family
+    the swap serves, the fields the Transformer cannot represent) otherwise."""
+    classes = [c.__name__ for c in type(model).__mro__ if c.__module__.startswith("transformers.")]
+    name = next((c for c in classes if c in SUPPORTED), type(model).__name__)
     if not isinstance(model, transformers.PreTrainedModel) or name not in SUPPORTED:
+        family = next((c for c in classes if c.endswith("ForCausalLM")), None)
+        if family is not None:
+            reason = NOT_REPRESENTED.get(family, "a layout other than Llama / Qwen2 / Mistral")
+            raise TypeError(f"from_hf / to_hf cannot represent {family} as a pe_toolkit Transformer: {reason}. "
+                            f"They port {', '.join(SUPPORTED)}; swap_positional_encoding(model, name) changes this "
+                            "model's positional encoding in place")
         raise TypeError(f"model must be one of {', '.join(SUPPORTED)} (a Hugging Face causal LM), got {name}")
     return SUPPORTED[name][1]
 
