@@ -49,12 +49,13 @@ def test_packed_documents_by_cu_seq_lens_attend_only_within(name):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("name", ["rope", "alibi", "t5", "learned"])
+@pytest.mark.parametrize("name", ["t5", "learned"])
 def test_torch_compile_fullgraph(name):
     """``torch.compile(model, fullgraph=True)`` traces the swapped model without a graph break (Dynamo with
     the eager backend: the tracing is what fails on a break; inductor's code generation adds minutes on CPU).
-    A representative subset (rotate, pointwise bias, learned table bias, embed hook); all 14 sequence
-    encoders were measured the same way (see the HF tutorial)."""
+    A representative subset (a learned bias table shared by the layers, an embed hook: the two paths
+    with state across layers); all 14 sequence encoders pass the same check (see the HF tutorial),
+    at 4-11 s each, too slow for every run."""
     model = swap_positional_encoding(check_families.build("LlamaForCausalLM"), name, seed=0)
     x = torch.randint(3, 97, (2, 12), generator=torch.Generator().manual_seed(0))
     torch._dynamo.reset()

@@ -162,7 +162,7 @@ def train_and_generate(family: str, name: str, steps: int = 20) -> tuple[float, 
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        losses.append(float(loss))
+        losses.append(loss.item())
     model.eval()
     with torch.no_grad():
         final = float(model(batch, labels=batch).loss)
