@@ -195,3 +195,32 @@ def test_peft_lora_trains_the_encoder_and_the_adapter_carries_it(target, tmp_pat
     back = peft.PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
     with torch.no_grad():
         torch.testing.assert_close(back(x).logits, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("family", "name", "options"), [
+    ("LlamaForCausalLM", "rope", dict(scaling="yarn", factor=2.0, original_max_position=64)),
+    ("Gemma3ForCausalLM", "rope", {}),  # one rope encoder per layer type
+    ("Qwen3ForCausalLM", "cope", {}),
+    ("Phi3ForCausalLM", "learned", {}),
+])
+def test_encoders_with_computed_buffers_reload_exactly(family, name, options, tmp_path):
+    """from_pretrained builds the model on the meta device; the encoders (whose buffers are computed at
+    construction) are built on the CPU and rebuilt after loading: the same logits, buffers off meta."""
+    from pe_toolkit.integrations.hf import check_families
+
+    model = swap_positional_encoding(check_families.build(family), name, **options)
+    ids, mask = check_families.left_padded()
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+    model.save_pretrained(tmp_path / "m")
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    assert all(b.device.type == "cpu" for b in back.buffers())
+    with torch.no_grad():
+        torch.testing.assert_close(back(ids, attention_mask=mask).logits, expected, rtol=0, atol=0)
+
+
+def test_changing_the_attention_implementation_after_the_swap_is_refused():
+    model = swap_positional_encoding(qwen2(), "alibi")
+    model.set_attn_implementation("sdpa")
+    with pytest.raises(ValueError, match="needs attn_implementation='pe_toolkit', but it is now 'sdpa'"):
+        model(tokens())

@@ -40,6 +40,7 @@ from pe_toolkit.extras import require_extra
 
 require_extra("hf", __name__)
 
+import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from pe_toolkit.atomic import AtomicWriteError, atomic_write  # noqa: E402
@@ -103,7 +104,8 @@ def swapped_classes(family: str | type) -> tuple[type, type]:
         from pe_toolkit.integrations.hf.swap import swap_positional_encoding
 
         base.__init__(self, config, *args, **kwargs)
-        swap_positional_encoding(self)  # from config.pe_toolkit
+        with torch.device("cpu"):  # from_pretrained builds on the meta device; encoders compute buffers at init
+            swap_positional_encoding(self)  # from config.pe_toolkit
 
     def from_pretrained(cls: type, *args: Any, **kwargs: Any) -> Any:
         model = super(model_class, cls).from_pretrained(*args, **kwargs)
