@@ -238,7 +238,12 @@ class PositionalSwap(nn.Module):
         batch, length, device = reference.shape[0], reference.shape[1], reference.device
         use_cache = kwargs.get("use_cache")
         use_cache = getattr(base.config, "use_cache", False) if use_cache is None else use_cache
-        if cache is None and use_cache:
+        # HF gradient checkpointing recomputes each layer in the backward pass, where a bias shared by the
+        # layers would be rebuilt per layer (a different recomputed graph): then every layer builds its own.
+        # It also runs without a cache.
+        checkpointed = torch.is_grad_enabled() and any(
+            getattr(module, "gradient_checkpointing", False) and module.training for module in base.modules())
+        if cache is None and use_cache and not checkpointed:
             # HF would create this cache inside the forward; created here, the layers can record key positions
             cache = transformers.DynamicCache(config=base.config)
             kwargs.pop("past_key_values", None)
@@ -280,10 +285,6 @@ class PositionalSwap(nn.Module):
                 embeds = base.get_input_embeddings()(ids)
             kwargs["inputs_embeds"] = encoding.embed(embeds, positions)
             kwargs["input_ids"] = None
-        # HF gradient checkpointing recomputes each layer in the backward pass, where a bias shared by the
-        # layers would be rebuilt per layer (a different recomputed graph): then every layer builds its own
-        checkpointed = torch.is_grad_enabled() and any(
-            getattr(module, "gradient_checkpointing", False) and module.training for module in base.modules())
         if isinstance(encoding, PositionBiasEncoding) and not checkpointed and not tracing():  # compiled: no reuse
             scope = encoding.forward_scope()
             scope.__enter__()
@@ -368,6 +369,10 @@ def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, b
                          "cache_implementation='static' / 'offloaded_static' / 'quantized') is not covered by a "
                          "swapped positional encoding: use the default DynamicCache")
     total = int(entry.get_seq_length()) if hasattr(entry, "get_seq_length") else keys
+    if total < length:  # HF kept this call's keys out of the cache (gradient checkpointing sets cache=None)
+        if keys != length:
+            raise ValueError(f"the attention got {keys} keys for {length} queries without a cache it can read")
+        return inputs.positions
     past = total - length
     seen = _join(_recorded_positions(cache, layer, past, batch), inputs.positions, batch)
     if keys > seen.shape[-1]:
