@@ -224,3 +224,13 @@ def test_changing_the_attention_implementation_after_the_swap_is_refused():
     model.set_attn_implementation("sdpa")
     with pytest.raises(ValueError, match="needs attn_implementation='pe_toolkit', but it is now 'sdpa'"):
         model(tokens())
+
+
+def test_a_subclass_of_a_family_is_refused_before_anything_changes():
+    class Mine(transformers.Qwen2ForCausalLM):
+        pass
+
+    model = Mine(transformers.Qwen2Config(**SIZES))
+    with pytest.raises(TypeError, match="Mine subclasses Qwen2ForCausalLM: only the family's own class"):
+        swap_positional_encoding(model, "alibi")
+    assert swapped_encoding(model) is None and model.config._attn_implementation != "pe_toolkit"

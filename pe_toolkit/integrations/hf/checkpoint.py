@@ -136,13 +136,20 @@ def register_all() -> None:
             swapped_classes(family)
 
 
+def check_swappable(model: Any) -> None:
+    """``TypeError`` unless ``model``'s class is a family's own class or its swapped class (not a user subclass,
+    whose behaviour the saved checkpoint could not rebuild)."""
+    _, model_class = swapped_classes(family_class(model))
+    if type(model) not in (model_class, family_class(model)):
+        raise TypeError(f"{type(model).__name__} subclasses {family_class(model).__name__}: only the family's own "
+                        "class can become a swapped model type (its checkpoint must rebuild the same model)")
+
+
 def make_swapped(model: Any) -> None:
     """Give ``model`` (just swapped) its swapped class and config class, and the config its ``auto_map``."""
+    check_swappable(model)
     config_class, model_class = swapped_classes(family_class(model))
     if type(model) is not model_class:
-        if type(model) is not family_class(model):
-            raise TypeError(f"{type(model).__name__} subclasses {family_class(model).__name__}: only the family's own "
-                            "class can become a swapped model type")
         model.__class__ = model_class
     model.config.__class__ = config_class
     model.config.auto_map = {"AutoConfig": f"{CODE_FILE[:-3]}.{config_class.__name__}",

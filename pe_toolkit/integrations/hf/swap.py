@@ -124,7 +124,7 @@ def family_of(model_or_class: Any) -> str | None:
 
 
 def check_model(model: Any) -> None:
-    """``TypeError`` naming ``model``'s class unless it is one of :data:`FAMILIES` (or a subclass)."""
+    """``TypeError`` naming ``model``'s class unless it is (or derives from) one of :data:`FAMILIES`."""
     if not isinstance(model, transformers.PreTrainedModel) or family_of(model) is None:
         raise TypeError(f"model must be one of {', '.join(FAMILIES)} (a Hugging Face causal LM), "
                         f"got {type(model).__name__}")
@@ -580,7 +580,7 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
     its own model type. Swapping a swapped model again replaces the encoder.
 
     Args:
-        model: one of :data:`FAMILIES` (or a subclass).
+        model: one of :data:`FAMILIES` (the family's own class, or its swapped class).
         name: a registered sequence encoder (``"rope"``, ``"alibi"``, ``"t5"``, ``"fire"``, ...);
             ``None`` reads ``model.config.pe_toolkit`` (a reloaded swapped checkpoint).
         backend: ``"auto"`` (default), ``"sdpa"``, ``"blocked"`` or ``"flex"``
@@ -609,6 +609,7 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
     from pe_toolkit.integrations.hf import checkpoint
 
     check_model(model)
+    checkpoint.check_swappable(model)
     config = model.config
     if name is None:
         spec = getattr(config, CONFIG_KEY, None)
