@@ -47,8 +47,11 @@ Design:
 * **KV cache**: keys enter HF's cache un-rotated; each layer records the positions of its keys on its
   cache layer (attribute ``_pe_toolkit_key_positions``, which ``copy.deepcopy`` keeps) and rotates
   all keys at their positions on every call (``O(keys x head_dim)`` per step, next to the attention's
-  own ``O(keys x head_dim)``). A cache cropped from the end is followed; a cache whose keys were not
-  recorded is refused. Pre-allocated caches (``cache_implementation="static"``) are refused by name.
+  own ``O(keys x head_dim)``; greedy decoding of a Llama with d=256, 4 layers, 256 + 128 tokens, one CPU
+  thread took 1.28x (rope) and 1.19x (alibi) the time of the earlier per-layer replacement of the
+  attention modules, which covered Llama / Qwen2 / Mistral only). A cache cropped from the end is
+  followed; a cache whose keys were not recorded is refused. Pre-allocated caches
+  (``cache_implementation="static"``) are refused by name.
 * **Embed hooks** (``sinusoidal``, ``learned``, ...): the pre-hook replaces ``input_ids`` by
   ``inputs_embeds = encoding.embed(embed_tokens(input_ids), positions)``.
 * ``output_attentions=True`` returns the attention probabilities (written out, not through SDPA);
