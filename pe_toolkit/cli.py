@@ -113,11 +113,18 @@ def argument_docs(doc: str) -> dict[str, str]:
     return {n: re.split(r"\.\s+(?=[A-Z`])", text)[0].rstrip(".") for n, text in found.items()}
 
 
+def terminal_text(text: str) -> str:
+    """Docstring markup as a terminal shows it: ``:class:`~a.B``` -> ``B``, ````x```` -> ``x``."""
+    text = re.sub(r":[\w:]+:`~([\w.]+)`", lambda m: m[1].rsplit(".", 1)[-1], text)  # :func:`~a.b` -> b
+    text = re.sub(r":[\w:]+:`([^`]+)`", r"\1", text)                                # :class:`a.B` -> a.B
+    return re.sub(r"``([^`]+)``", r"\1", text)
+
+
 def describe(name: str) -> str:
     """What ``pe-toolkit info NAME`` prints: metadata, constructor options with defaults, docstring summary."""
     info = registry.encoder_info(name)
     doc = inspect.getdoc(info.cls) or ""
-    summary = doc.split("\n\n")[0].replace("\n", " ")
+    summary = terminal_text(doc.split("\n\n")[0].replace("\n", " "))
     lines = [f"{info.name}  ({info.domain})  {info.cls.__module__}.{info.cls.__qualname__}", "", summary, "",
              f"hooks:     {', '.join(info.hooks) or 'none (NoPE)'}",
              f"relative:  {'yes (logits depend on positions only through i - j)' if info.relative else 'no'}",
@@ -130,7 +137,8 @@ def describe(name: str) -> str:
         if variadic or parameter.name in ("dim", "num_heads"):
             continue
         default = "required" if parameter.default is parameter.empty else f"= {parameter.default!r}"
-        lines.append(f"  {parameter.name:22s} {default:14s} {documented.get(parameter.name, '')}".rstrip())
+        text = terminal_text(documented.get(parameter.name, ""))
+        lines.append(f"  {parameter.name:22s} {default:14s} {text}".rstrip())
     if info.example_options:
         lines.append(f"example options: {info.example_options}")
     return "\n".join(lines)

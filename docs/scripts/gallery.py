@@ -1,20 +1,30 @@
-"""Docs build step (mkdocs-gen-files): ``gallery.md``, one figure per registered encoder.
+"""Draw the Gallery: ``python docs/scripts/gallery.py`` writes ``docs/gallery.md`` and ``docs/gallery/``.
 
-Every figure is drawn at build time by :func:`pe_toolkit.plotting.plot_positional_pattern`, the
+One figure per registered encoder, drawn by :func:`pe_toolkit.plotting.plot_positional_pattern`, the
 function behind ``pe-toolkit plot NAME``; nothing is copied from ``results/``. Every domain is
-imported (the docs environment has every extra), so a domain that fails to import fails the build.
+imported (the docs environment has every extra), so a domain that fails to import fails here.
+Drawing 36 figures takes about a minute, so the page and its figures are committed and the site
+build only reads them; ``tests/test_docs_site.py`` checks that the page lists every registered encoder.
+Each encoder is built after ``torch.manual_seed(0)``, so a rerun redraws the same figures.
 """
 
 from __future__ import annotations
 
-import mkdocs_gen_files
+import shutil
+from pathlib import Path
+
+import matplotlib
+import torch
 
 import pe_toolkit as pet
 from pe_toolkit.plotting import DEFAULT_DIM, DEFAULT_HEADS, plot_positional_pattern
 from pe_toolkit.quiet import quiet_third_party
 from pe_toolkit.registry import list_domains
 
+matplotlib.use("Agg")
 quiet_third_party()  # the domains' imports print dependencies' deprecation notes otherwise
+DOCS = Path(__file__).resolve().parents[1]
+COMMAND = "python docs/scripts/gallery.py"
 
 LENGTH = 32
 
@@ -34,16 +44,18 @@ lines = [
     "pe-toolkit plot rope --option scaling=yarn --option factor=4.0 --option original_max_position=16 -o rope.png",
     "```",
     "",
-    "These figures are generated when the site is built.",
+    f"These figures are drawn by `{COMMAND}` (parameters at initialisation after `torch.manual_seed(0)`).",
     "",
 ]
+shutil.rmtree(DOCS / "gallery", ignore_errors=True)
+(DOCS / "gallery").mkdir()
 for domain in domains:
     lines += [f"## {domain}", ""]
     for name in pet.list_encoders(domain=domain):
         info = pet.encoder_info(name)
+        torch.manual_seed(0)
         figure = plot_positional_pattern(name, length=LENGTH)
-        with mkdocs_gen_files.open(f"gallery/{name}.png", "wb") as handle:
-            figure.savefig(handle, format="png", dpi=72)
+        figure.savefig(DOCS / "gallery" / f"{name}.png", format="png", dpi=72, metadata={"Software": None})
         hooks = ", ".join(f"`{h}`" for h in info.hooks) or "none"
         lines += [
             f"### `{name}`",
@@ -54,5 +66,5 @@ for domain in domains:
             "",
         ]
 
-with mkdocs_gen_files.open("gallery.md", "w") as handle:
-    handle.write("\n".join(lines))
+(DOCS / "gallery.md").write_text("\n".join(lines) + "\n")
+print(f"docs/gallery.md: {sum(1 for line in lines if line.startswith('### '))} encoders")
