@@ -99,12 +99,38 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, encoding: str = "ut
         handle.write(text)
 
 
+class _RecordingWriter:
+    """A file wrapper that remembers the ``OSError`` of a failed ``write``: torch's zip writer swallows it and
+    reports only ``unexpected pos``, which names neither the cause (disk full, file too large) nor its errno."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
+
+
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save(obj, path)`` through :func:`atomic_write`: a kill or full disk leaves the old file."""
+    """``torch.save(obj, path)`` through :func:`atomic_write`: a kill or full disk leaves the old file, and a
+    failed write raises :class:`AtomicWriteError` naming ``path`` and the operating system's cause."""
     import torch
 
+    writer: _RecordingWriter | None = None
     try:
         with atomic_write(path, "wb") as handle:
-            torch.save(obj, handle)
+            writer = _RecordingWriter(handle)
+            torch.save(obj, writer)
     except RuntimeError as error:  # torch reports a failed write of its zip container as RuntimeError
+        cause = writer.error if writer is not None else None
+        if cause is not None:
+            raise AtomicWriteError(cause.errno, f"cannot write {str(path)!r} (the previous file is unchanged): "
+                                                f"{cause.strerror or cause}") from error
         raise AtomicWriteError(f"cannot write {str(path)!r} (the previous file is unchanged): {error}") from error

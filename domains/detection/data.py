@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from pe_toolkit.atomic import atomic_write_text
 from pe_toolkit.domains.detection.box_ops import box_xywh_to_xyxy, box_xyxy_to_xywh
 from pe_toolkit.encoders.base import check_float, check_int
 
@@ -151,7 +152,8 @@ class ShapesDetectionDataset(Dataset):
             Image.fromarray(array).save(root / "images" / name)
             names.append(name)
         path = root / "annotations.json"
-        path.write_text(json.dumps(to_coco(self.targets, self.categories, self.image_size, self.image_size, names)))
+        atomic_write_text(path, json.dumps(to_coco(self.targets, self.categories, self.image_size, self.image_size,
+                                                   names)))
         return path
 
 

@@ -39,6 +39,8 @@ from torch import Tensor
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.utils import coalesce, to_undirected
 
+from pe_toolkit.atomic import atomic_torch_save
+
 __all__ = [
     "CSL_SKIPS",
     "FORMAT_VERSION",
@@ -201,7 +203,7 @@ class _GeneratedDataset(InMemoryDataset):
         os.makedirs(self.processed_dir, exist_ok=True)
         self.process()
         for name, value in (("pre_transform", self.pre_transform), ("pre_filter", self.pre_filter)):
-            torch.save(repr(value), os.path.join(self.processed_dir, f"{name}.pt"))
+            atomic_torch_save(repr(value), os.path.join(self.processed_dir, f"{name}.pt"))
 
     # subclasses: the parameter part of the file name and the generator
     def _config_tag(self) -> str:
@@ -244,10 +246,9 @@ class _GeneratedDataset(InMemoryDataset):
         data = data.to_dict()
         payload = {"format": CACHE_FORMAT, "config": self.config_hash,
                    "digest": _digest_tensors({"data": data, "slices": slices}), "data": data, "slices": slices}
-        # write then rename, so an interrupted run never leaves a truncated file that looks processed
-        tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
-        torch.save(payload, tmp)
-        os.replace(tmp, self.processed_paths[0])
+        # a unique temporary name, fsynced and renamed: an interrupted run never leaves a truncated file that
+        # looks processed, and two processes (or threads) generating the same dataset never share a temporary
+        atomic_torch_save(payload, self.processed_paths[0])
 
 
 def _undirected(pairs_u: np.ndarray, pairs_v: np.ndarray, num_nodes: int) -> Tensor:

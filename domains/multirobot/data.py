@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from pe_toolkit.atomic import atomic_write
 from pe_toolkit.domains.multirobot.simulator import Observation, PairSample, SimConfig, simulate_pairs
 from pe_toolkit.encoders.base import check_float, check_int
 from pe_toolkit.training.resumable import ResumableDataLoader, trainer_shard
@@ -171,8 +172,10 @@ def save_pairs(path: str | os.PathLike, pairs: Sequence[PairSample]) -> Path:
     arrays["overlap"] = np.array([p.overlap for p in pairs], bool)
     arrays["matches"] = np.concatenate([p.matches for p in pairs] + [np.zeros((0, 2), np.int64)]).astype(np.int64)
     arrays["match_counts"] = np.array([len(p.matches) for p in pairs], np.int64)
-    np.savez(path, **arrays)
-    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+    target = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+    with atomic_write(target, "wb") as handle:  # a kill or full disk leaves the previous file, never a torn one
+        np.savez(handle, **arrays)
+    return target
 
 
 def check_pairs(pairs: Sequence[PairSample], *, what: str = "pairs") -> None:

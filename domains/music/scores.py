@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pe_toolkit.atomic import atomic_write
 from pe_toolkit.domains.music.structure import LABEL_FIELDS, chord_labels_from_roll, melody_chords
 
 __all__ = [
@@ -309,16 +310,18 @@ def _save(path: Path, pieces: list[Piece], skipped: dict[str, str], source_hash:
     rolls = np.concatenate([p.roll.numpy() for p in pieces]) if pieces else np.zeros((0, 4, 128), bool)
     onsets = np.concatenate([p.onsets.numpy() for p in pieces]) if pieces else np.zeros((0, 4, 128), bool)
     labels = np.concatenate([p.labels.numpy() for p in pieces]) if pieces else np.zeros((0, len(LABEL_FIELDS)))
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(
-        tmp, format_version=np.int64(FORMAT_VERSION), source_hash=np.array(source_hash),
-        names=np.array([p.name for p in pieces], dtype=str), lengths=lengths,
-        rolls=np.packbits(rolls, axis=-1), onsets=np.packbits(onsets, axis=-1), labels=labels.astype(np.int64),
-        quantized=np.array([p.quantized_notes for p in pieces], dtype=np.int64),
-        skipped_names=np.array(list(skipped), dtype=str), skipped_reasons=np.array(list(skipped.values()), dtype=str),
-        label_fields=np.array(LABEL_FIELDS, dtype=str),
-    )
-    tmp.replace(path)
+    # a unique temporary name, flushed and renamed (pe_toolkit.atomic): two processes filling the same cache,
+    # or a kill mid-write, never leave a torn file or overwrite each other's half-written one
+    with atomic_write(path, "wb") as handle:
+        np.savez_compressed(
+            handle, format_version=np.int64(FORMAT_VERSION), source_hash=np.array(source_hash),
+            names=np.array([p.name for p in pieces], dtype=str), lengths=lengths,
+            rolls=np.packbits(rolls, axis=-1), onsets=np.packbits(onsets, axis=-1), labels=labels.astype(np.int64),
+            quantized=np.array([p.quantized_notes for p in pieces], dtype=np.int64),
+            skipped_names=np.array(list(skipped), dtype=str),
+            skipped_reasons=np.array(list(skipped.values()), dtype=str),
+            label_fields=np.array(LABEL_FIELDS, dtype=str),
+        )
 
 
 def _load(path: Path, source_hash: str) -> tuple[list[Piece], dict[str, str]] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import PositionalEncoding, check_float, check_int, require
+from pe_toolkit.encoders.base import PositionalEncoding, check_float, check_int, require, takes_bounds
 from pe_toolkit.registry import register_encoder
 
 
@@ -115,10 +115,15 @@ class LearnedEncoding(PositionalEncoding):
         self.table = nn.Embedding(max_len, dim)
         nn.init.normal_(self.table.weight, std=check_float("init_std", init_std))
 
-    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+    @takes_bounds
+    def embed(self, x: Tensor, positions: Tensor, *, bounds: tuple[int, int] | None = None) -> Tensor:
         if positions.is_floating_point():
             raise TypeError(f"learned: positions must be integers, got dtype {positions.dtype}")
-        if positions.numel():
+        if bounds is not None:  # known on the host (the Transformer's entry read them): no device read
+            if bounds[0] < 0 or bounds[1] >= self.max_len:
+                raise ValueError(f"learned: positions must lie in [0, max_len={self.max_len}), "
+                                 f"got range [{bounds[0]}, {bounds[1]}]")
+        elif positions.numel():
             require(((positions >= 0) & (positions < self.max_len)).all(),
                     f"learned: positions must lie in [0, max_len={self.max_len})",
                     lambda: f", got range [{int(positions.min())}, {int(positions.max())}]")

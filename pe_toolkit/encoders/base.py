@@ -17,6 +17,8 @@ Shapes:
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -62,8 +64,12 @@ def default_positions(length: int, offset: int = 0, device: torch.device | None 
     return torch.arange(offset, offset + length, device=device)
 
 
-def check_positions(name: str, positions: Tensor, length: int, batch: int, *, vector_dims: int = 0) -> Tensor:
+def check_positions(name: str, positions: Tensor, length: int, batch: int, *, vector_dims: int = 0,
+                    values: bool = True) -> Tensor:
     """Validate positions of shape ``(L,)`` or ``(B, L)`` (plus ``vector_dims`` trailing dims).
+
+    ``values=False`` checks type and shape only (no host synchronisation): the caller then checks the
+    values itself, e.g. with the other entry checks in one read (:func:`~pe_toolkit.nn.position_state.read_facts`).
 
     Raises:
         TypeError: if ``positions`` is not a real-valued tensor.
@@ -84,9 +90,23 @@ def check_positions(name: str, positions: Tensor, length: int, batch: int, *, ve
     if not ok:
         want = f"({length},) or ({batch}, {length})" + (" + vector dims" if vector_dims else "")
         raise ValueError(f"{name} has shape {shape}, expected {want}")
-    if positions.is_floating_point():
+    if values and positions.is_floating_point():
         require(torch.isfinite(positions).all(), f"{name} contains NaN or inf")
     return positions
+
+
+def takes_bounds(method: Callable) -> Callable:
+    """Mark a hook (``embed`` / ``rotate``) that accepts host-known position bounds as keywords
+    (``bounds=`` for ``embed``; ``q_bounds=`` / ``k_bounds=`` for ``rotate``): exact ``(min, max)`` of
+    integer positions, or ``None``. With them it reads no value from the device (no host
+    synchronisation per layer); a subclass that overrides the hook without the mark is called without them."""
+    method.takes_bounds = True
+    return method
+
+
+def hook_takes_bounds(encoding: PositionalEncoding, hook: str) -> bool:
+    """Whether ``encoding``'s ``hook`` (its class's own method) is marked with :func:`takes_bounds`."""
+    return getattr(getattr(type(encoding), hook), "takes_bounds", False)
 
 
 def tracing() -> bool:
@@ -127,7 +147,8 @@ def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     return k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1)
 
 
-def relative_distance_table(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor] | None:
+def relative_distance_table(q_pos: Tensor, k_pos: Tensor,
+                            span: tuple[int, int] | None = None) -> tuple[Tensor, Tensor] | None:
     """The distinct relative distances of integer positions, for a bias that is a function of ``j - i``.
 
     Returns ``(distances, index)``: ``distances`` ``(n,)`` the integers ``lo..hi`` that
@@ -138,9 +159,9 @@ def relative_distance_table(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tenso
 
     Returns ``None`` for float positions (which may be fractional), when the distances span more
     than ``4 (Lq + Lk)`` values (scattered positions, where a table would not save work) and while
-    ``torch.compile`` traces (:func:`tracing`).
+    ``torch.compile`` traces (:func:`tracing`). ``span``: see :func:`distance_range`.
     """
-    span = distance_range(q_pos, k_pos)  # None for float, empty or scattered positions and while tracing
+    span = distance_range(q_pos, k_pos, span)  # None for float, empty or scattered positions and while tracing
     if span is None:
         return None
     lo, hi = span
@@ -148,15 +169,23 @@ def relative_distance_table(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tenso
     return torch.arange(lo, hi + 1, device=q_pos.device), index
 
 
-def distance_range(q_pos: Tensor, k_pos: Tensor) -> tuple[int, int] | None:
+def distance_range(q_pos: Tensor, k_pos: Tensor, span: tuple[int, int] | None = None) -> tuple[int, int] | None:
     """``(lo, hi)``, the smallest and largest ``k_pos - q_pos`` of integer positions, when a table over
     them pays (at most ``4 (Lq + Lk)`` values); ``None`` for float or empty positions, scattered ones,
-    and while ``torch.compile`` traces (the range is a value, not a shape)."""
+    and while ``torch.compile`` traces (the range is a value, not a shape).
+
+    ``span``: the range when the caller already knows it on the host (the ``Transformer`` does, from
+    the positions it validated): then no value is read from the device. Without it the range is read
+    with one host synchronisation.
+    """
     if q_pos.is_floating_point() or k_pos.is_floating_point() or q_pos.numel() == 0 or k_pos.numel() == 0:
         return None
     if tracing():  # the table's size depends on the position values; the compiled pairwise grid fuses anyway
         return None
-    lo, hi = int(k_pos.min()) - int(q_pos.max()), int(k_pos.max()) - int(q_pos.min())
+    if span is None:
+        k_lo, k_hi, q_lo, q_hi = torch.stack((k_pos.min(), k_pos.max(), q_pos.min(), q_pos.max())).tolist()
+        span = (k_lo - q_hi, k_hi - q_lo)
+    lo, hi = span
     if hi - lo + 1 > 4 * (q_pos.shape[-1] + k_pos.shape[-1]):
         return None
     return lo, hi
@@ -186,17 +215,18 @@ ScoreFunction = Callable[[Tensor, Tensor, Tensor, torch.dtype, int], Tensor]
 
 
 def score_bias(score: ScoreFunction, num_heads: int, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, *,
-               shift_invariant: bool) -> Tensor:
+               shift_invariant: bool, span: tuple[int, int] | None = None) -> Tensor:
     """A pointwise ``score`` on every (head, query, key) of ``(L,)`` / ``(B, L)`` positions: ``(B or 1, H, Lq, Lk)``.
 
     With ``shift_invariant`` and integer positions, ``score`` runs once per distinct distance
     (:func:`relative_distance_table`) and the values are gathered, which equals the pairwise
-    evaluation exactly; otherwise it runs on the broadcast ``(B or 1, H, Lq, Lk)`` grid.
+    evaluation exactly; otherwise it runs on the broadcast ``(B or 1, H, Lq, Lk)`` grid. ``span``: the
+    distances' range when known on the host (:func:`distance_range`).
     """
     heads = torch.arange(num_heads, device=q_pos.device)
     num_keys = k_pos.shape[-1]
     if shift_invariant:
-        table = relative_distance_table(q_pos, k_pos)
+        table = relative_distance_table(q_pos, k_pos, span)
         if table is not None:
             distances, index = table
             values = score(heads[:, None], torch.zeros_like(distances), distances, dtype, num_keys)  # (H, n)
@@ -434,22 +464,14 @@ register_encoder(
 class PositionBiasEncoding(PositionalEncoding):
     """Base for encoders whose bias depends only on positions and parameters (ALiBi, T5, ...).
 
-    Subclasses implement :meth:`position_bias`. :meth:`bias` caches its result so that a bias shared
-    by all layers is built once per forward, not once per layer:
-
-    * Without autograd (``torch.no_grad`` / inference), one entry is kept across calls, keyed by
-      ``(Lq, Lk, device, dtype)``, the position values and the parameters' versions (an optimizer
-      step invalidates it).
-    * With autograd, a bias can be reused only inside a :meth:`forward_scope` (which ``Transformer``
-      opens around each forward); outside a scope it is rebuilt at every call, because a reused
-      graph would already have been freed by the previous backward.
+    Subclasses implement :meth:`score` (and may override :meth:`position_bias` for speed).
+    :meth:`bias` keeps nothing between calls: it is a function of the positions and the current
+    parameters. Sharing one bias between the layers of a forward is the caller's business: the
+    ``Transformer`` (and a bare attention layer) builds it once at the start of each forward and passes
+    it down (:class:`~pe_toolkit.nn.position_state.PositionState`), so replaced weights
+    (``load_state_dict(assign=True)``, ``param.data = ...``, a step under ``inference_mode``) act on
+    the very next forward.
     """
-
-    def __init__(self, dim: int, num_heads: int, *, causal: bool = True) -> None:
-        super().__init__(dim, num_heads, causal=causal)
-        self._cache_entry: tuple | None = None
-        self._scope_token: object | None = None
-        self.bias_builds = 0  # how many times position_bias ran: lets tests assert caching
 
     shift_invariant = False
     """True when :meth:`score` depends on the positions only through ``k_pos - q_pos`` (then the dense
@@ -467,7 +489,8 @@ class PositionBiasEncoding(PositionalEncoding):
         """
         raise NotImplementedError
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, *,
+                      span: tuple[int, int] | None = None) -> Tensor:
         """The dense bias ``(B or 1, H, Lq, Lk)`` in ``dtype`` (float32 or float64), from :meth:`score`.
 
         ``q_pos`` / ``k_pos`` arrive as given by the caller (integer or float), ``(L,)`` or
@@ -475,9 +498,10 @@ class PositionBiasEncoding(PositionalEncoding):
         once per distinct distance (``Lq + Lk - 1`` of them for contiguous positions) and gathers,
         which equals the pairwise evaluation exactly; otherwise every pair is evaluated.
         Subclasses may override it for speed; ``tests/test_conformance.py`` checks that the result
-        equals :meth:`score` on every pair.
+        equals :meth:`score` on every pair. ``span``: see :func:`distance_range`.
         """
-        return score_bias(self.score, self.num_heads, q_pos, k_pos, dtype, shift_invariant=self.shift_invariant)
+        return score_bias(self.score, self.num_heads, q_pos, k_pos, dtype, shift_invariant=self.shift_invariant,
+                          span=span)
 
     def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction:
         """:meth:`score` at the positions ``q_pos[b, i]`` and ``k_pos[b, j]`` (:func:`position_lookup`).
@@ -507,74 +531,28 @@ class PositionBiasEncoding(PositionalEncoding):
 
         return function
 
-    def forward_scope(self) -> _ForwardScope:
-        """Context manager inside which a bias built with autograd may be reused (one forward)."""
-        return _ForwardScope(self)
+    def forward_scope(self) -> contextlib.AbstractContextManager:
+        """A no-op, kept for callers written against the old per-encoder bias cache (there is none now:
+        the bias of one forward is built by the ``Transformer`` / attention layer and passed down)."""
+        return contextlib.nullcontext(self)
 
-    def _param_versions(self) -> tuple[int, ...]:
-        return tuple(p._version for p in self.parameters())
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
+             span: tuple[int, int] | None = None) -> Tensor:
+        """:meth:`position_bias` in float32 (float64 for float64 ``q``); nothing is kept between calls.
 
-    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        ``span``: ``(lo, hi)`` with ``lo <= k_pos - q_pos <= hi`` for every pair, when the caller knows it
+        without reading the tensors (:func:`distance_range`); it saves a host synchronisation.
+        """
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-        if tracing():  # no cache inside a compiled graph (it holds tensors across calls)
-            return self.position_bias(q_pos, k_pos, dtype)
-        tracks_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
-        if tracks_grad and self._scope_token is None:
-            return self._build(q_pos, k_pos, dtype)
-        key = (
-            q_pos.shape, k_pos.shape, q_pos.device, dtype, torch.is_grad_enabled(),
-            torch.is_inference_mode_enabled(), self._param_versions(),
-            self._scope_token if tracks_grad else None,
-        )
-        entry = self._cache_entry
-        if entry is not None and entry[0] == key and _same(entry[1], q_pos) and _same(entry[2], k_pos):
-            return entry[3]
-        value = self._build(q_pos, k_pos, dtype)
-        self._cache_entry = (key, _snapshot(q_pos), _snapshot(k_pos), value)
-        return value
-
-    def _build(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        self.bias_builds += 1
-        return self.position_bias(q_pos, k_pos, dtype)
-
-    def clear_cache(self) -> None:
-        """Drop the cached bias."""
-        self._cache_entry = None
-
-    def _apply(self, fn: Callable, recurse: bool = True):  # .to(), .double(), ... invalidate
-        self._cache_entry = None
-        return super()._apply(fn, recurse)
+        return position_bias_with_span(self, q_pos, k_pos, dtype, span)
 
 
-def _snapshot(positions: Tensor) -> tuple[Tensor, int | None]:
-    # Keep the version counter too: an in-place edit of the positions (a reused KV-cache buffer,
-    # ``pos += 1``) must invalidate the entry. Inference tensors have no counter, so keep a copy.
-    if positions.is_inference():
-        return positions.clone(), None
-    return positions, positions._version
-
-
-def _same(stored: tuple[Tensor, int | None], b: Tensor) -> bool:
-    a, version = stored
-    if version is not None and a._version != version:
-        return False
-    return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b)))
-
-
-class _ForwardScope:
-    def __init__(self, encoder: PositionBiasEncoding) -> None:
-        self.encoder = encoder
-        self.previous: object | None = None
-
-    def __enter__(self) -> PositionBiasEncoding:
-        self.previous = self.encoder._scope_token
-        self.encoder._scope_token = object()
-        return self.encoder
-
-    def __exit__(self, *exc: object) -> None:
-        self.encoder._scope_token = self.previous
-        if self.previous is None and self.encoder._cache_entry is not None and self.encoder._cache_entry[0][-1]:
-            self.encoder._cache_entry = None  # release the graph held by a grad-mode entry
+def position_bias_with_span(encoding: PositionBiasEncoding, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype,
+                            span: tuple[int, int] | None) -> Tensor:
+    """``encoding.position_bias`` with ``span`` passed where its override accepts it (older subclasses may not)."""
+    if span is not None and "span" in inspect.signature(encoding.position_bias).parameters:
+        return encoding.position_bias(q_pos, k_pos, dtype, span=span)
+    return encoding.position_bias(q_pos, k_pos, dtype)
 
 
 def constrain_encodings(module: nn.Module) -> None:

@@ -128,8 +128,9 @@ class BAMSSMax(BAM):
         factor = self.log_keys(q_pos, num_keys, dtype) * self.ssmax_scale.to(dtype)[head]
         return super().score(head, q_pos, k_pos, dtype, num_keys) * factor
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, *,
+                      span: tuple[int, int] | None = None) -> Tensor:
         """BAM's tabulated prior times the per-query factor (equals :meth:`score`)."""
         prior = score_bias(lambda *args: BAM.score(self, *args), self.num_heads, q_pos, k_pos, dtype,
-                           shift_invariant=True)
+                           shift_invariant=True, span=span)
         return prior * self.ssmax_factor(q_pos, k_pos.shape[-1], dtype)

@@ -275,7 +275,8 @@ class FIRE(PositionBiasEncoding):
             total = total + w2[head, unit] * torch.relu(w1[unit] * x + b1[unit])
         return total
 
-    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, *,
+                      span: tuple[int, int] | None = None) -> Tensor:
         """The dense bias with the MLP applied to all heads at once, in row chunks (equals :meth:`score`)."""
         x = self.normalized_distance(q_pos, k_pos, dtype).unsqueeze(-1)
         mlp = self.mlp if dtype == self.mlp[0].weight.dtype else _cast_module(self.mlp, dtype)

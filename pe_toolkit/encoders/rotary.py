@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pe_toolkit.encoders.base import PositionalEncoding, check_float, check_int, require, tracing
+from pe_toolkit.encoders.base import PositionalEncoding, check_float, check_int, require, takes_bounds, tracing
 from pe_toolkit.registry import register_encoder
 
 XPOS_GAMMA = 0.4
@@ -645,7 +645,8 @@ class RotaryEncoding(PositionalEncoding):
         self._scaled_key = key
 
     def cos_sin(
-        self, positions: Tensor, dtype: torch.dtype, *, length: int | float | None = None
+        self, positions: Tensor, dtype: torch.dtype, *, length: int | float | None = None,
+        bounds: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """cos and sin of the rotation angles times the attention factor, ``(..., rotary_dim/2)`` in ``dtype``.
 
@@ -654,15 +655,19 @@ class RotaryEncoding(PositionalEncoding):
         requests are computed directly (float64 angles), so a few far positions (say near 10**6) cost
         memory for those positions only, not a table from 0.
         ``length`` is the current length for ``dynamic`` / ``longrope`` (default ``positions.max() + 1``).
+        ``bounds``: the exact ``(min, max)`` of integer ``positions`` when the caller knows them on the host
+        (then nothing is read from the device).
         """
         if tracing():  # no cache and no branch on position values inside a compiled graph
             length = self.current_length(positions) if length is None else length
             return self._cos_sin_of(self.angles(positions, self.traced_inverse_frequencies(length)), dtype)
         key = None
         if self.length_dependent:
-            key = self.frequency_key(self.current_length(positions) if length is None else length)
+            if length is None:
+                length = bounds[1] + 1 if bounds is not None and positions.numel() else self.current_length(positions)
+            key = self.frequency_key(length)
         if dtype == torch.float32 and not positions.is_floating_point() and positions.numel():
-            lo, hi = int(positions.min()), int(positions.max())
+            lo, hi = bounds if bounds is not None else torch.stack((positions.min(), positions.max())).tolist()
             if lo >= 0 and hi < self.MAX_CACHED_POSITIONS:
                 if key is None:
                     if hi >= self.cos_cached.shape[0]:
@@ -687,8 +692,12 @@ class RotaryEncoding(PositionalEncoding):
         return result
 
     # ---------------------------------------------------------------------------------- hook
-    def _xpos_scale(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
-        if positions.numel():
+    def _xpos_scale(self, positions: Tensor, dtype: torch.dtype, bounds: tuple[int, int] | None = None) -> Tensor:
+        if bounds is not None and positions.numel():
+            if max(abs(bounds[0]), abs(bounds[1])) > self.xpos_max_position:
+                raise ValueError(f"rope: xpos supports |position| <= xpos_max_position={self.xpos_max_position} "
+                                 f"(xpos_scale_base={self.xpos_scale_base}), got {max(abs(bounds[0]), abs(bounds[1]))}")
+        elif positions.numel():
             require(positions.abs().max() <= self.xpos_max_position,
                     f"rope: xpos supports |position| <= xpos_max_position={self.xpos_max_position} "
                     f"(xpos_scale_base={self.xpos_scale_base})", lambda: f", got {positions.abs().max().item()}")
@@ -696,16 +705,18 @@ class RotaryEncoding(PositionalEncoding):
         return (self.xpos_zeta.to(torch.float64) ** power).to(dtype)
 
     def rotate_one(
-        self, x: Tensor, positions: Tensor, *, inverse_xpos: bool = False, length: int | float | None = None
+        self, x: Tensor, positions: Tensor, *, inverse_xpos: bool = False, length: int | float | None = None,
+        bounds: tuple[int, int] | None = None,
     ) -> Tensor:
         """Rotate one tensor ``(B, H, L, hd)`` at ``positions`` ``(L,)`` or ``(B, L)``.
 
         ``length``: the current length for ``dynamic`` / ``longrope`` (default ``positions.max() + 1``).
+        ``bounds``: exact ``(min, max)`` of integer ``positions`` known on the host (see :meth:`cos_sin`).
         """
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-        cos, sin = self.cos_sin(positions, compute, length=length)
+        cos, sin = self.cos_sin(positions, compute, length=length, bounds=bounds)
         if self.xpos:
-            scale = self._xpos_scale(positions, compute)
+            scale = self._xpos_scale(positions, compute, bounds)
             scale = scale.reciprocal() if inverse_xpos else scale
             cos, sin = cos * scale, sin * scale
         if positions.dim() == 2:  # per-batch positions: (B, L, d/2) -> (B, 1, L, d/2)
@@ -720,12 +731,25 @@ class RotaryEncoding(PositionalEncoding):
         """With xPos: its decay assumes keys precede queries."""
         return self.xpos
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    @takes_bounds
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *, q_bounds: tuple[int, int] | None = None,
+               k_bounds: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
+        """Rotate queries and keys; ``q_bounds`` / ``k_bounds``: exact ``(min, max)`` of integer positions
+        known on the host (the ``Transformer`` passes them), which spares the per-layer device reads."""
+        if q_pos.numel() == 0 or q_pos.is_floating_point():
+            q_bounds = None
+        if k_pos.numel() == 0 or k_pos.is_floating_point():
+            k_bounds = None
         if not self.length_dependent:
-            return self.rotate_one(q, q_pos), self.rotate_one(k, k_pos, inverse_xpos=True)
+            return (self.rotate_one(q, q_pos, bounds=q_bounds),
+                    self.rotate_one(k, k_pos, inverse_xpos=True, bounds=k_bounds))
         # one current length for the whole call, so q and the keys entering the cache share frequencies
-        length = self.current_length(q_pos, k_pos)
-        return self.rotate_one(q, q_pos, length=length), self.rotate_one(k, k_pos, inverse_xpos=True, length=length)
+        if q_bounds is not None and k_bounds is not None:
+            length = max(q_bounds[1], k_bounds[1]) + 1
+        else:
+            length = self.current_length(q_pos, k_pos)
+        return (self.rotate_one(q, q_pos, length=length, bounds=q_bounds),
+                self.rotate_one(k, k_pos, inverse_xpos=True, length=length, bounds=k_bounds))
 
     def extra_repr(self) -> str:
         text = (

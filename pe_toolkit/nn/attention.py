@@ -13,11 +13,14 @@ from pe_toolkit.encoders.base import (
     check_int,
     check_positions,
     default_positions,
+    hook_takes_bounds,
     require,
+    tracing,
 )
 from pe_toolkit.nn.backends import BACKENDS, attend
 from pe_toolkit.nn.kv_cache import KVCache
 from pe_toolkit.nn.masks import AttentionMask, document_positions, document_runs
+from pe_toolkit.nn.position_state import Bounds, PositionState, read_facts, union
 
 
 def positional_logits(
@@ -149,7 +152,15 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         encoding: PositionalEncoding | None = None,
         document_ids: Tensor | None = None,
+        state: PositionState | None = None,
     ) -> Tensor:
+        """Attention of ``x`` over itself (or over ``context``); see the class for shapes.
+
+        ``state``: the :class:`~pe_toolkit.nn.position_state.PositionState` of the ``Transformer``
+        forward this layer is part of (positions and masks checked at its entry, the bias built once for
+        all layers). Without it the layer checks its own inputs, with one host read for the value
+        checks, and builds what it needs itself. Every check runs before ``cache`` is written.
+        """
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
         if not x.is_floating_point():
@@ -157,8 +168,11 @@ class MultiHeadAttention(nn.Module):
         encoding = encoding if encoding is not None else self.encoding
         if encoding is None:
             encoding = _NOPE
+        self.check_encoding(encoding)
         b, q_len, _ = x.shape
         is_self = context is None
+        if not is_self:
+            self.check_context(context, b)
         source = x if is_self else context
         vector_dims = getattr(encoding, "position_vector_dims", 0)
         past = cache.length if cache is not None else 0
@@ -170,6 +184,10 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"encoding {name!r} ({encoding.extra_repr()}) is not exact on packed sequences "
                                  "(document_ids); run the documents separately or use a causal layer")
 
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+            cache.check_owner(self)
         if cache is not None and cache.window is not None and (self.window is None or cache.window < self.window):
             raise ValueError(f"the KVCache keeps only the last {cache.window} keys but this layer attends "
                              f"{'every key' if self.window is None else f'the last {self.window}'}: give the "
@@ -181,33 +199,102 @@ class MultiHeadAttention(nn.Module):
         if self.window is not None and not encoding.supports_window:
             name = getattr(encoding, "registry_name", type(encoding).__name__)
             raise ValueError(f"encoding {name!r} is not exact under sliding-window attention (window={self.window})")
+        validated = state is not None and state.validated
+        facts: dict[str, Tensor] = {}
+        q_bounds: Bounds | None = None
         if q_pos is None:
-            q_pos = default_positions(q_len, past, x.device) if runs is None else document_positions(document_ids)
-        check_positions("q_pos", q_pos, q_len, b, vector_dims=vector_dims)
+            if runs is None:
+                q_pos = default_positions(q_len, past, x.device)
+                q_bounds = (past, past + q_len - 1) if q_len else None
+            else:
+                q_pos = document_positions(document_ids)
+        else:
+            check_positions("q_pos", q_pos, q_len, b, vector_dims=vector_dims, values=False)
+            if state is not None and q_pos is state.q_pos:
+                q_bounds = state.q_bounds
+            elif not validated:
+                _position_facts(facts, "q_pos", q_pos, vector_dims)
+        k_bounds: Bounds | None = q_bounds
         if k_pos is None:
-            k_pos = q_pos if is_self else default_positions(source.shape[1], 0, x.device)
-        check_positions("k_pos", k_pos, source.shape[1], b, vector_dims=vector_dims)
+            if not is_self:
+                k_pos = default_positions(source.shape[1], 0, x.device)
+                k_bounds = (0, source.shape[1] - 1) if source.shape[1] else None
+            else:
+                k_pos = q_pos
+        else:
+            check_positions("k_pos", k_pos, source.shape[1], b, vector_dims=vector_dims, values=False)
+            k_bounds = None
+            if not validated:
+                _position_facts(facts, "k_pos", k_pos, vector_dims)
+        held = cache.held if cache is not None else 0
+        if key_padding_mask is not None:
+            if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+                got = (key_padding_mask.dtype if isinstance(key_padding_mask, Tensor)
+                       else type(key_padding_mask).__name__)
+                raise TypeError(f"key_padding_mask must be bool (True = real token), got {got}")
+            expected = (b, held + source.shape[1])
+            if tuple(key_padding_mask.shape) != expected:
+                raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected {expected} "
+                                 f"({held} cached + {source.shape[1]} new keys)")
+            if not validated:
+                facts["key_padding_mask"] = key_padding_mask.any(-1).all()
+        if cache is not None:
+            cache.check_update((b, self.num_kv_heads, source.shape[1], self.head_dim), k_pos, vector_dims=vector_dims)
+        if facts and tracing():  # compiled: the value checks become assertions in the graph
+            for name in ("q_pos", "k_pos"):
+                if f"{name}.finite" in facts:
+                    require(facts[f"{name}.finite"], f"{name} contains NaN or inf")
+            if "key_padding_mask" in facts:
+                require(facts["key_padding_mask"], "key_padding_mask: every row needs at least one real key (True)")
+        elif facts:  # a bare call: its value checks in one host read
+            values = read_facts(facts)
+            check_facts(values, {"key_padding_mask": key_padding_mask})
+            q_bounds = _bounds_of(values, "q_pos") if q_bounds is None and "q_pos.lo" in values else q_bounds
+            if "k_pos.lo" in values:
+                k_bounds = _bounds_of(values, "k_pos")
+            elif is_self and k_pos is q_pos:
+                k_bounds = q_bounds
 
         q, k = self._queries_keys(x, source)
         v = self._split_heads(self.v_proj(source), self.num_kv_heads)
-        q, k = encoding.rotate(q, k, q_pos, k_pos)
+        if hook_takes_bounds(encoding, "rotate"):
+            q, k = encoding.rotate(q, k, q_pos, k_pos, q_bounds=q_bounds, k_bounds=k_bounds)
+        else:
+            q, k = encoding.rotate(q, k, q_pos, k_pos)
+        all_k_bounds = k_bounds
         if cache is not None:
-            k, v, k_pos = cache.update(k, v, k_pos, vector_dims=vector_dims)
+            cache.claim(self)
+            all_k_bounds = union(cache.bounds, k_bounds) if cache.held else k_bounds
+            k, v, k_pos = cache.update(k, v, k_pos, vector_dims=vector_dims, bounds=k_bounds)
         k_len = k.shape[-2]
-        if key_padding_mask is not None:
-            if key_padding_mask.dtype != torch.bool:
-                raise TypeError(f"key_padding_mask must be bool (True = real token), got {key_padding_mask.dtype}")
-            if tuple(key_padding_mask.shape) != (b, k_len):
-                raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected ({b}, {k_len})")
-            has_keys = key_padding_mask.any(-1)
-            require(has_keys.all(), "key_padding_mask: every row needs at least one real key (True); attention "
-                    "over only padding has no distribution",
-                    lambda: f", rows {(~has_keys).nonzero().flatten().tolist()} are all False")
+        if state is None or not is_self:
+            state = PositionState(q_pos, q_bounds, all_k_bounds, validated=True)
         mask = AttentionMask(q_len, k_len, causal=self.causal and is_self, key_padding_mask=key_padding_mask,
                              q_documents=runs, k_documents=runs, window=self.window if is_self else None)
         out = attend(q, k, v, q_pos, k_pos, encoding, mask, backend=self.backend, tile=self.query_block_size,
-                     dropout=self.dropout if self.training else 0.0, vector_dims=vector_dims)
+                     dropout=self.dropout if self.training else 0.0, vector_dims=vector_dims, state=state)
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
+
+    def check_encoding(self, encoding: PositionalEncoding) -> None:
+        """ValueError when ``encoding`` was built for another number of heads or head size than this layer."""
+        if encoding is _NOPE or not encoding.acts_in_attention:
+            return
+        if encoding.num_heads != self.num_heads or encoding.head_dim != self.head_dim:
+            name = getattr(encoding, "registry_name", type(encoding).__name__)
+            raise ValueError(
+                f"encoding {name!r} was built for num_heads={encoding.num_heads}, head_dim={encoding.head_dim} "
+                f"(dim={encoding.dim}), but this attention layer has num_heads={self.num_heads}, "
+                f"head_dim={self.head_dim} (dim={self.dim}): build it with the layer's dim and num_heads")
+
+    def check_context(self, context: Tensor, batch: int) -> None:
+        """TypeError / ValueError unless ``context`` is a float ``(batch, Lc, kv_dim)`` tensor."""
+        kv_dim = self.k_proj.in_features
+        if not isinstance(context, Tensor):
+            raise TypeError(f"context must be a torch.Tensor, got {type(context).__name__}")
+        if context.dim() != 3 or context.shape[0] != batch or context.shape[-1] != kv_dim:
+            raise ValueError(f"context must have shape ({batch}, Lc, kv_dim={kv_dim}), got {tuple(context.shape)}")
+        if not context.is_floating_point():
+            raise TypeError(f"context must be a floating-point tensor, got {context.dtype}")
 
     def _queries_keys(self, x: Tensor, source: Tensor) -> tuple[Tensor, Tensor]:
         """Projected (and, with ``qk_norm``, normalised) queries ``(B, H, Lq, hd)`` and keys ``(B, H_kv, Lk, hd)``."""
@@ -241,6 +328,34 @@ class MultiHeadAttention(nn.Module):
         text = f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, causal={self.causal}"
         text += ", qk_norm=True" if self.qk_norm else ""
         return text + f", backend={self.backend!r}" + (f", window={self.window}" if self.window else "")
+
+
+def _position_facts(facts: dict[str, Tensor], name: str, positions: Tensor, vector_dims: int) -> None:
+    """Add the value checks of user positions to ``facts``: finite (float), or their bounds (integer)."""
+    if positions.numel() == 0:
+        return
+    if positions.is_floating_point():
+        facts[f"{name}.finite"] = torch.isfinite(positions).all()
+    elif vector_dims == 0:
+        facts[f"{name}.lo"], facts[f"{name}.hi"] = positions.min(), positions.max()
+
+
+def _bounds_of(values: dict[str, float], name: str) -> Bounds:
+    return int(values[f"{name}.lo"]), int(values[f"{name}.hi"])
+
+
+def check_facts(values: dict[str, float], masks: dict[str, Tensor] | None = None) -> None:
+    """Raise the ValueError of the first failed value check read by :func:`read_facts`; ``masks`` (name ->
+    the padding mask) lets the message name the rows without a real key (read only on that error path)."""
+    for name, value in values.items():
+        if name.endswith(".finite") and not value:
+            raise ValueError(f"{name[:-len('.finite')]} contains NaN or inf")
+        if name in ("key_padding_mask", "padding_mask") and not value:
+            rows = ""
+            if masks is not None and name in masks:
+                rows = f", rows {(~masks[name].any(-1)).nonzero().flatten().tolist()} are all False"
+            raise ValueError("key_padding_mask: every row needs at least one real key (True); attention over only "
+                             f"padding has no distribution{rows}")
 
 
 def check_backend(backend: str, query_block_size: int | None) -> str:

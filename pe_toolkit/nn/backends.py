@@ -35,6 +35,7 @@ from torch.utils.checkpoint import checkpoint
 
 from pe_toolkit.encoders.base import BiasFunction, PositionalEncoding, PositionBiasEncoding, bias_on_grid, tracing
 from pe_toolkit.nn.masks import AttentionMask
+from pe_toolkit.nn.position_state import PositionState
 
 BACKENDS = ("auto", "sdpa", "blocked", "flex")
 """The values of ``MultiHeadAttention(backend=...)``."""
@@ -94,7 +95,7 @@ def _needs_grad(q: Tensor, k: Tensor, encoding: PositionalEncoding, v: Tensor | 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
            mask: AttentionMask, *, backend: str, tile: int | None = None, dropout: float = 0.0,
-           vector_dims: int = 0) -> Tensor:
+           vector_dims: int = 0, state: PositionState | None = None) -> Tensor:
     """``softmax(q k^T / sqrt(d) + bias) v`` under ``mask``, ``(B, H, Lq, hd)``.
 
     Args:
@@ -106,11 +107,13 @@ def attend(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodi
         tile: query rows per tile for ``"blocked"`` (default from :data:`TILE_BUDGET`).
         dropout: attention dropout probability (``"sdpa"`` and ``"blocked"`` only).
         vector_dims: trailing feature dims of the positions (the length dim is the one before them).
+        state: the forward's :class:`~pe_toolkit.nn.position_state.PositionState`: the dense path takes a
+            position-only bias from it (built once per forward for all layers).
     """
     if backend == "auto":
         backend = choose_backend(encoding, q, k, q_pos, k_pos, mask, tile=tile, dropout=dropout)
     if backend == "sdpa":
-        return _dense(q, k, v, q_pos, k_pos, encoding, mask, 0, mask.q_len, dropout, cache=True)
+        return _dense(q, k, v, q_pos, k_pos, encoding, mask, 0, mask.q_len, dropout, cache=True, state=state)
     if backend == "blocked":
         return _blocked(q, k, v, q_pos, k_pos, encoding, mask, tile, dropout, vector_dims)
     if backend == "flex":
@@ -120,9 +123,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodi
 
 # ------------------------------------------------------------------------------------ dense, tiles
 def _bias(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-          visible: Tensor | None, cache: bool) -> Tensor | None:
+          visible: Tensor | None, cache: bool, state: PositionState | None = None) -> Tensor | None:
     if encoding.bias_uses_visibility:
         return encoding.bias(q, k, q_pos, k_pos, visible=visible)
+    if cache and state is not None:
+        return state.bias(encoding, q, k, q_pos, k_pos)
     if not cache and isinstance(encoding, PositionBiasEncoding):
         # a tile's bias is rebuilt under checkpointing: never hand back a tensor from another graph
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -151,11 +156,12 @@ def dense_attention_mask(bias: Tensor | None, mask: AttentionMask, start: int, s
 def _dense(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
            mask: AttentionMask, start: int, stop: int, dropout: float, cache: bool,
            keys: tuple[int, int] | None = None, explicit: bool = False,
-           index_bias: BiasFunction | None = None) -> Tensor:
+           index_bias: BiasFunction | None = None, state: PositionState | None = None) -> Tensor:
     """Attention of the queries ``start .. stop - 1`` of ``mask`` over its keys ``keys`` (default all):
     ``q``, ``q_pos`` hold only those queries and ``k``, ``v``, ``k_pos`` only those keys.
 
-    ``cache=True`` (the ``"sdpa"`` backend) may reuse a bias built for another layer; a tile
+    ``cache=True`` (the ``"sdpa"`` backend) may reuse a bias built for another layer of the same forward
+    (``state``); a tile
     (``cache=False``) rebuilds it. ``explicit`` writes the softmax out (:func:`_explicit_attention`)
     instead of calling ``scaled_dot_product_attention``: the blocked backend does so under
     autograd, where the tile runs inside ``torch.utils.checkpoint`` (with SDPA's CPU kernels there,
@@ -170,7 +176,7 @@ def _dense(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodi
         key_range = keys if keys is not None else (0, mask.k_len)
         bias = bias_on_grid(index_bias, q.shape[0], q.shape[1], (start, stop), key_range, q.device)
     else:
-        bias = _bias(encoding, q, k, q_pos, k_pos, visible, cache) if has_bias else None
+        bias = _bias(encoding, q, k, q_pos, k_pos, visible, cache, state) if has_bias else None
     # a bias under bfloat16 / float16 is added, and the softmax taken, in float32
     compute = torch.float32 if bias is not None and q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     attn_mask, is_causal = dense_attention_mask(bias, mask, start, stop, compute, q.device, keys)

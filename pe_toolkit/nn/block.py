@@ -9,6 +9,7 @@ from pe_toolkit.encoders.base import PositionalEncoding, check_choice
 from pe_toolkit.nn.attention import MultiHeadAttention
 from pe_toolkit.nn.kv_cache import KVCache
 from pe_toolkit.nn.latent_attention import MultiHeadLatentAttention
+from pe_toolkit.nn.position_state import PositionState
 
 ATTENTION_KINDS = ("mha", "mla")
 
@@ -134,8 +135,13 @@ class TransformerBlock(nn.Module):
         context: Tensor | None = None,
         context_padding_mask: Tensor | None = None,
         document_ids: Tensor | None = None,
+        state: PositionState | None = None,
     ) -> Tensor:
+        """``state``: the forward's :class:`~pe_toolkit.nn.position_state.PositionState` (see
+        :meth:`MultiHeadAttention.forward`); passed to a ``"mha"`` self-attention."""
         extra = {} if document_ids is None else {"document_ids": document_ids}  # MLA takes no documents
+        if state is not None and isinstance(self.attn, MultiHeadAttention):
+            extra["state"] = state
         h = self.attn(
             self.attn_norm(x), q_pos=positions, key_padding_mask=padding_mask, cache=cache, encoding=encoding,
             **extra,

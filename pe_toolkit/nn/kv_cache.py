@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
+
+import torch
 from torch import Tensor
 
 from pe_toolkit.encoders.base import check_int
@@ -22,6 +25,11 @@ class KVCache:
             stays bounded however long decoding runs. The layer must attend within the same window
             (``MultiHeadAttention(window=...)``; ``Transformer.new_cache`` passes it). ``length``
             still counts every key seen, so default positions keep growing.
+
+    A cache belongs to the first attention layer that writes to it (:meth:`check_owner`): handing it
+    to another layer (one cache shared by two layers, or a cache reused with another model) is a
+    ValueError until :meth:`reset`. Positions keep their dtype: float positions appended to a cache
+    of integer ones promote the stored positions to float (nothing is truncated).
     """
 
     def __init__(self, *, max_length: int | None = None, window: int | None = None) -> None:
@@ -34,30 +42,72 @@ class KVCache:
         self._pos: Tensor | None = None
         self.length = 0  # keys seen so far (positions continue from here)
         self._held = 0  # keys stored (the last `window` of them with a window)
+        self.bounds: tuple[int, int] | None = None  # (min, max) of the integer positions held, on the host
+        self._owner: weakref.ref | None = None
+
+    def check_owner(self, layer: object, name: str = "cache") -> None:
+        """ValueError naming ``name`` when another layer has written to this cache (see the class)."""
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None and owner is not layer:
+            raise ValueError(
+                f"{name} already holds the keys of another attention layer ({type(owner).__name__} at "
+                f"{id(owner):#x}): a KVCache serves one layer of one model; make one per layer with "
+                "Transformer.new_cache() (or call reset() before reusing it)")
+
+    def claim(self, layer: object) -> None:
+        """Record ``layer`` as the owner (done by the layer when it first writes)."""
+        if self._owner is None or self._owner() is None:
+            self._owner = weakref.ref(layer)
+
+    def snapshot(self) -> tuple:
+        """The cache's state, for :meth:`restore` after a failed step (its buffers are only appended to
+        past what it holds, or replaced, so keeping the references keeps the state)."""
+        return self._k, self._v, self._pos, self.length, self._held, self.bounds, self._owner
+
+    def restore(self, state: tuple) -> None:
+        """Return to a :meth:`snapshot`: the keys appended since are forgotten."""
+        self._k, self._v, self._pos, self.length, self._held, self.bounds, self._owner = state
+
+    def check_update(self, key_shape: tuple[int, ...], positions: Tensor, *, vector_dims: int = 0) -> None:
+        """Every check of :meth:`update` without changing anything (run before any layer appends):
+        ``key_shape`` is the new keys' ``(B, H_kv, L, head_dim)``."""
+        new = key_shape[-2]
+        pos_dim = positions.dim() - 1 - vector_dims
+        if self.max_length is not None and self.window is None and self.length + new > self.max_length:
+            raise ValueError(f"KVCache: {self.length + new} keys exceed max_length={self.max_length}")
+        if self._k is not None and (tuple(key_shape[:-2]) != tuple(self._k.shape[:-2])
+                                    or key_shape[-1] != self._k.shape[-1] or positions.dim() != self._pos.dim()
+                                    or positions.shape[pos_dim + 1:] != self._pos.shape[pos_dim + 1:]):
+            raise ValueError(
+                f"KVCache: new keys {tuple(key_shape)} / positions {tuple(positions.shape)} do not match the "
+                f"cached {tuple(self._k.shape)} / {tuple(self._pos.shape)}"
+            )
 
     def update(
-        self, k: Tensor, v: Tensor, positions: Tensor, *, vector_dims: int = 0
+        self, k: Tensor, v: Tensor, positions: Tensor, *, vector_dims: int = 0,
+        bounds: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Append new keys/values/positions; return views of everything cached so far.
 
         ``vector_dims`` trailing dims of ``positions`` are features of one position (the length dim
-        is the one before them).
+        is the one before them). ``bounds``: exact ``(min, max)`` of integer ``positions`` known on the
+        host; the cache then knows the bounds of all it holds (:attr:`bounds`, a superset once a window
+        has dropped keys).
         """
         new = k.shape[-2]
         pos_dim = positions.dim() - 1 - vector_dims  # the length dim of the positions
-        if self.max_length is not None and self.window is None and self.length + new > self.max_length:
-            raise ValueError(f"KVCache: {self.length + new} keys exceed max_length={self.max_length}")
+        self.check_update(tuple(k.shape), positions, vector_dims=vector_dims)
         if self._k is None:
             capacity = max(16, new) if self.max_length is None else self.max_length  # preallocated
             self._k = k.new_empty(*k.shape[:-2], capacity, k.shape[-1])
             self._v = v.new_empty(*v.shape[:-2], capacity, v.shape[-1])
             self._pos = positions.new_empty(*positions.shape[:pos_dim], capacity, *positions.shape[pos_dim + 1:])
-        elif (k.shape[:-2] != self._k.shape[:-2] or positions.dim() != self._pos.dim()
-              or positions.shape[pos_dim + 1:] != self._pos.shape[pos_dim + 1:]):
-            raise ValueError(
-                f"KVCache: new keys {tuple(k.shape)} / positions {tuple(positions.shape)} do not match the "
-                f"cached {tuple(self._k.shape)} / {tuple(self._pos.shape)}"
-            )
+            self.bounds = bounds
+        else:
+            self.bounds = None if bounds is None or self.bounds is None else (
+                min(self.bounds[0], bounds[0]), max(self.bounds[1], bounds[1]))
+        if positions.dtype != self._pos.dtype:  # float positions after integer ones: keep them exact
+            self._pos = self._pos.to(torch.promote_types(self._pos.dtype, positions.dtype))
         held = self._held
         if held + new > self._k.shape[-2]:
             capacity = max(2 * self._k.shape[-2], held + new)
@@ -97,6 +147,7 @@ class KVCache:
         return self._held
 
     def reset(self) -> None:
+        """Forget every key and the owning layer."""
         self.__init__(max_length=self.max_length, window=self.window)
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,21 +10,29 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.checkpoint import load_weights
+from pe_toolkit.checkpoint import (
+    CONFIG_FILE,
+    LEGACY_WEIGHTS_FILE,
+    WEIGHTS_ENTRY,
+    read_checkpoint,
+    read_manifest,
+    save_checkpoint,
+)
 from pe_toolkit.encoders.base import (
     PositionalEncoding,
-    PositionBiasEncoding,
+    check_float,
     check_int,
     check_positions,
     default_positions,
+    hook_takes_bounds,
     require,
-    require_finite,
     tracing,
 )
-from pe_toolkit.nn.attention import check_document_ids
+from pe_toolkit.nn.attention import check_document_ids, check_facts
 from pe_toolkit.nn.block import TransformerBlock, make_norm
 from pe_toolkit.nn.kv_cache import KVCache
 from pe_toolkit.nn.masks import document_positions
+from pe_toolkit.nn.position_state import PositionState, read_facts
 from pe_toolkit.registry import get_encoder
 
 
@@ -200,42 +206,132 @@ class Transformer(nn.Module):
         no attention crosses a document boundary and default positions restart at 0 in each
         document, for the ``embed`` hook as for attention.
         """
+        return self._trunk(x, {}, positions=positions, padding_mask=padding_mask, cache=cache, context=context,
+                           context_padding_mask=context_padding_mask, document_ids=document_ids)
+
+    def _trunk(self, x: Tensor, facts: dict[str, Tensor], *, positions: Tensor | None, padding_mask: Tensor | None,
+               cache: list[KVCache] | None, context: Tensor | None, context_padding_mask: Tensor | None,
+               document_ids: Tensor | None) -> Tensor:
+        """The forward: every check first (value checks read in one host synchronisation together with
+        the caller's ``facts``), then the layers with one :class:`PositionState`; a layer that raises
+        leaves every cache as it was before the call."""
         if x.dim() != 3 or x.shape[-1] != self.config.dim:
             raise ValueError(f"x must have shape (B, L, {self.config.dim}), got {tuple(x.shape)}")
-        require_finite("x", x)
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+        batch, length = x.shape[0], x.shape[1]
         if (context is not None) != self.config.cross_attention:
             raise ValueError(
                 "context= is required exactly when the model has cross_attention=True "
                 f"(cross_attention={self.config.cross_attention}, context given: {context is not None})"
             )
-        if cache is not None and len(cache) != len(self.blocks):
-            raise ValueError(f"cache must hold one KVCache per layer ({len(self.blocks)}), got {len(cache)}")
+        if context is not None:
+            self.blocks[0].cross_attn.check_context(context, batch)
+        self._check_cache(cache)
         if document_ids is not None:
             if self.config.attention != "mha":
                 raise ValueError("document_ids needs attention='mha' (MLA has no packed-sequence masks)")
-            check_document_ids(document_ids, x.shape[0], x.shape[1], is_self=True, cached=cache is not None)
+            check_document_ids(document_ids, batch, length, is_self=True, cached=cache is not None)
+        past = cache[0].length if cache is not None else 0
+        held = cache[0].held if cache is not None else 0
+        facts = dict(facts)
+        if not tracing():
+            facts["x.finite"] = torch.isfinite(x).all()
+        q_bounds = None
+        vector_dims = getattr(self.encodings[0], "position_vector_dims", 0)
         if positions is None:
-            past = cache[0].length if cache is not None else 0
-            positions = (default_positions(x.shape[1], past, x.device) if document_ids is None
-                         else document_positions(document_ids))
-        else:  # the embed hook reads them first: check them here, not in each layer only
-            vector_dims = getattr(self.encodings[0], "position_vector_dims", 0)
-            check_positions("positions", positions, x.shape[1], x.shape[0], vector_dims=vector_dims)
-        with contextlib.ExitStack() as stack:
-            # a shared bias is built once per forward (eager; compiled, each layer computes it in the graph)
-            for enc in self.encodings:
-                if isinstance(enc, PositionBiasEncoding) and not tracing():
-                    stack.enter_context(enc.forward_scope())
-            x = self.dropout(self.encodings[0].embed(x, positions))
+            if document_ids is None:
+                positions = default_positions(length, past, x.device)
+                q_bounds = (past, past + length - 1) if length else None
+            else:
+                positions = document_positions(document_ids)
+        else:  # the embed hook reads them first: check them here, not in each layer
+            check_positions("positions", positions, length, batch, vector_dims=vector_dims, values=False)
+            if positions.numel() and positions.is_floating_point():
+                facts["positions.finite"] = torch.isfinite(positions).all()
+            elif positions.numel() and vector_dims == 0 and not tracing():
+                facts["positions.lo"], facts["positions.hi"] = positions.min(), positions.max()
+        if padding_mask is not None:
+            if not isinstance(padding_mask, Tensor) or padding_mask.dtype != torch.bool:
+                got = padding_mask.dtype if isinstance(padding_mask, Tensor) else type(padding_mask).__name__
+                raise TypeError(f"padding_mask must be bool (True = real token), got {got}")
+            if tuple(padding_mask.shape) != (batch, held + length):
+                raise ValueError(f"padding_mask has shape {tuple(padding_mask.shape)}, expected ({batch}, "
+                                 f"{held + length}) ({held} cached + {length} new keys)")
+            facts["padding_mask"] = padding_mask.any(-1).all()
+        if tracing():  # compiled: the value checks become assertions in the graph
+            if "positions.finite" in facts:
+                require(facts["positions.finite"], "positions contains NaN or inf")
+            if "padding_mask" in facts:
+                require(facts["padding_mask"], "padding_mask: every row needs at least one real key (True)")
+        else:
+            values = read_facts(facts)
+            if values.get("x.finite", 1.0) == 0.0:
+                raise ValueError(f"x holds NaN or inf values ({int((~torch.isfinite(x)).sum())} of {x.numel()} "
+                                 "entries)")
+            self._raise_failed(values)
+            check_facts(values, {"padding_mask": padding_mask})
+            if "positions.lo" in values:
+                q_bounds = int(values["positions.lo"]), int(values["positions.hi"])
+        k_bounds = q_bounds
+        if cache is not None and held:
+            k_bounds = None if q_bounds is None or cache[0].bounds is None else (
+                min(q_bounds[0], cache[0].bounds[0]), max(q_bounds[1], cache[0].bounds[1]))
+        state = PositionState(positions, q_bounds, k_bounds, validated=True)
+        snapshots = [c.snapshot() for c in cache] if cache is not None else []
+        try:
+            if cache is not None:
+                for block, c in zip(self.blocks, cache, strict=True):
+                    c.claim(block.attn)
+            first = self.encodings[0]
+            if q_bounds is not None and hook_takes_bounds(first, "embed"):
+                x = first.embed(x, positions, bounds=q_bounds)
+            else:
+                x = first.embed(x, positions)
+            x = self.dropout(x)
             for i, block in enumerate(self.blocks):
                 x = block(
                     x, positions=positions, padding_mask=padding_mask,
                     cache=cache[i] if cache is not None else None, encoding=self.encoding_for_layer(i),
                     context=context, context_padding_mask=context_padding_mask, document_ids=document_ids,
+                    state=state,
                 )
+        except BaseException:
+            for c, snap in zip(cache or [], snapshots, strict=True):
+                c.restore(snap)
+            raise
         return self.final_norm(x)
+
+    def _check_cache(self, cache: list[KVCache] | None) -> None:
+        """One KVCache per layer, distinct, owned by this model's layers (or new), all holding as many keys."""
+        if cache is None:
+            return
+        if not isinstance(cache, (list, tuple)):
+            raise TypeError(f"cache must be a list of KVCache (Transformer.new_cache()), got {type(cache).__name__}")
+        if len(cache) != len(self.blocks):
+            raise ValueError(f"cache must hold one KVCache per layer ({len(self.blocks)}), got {len(cache)}")
+        seen: dict[int, int] = {}
+        for i, c in enumerate(cache):
+            if not isinstance(c, KVCache):
+                raise TypeError(f"cache[{i}] must be a KVCache, got {type(c).__name__}")
+            if id(c) in seen:
+                raise ValueError(f"cache[{i}] is the same KVCache object as cache[{seen[id(c)]}]: every layer needs "
+                                 "its own (Transformer.new_cache() makes one per layer)")
+            seen[id(c)] = i
+            c.check_owner(self.blocks[i].attn, f"cache[{i}]")
+        lengths = [c.length for c in cache]
+        if len(set(lengths)) > 1:
+            raise ValueError(f"the layers' caches are out of step (lengths {lengths}): they were not all updated by "
+                             "one forward of this model; start from Transformer.new_cache()")
+
+    @staticmethod
+    def _raise_failed(values: dict[str, float]) -> None:
+        if values.get("positions.finite", 1.0) == 0.0:
+            raise ValueError("positions contains NaN or inf")
+        if "tokens.lo" in values:
+            lo, hi, vocab = int(values["tokens.lo"]), int(values["tokens.hi"]), int(values["tokens.vocab"])
+            if lo < 0 or hi >= vocab:
+                raise ValueError(f"tokens must be ids in [0, vocab_size={vocab}), got values from {lo} to {hi}")
 
     def forward(
         self,
@@ -259,54 +355,55 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"tokens must be an integer tensor of shape (B, L), got {tuple(tokens.shape)} {tokens.dtype}"
             )
-        hidden = self.forward_features(
-            self.embed_tokens(tokens), positions=positions, padding_mask=padding_mask, cache=cache,
+        facts = {}
+        if tokens.numel() and not tracing():  # checked with the trunk's other values, in one host read
+            facts = {"tokens.lo": tokens.min(), "tokens.hi": tokens.max(),
+                     "tokens.vocab": torch.tensor(self.token_embedding.num_embeddings, device=tokens.device)}
+            embedded = self.token_embedding(tokens.clamp(0, self.token_embedding.num_embeddings - 1))
+            if self.config.scale_embeddings:
+                embedded = embedded * self.config.dim**0.5
+        else:
+            embedded = self.embed_tokens(tokens)
+        hidden = self._trunk(
+            embedded, facts, positions=positions, padding_mask=padding_mask, cache=cache,
             context=context, context_padding_mask=context_padding_mask, document_ids=document_ids,
         )
         return self.lm_head(hidden)
 
-    CONFIG_FILE = "config.json"
-    WEIGHTS_FILE = "model.pt"
+    CONFIG_FILE = CONFIG_FILE
+    WEIGHTS_FILE = LEGACY_WEIGHTS_FILE
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json`` (the :class:`TransformerConfig`, JSON) and ``model.pt`` (the state dict,
-        encoder parameters included) into ``directory`` (created if needed); returns the directory."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        try:
-            text = json.dumps(dataclasses.asdict(self.config), indent=2, sort_keys=True)
-        except TypeError as error:
-            raise ValueError(f"the config holds a value JSON cannot store ({error}); "
-                             "save the state dict instead") from error
-        (directory / self.CONFIG_FILE).write_text(text + "\n")
-        torch.save(self.state_dict(), directory / self.WEIGHTS_FILE)
-        return directory
+        """Write ``config.json`` (the :class:`TransformerConfig` as JSON, plus the name and SHA-256 of the
+        weights file) and the state dict (encoder parameters included) into ``directory`` (created if
+        needed); returns the directory.
+
+        The save is atomic and consistent (:func:`pe_toolkit.checkpoint.save_checkpoint`): a kill or a
+        full disk in the middle leaves the previous checkpoint loadable, and a failure raises an
+        ``OSError`` naming the file and the cause.
+        """
+        return save_checkpoint(directory, dataclasses.asdict(self.config), self.state_dict())
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device | None = None) -> Transformer:
-        """The model :meth:`save_pretrained` wrote (weights loaded with ``weights_only=True``), in eval mode."""
+        """The model :meth:`save_pretrained` wrote (weights loaded with ``weights_only=True`` and checked
+        against the recorded SHA-256), in eval mode."""
         directory = Path(directory)
-        for name in (cls.CONFIG_FILE, cls.WEIGHTS_FILE):
-            if not (directory / name).is_file():
-                raise FileNotFoundError(f"{directory / name} does not exist (written by Transformer.save_pretrained)")
-        try:
-            fields = json.loads((directory / cls.CONFIG_FILE).read_text())
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ValueError(f"{directory / cls.CONFIG_FILE} is not valid JSON ({error})") from None
-        if not isinstance(fields, dict):
-            raise ValueError(f"{directory / cls.CONFIG_FILE} must hold a JSON object, got {type(fields).__name__}")
+        name, fields = read_manifest(directory)
+        fields.pop(WEIGHTS_ENTRY, None)
         known = {f.name for f in dataclasses.fields(TransformerConfig)}
         unknown = sorted(set(fields) - known)
         if unknown:
             raise ValueError(f"{directory / cls.CONFIG_FILE} has fields TransformerConfig does not know: {unknown}")
-        state = load_weights(directory / cls.WEIGHTS_FILE, map_location=map_location)
+        fields, state = read_checkpoint(directory, map_location=map_location)
+        weights_file = directory / name
         model = cls(TransformerConfig(**fields))
         reference = next(iter(state.values()))
         model = model.to(device=reference.device, dtype=reference.dtype)
         try:
             model.load_state_dict(state)
         except RuntimeError as error:  # missing / unexpected keys, wrong shapes
-            weights, config = directory / cls.WEIGHTS_FILE, directory / cls.CONFIG_FILE
+            weights, config = weights_file, directory / cls.CONFIG_FILE
             raise ValueError(f"{weights} does not fit {config}: {error}") from None
         return model.eval()
 
@@ -336,9 +433,17 @@ class Transformer(nn.Module):
         """
         if not self.config.causal:
             raise ValueError("generate needs a causal model (config.causal=True)")
+        if self.token_embedding is None:
+            raise ValueError("this Transformer has vocab_size=None: generate needs token ids")
+        if not isinstance(prompt, Tensor):
+            raise TypeError(f"prompt must be a torch.Tensor of token ids, got {type(prompt).__name__}")
+        if prompt.dim() != 2 or prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
+            raise ValueError(f"prompt must be an integer tensor of shape (B, L), got shape {tuple(prompt.shape)} "
+                             f"{prompt.dtype} (a single prompt of L tokens is prompt[None])")
+        if prompt.shape[0] == 0 or prompt.shape[1] == 0:
+            raise ValueError(f"prompt must hold at least one row and one token, got shape {tuple(prompt.shape)}")
         check_int("max_new_tokens", max_new_tokens, minimum=0)
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        check_float("temperature", temperature, positive=False, minimum=0.0)
         if top_k is not None:
             check_int("top_k", top_k)
         padding = positions = None
@@ -347,6 +452,15 @@ class Transformer(nn.Module):
             positions = (padding.long().cumsum(-1) - 1).clamp(min=0)  # (B, L): 0 at each first real token
         was_training = self.training
         self.eval()
+        try:
+            return self._generate(prompt, max_new_tokens, temperature, top_k, generator, context,
+                                  context_padding_mask, padding, positions)
+        finally:
+            self.train(was_training)
+
+    def _generate(self, prompt: Tensor, max_new_tokens: int, temperature: float, top_k: int | None,
+                  generator: torch.Generator | None, context: Tensor | None, context_padding_mask: Tensor | None,
+                  padding: Tensor | None, positions: Tensor | None) -> Tensor:
         cache = self.new_cache(max_length=prompt.shape[1] + max_new_tokens)  # allocated once, exactly
         out = prompt
         memory = {"context": context, "context_padding_mask": context_padding_mask}
@@ -368,7 +482,6 @@ class Transformer(nn.Module):
                     positions = positions[:, -1:] + 1
                     padding = torch.cat((padding, padding.new_ones(padding.shape[0], 1)), dim=1)
                     logits = self(next_token, positions=positions, padding_mask=padding, cache=cache, **memory)[:, -1]
-        self.train(was_training)
         return out
 
 

@@ -331,10 +331,8 @@ def test_fire_chunking_over_rows_does_not_change_values():
     positions = torch.arange(7)
     whole = bias_of(enc, positions)
     enc._rows_per_chunk_elems = 7 * 4 * 2  # 2 rows per chunk (7 keys x 4 hidden units)
-    enc.clear_cache()
     chunked = bias_of(enc, positions)
     enc._rows_per_chunk_elems = 1  # one row per chunk
-    enc.clear_cache()
     single = bias_of(enc, positions)
     torch.testing.assert_close(chunked, whole, rtol=0, atol=0)
     torch.testing.assert_close(single, whole, rtol=0, atol=0)

@@ -14,12 +14,14 @@ weights of another model) is a ``ValueError`` or ``FileNotFoundError`` that name
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from zoo_helpers import SEQUENCE_ENCODERS, VOCAB, make_model
 
 import pe_toolkit as pet
-from pe_toolkit.checkpoint import load_weights
+from pe_toolkit.checkpoint import load_weights, weights_path
 
 TOKENS = torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(4))
 
@@ -36,9 +38,11 @@ def test_save_and_weights_only_load_round_trip(name, tmp_path):
 
 def test_broken_checkpoint_with_a_pickled_config_is_refused(tmp_path):
     model = make_model("rope")
-    path = model.save_pretrained(tmp_path / "m") / "model.pt"
+    path = weights_path(model.save_pretrained(tmp_path / "m"))
     torch.save({**model.state_dict(), "config": model.config}, path)  # the bug: an object in the weights
-    with pytest.raises(ValueError, match=r"model.pt' holds objects a weights-only load refuses"):
+    with pytest.raises(ValueError, match=r"model-\w+.pt' holds objects a weights-only load refuses"):
+        load_weights(path)
+    with pytest.raises(ValueError, match=r"model-\w+.pt' does not match the SHA-256"):
         pet.Transformer.from_pretrained(tmp_path / "m")
 
 
@@ -72,10 +76,14 @@ def _write(path, kind: str, good: bytes) -> None:
 ])
 def test_bad_weight_files_name_the_file(kind, message, tmp_path):
     directory = make_model("alibi").save_pretrained(tmp_path / "m")
-    path = directory / "model.pt"
+    path = weights_path(directory)
     _write(path, kind, path.read_bytes())
     with pytest.raises(ValueError, match=message) as info:
+        load_weights(path)
+    # from_pretrained finds the file changed since the save before reading it
+    with pytest.raises(ValueError, match="does not match the SHA-256") as info_pretrained:
         pet.Transformer.from_pretrained(directory)
+    assert str(path) in str(info_pretrained.value)
     # no advice to load unsafely, in any wording (torch's own message says "with `weights_only` set to `False`")
     assert str(path) in str(info.value) and "weights_only" not in str(info.value)
     assert "False" not in str(info.value)
@@ -89,7 +97,9 @@ def test_missing_files_bad_config_and_mismatched_weights(tmp_path):
     with pytest.raises(ValueError, match=r"config.json is not valid JSON"):
         pet.Transformer.from_pretrained(directory)
     other = make_model("t5").save_pretrained(tmp_path / "t5")
-    (tmp_path / "t5" / "config.json").write_text((make_model("alibi").save_pretrained(tmp_path / "a") / "config.json")
-                                                 .read_text())
+    alibi = make_model("alibi").save_pretrained(tmp_path / "a")
+    weights_path(other).replace(tmp_path / "t5" / "model.pt")  # a folder written before manifests
+    (tmp_path / "t5" / "config.json").write_text(json.dumps(
+        {k: v for k, v in json.loads((alibi / "config.json").read_text()).items() if k != "__weights__"}))
     with pytest.raises(ValueError, match=r"model.pt does not fit .*config.json"):
         pet.Transformer.from_pretrained(other)
