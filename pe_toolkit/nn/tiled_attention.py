@@ -185,7 +185,8 @@ class _Plan:
     q_index: Tensor  # (Lq padded,) query indices, clamped to the last query
     k_index: Tensor  # (Lk padded,) key indices, clamped to the last key
     key_valid: Tensor  # (Lk padded,) bool: a real key (not tile padding)
-    pairs: list[tuple[int, list[int]]] = field(default_factory=list)  # (query tile, visible key tiles)
+    # (query tile, [(key tile, whether the mask must be evaluated on it)]): the tiles any query sees
+    pairs: list[tuple[int, list[tuple[int, bool]]]] = field(default_factory=list)
     leaves: list[Tensor] = field(default_factory=list)
 
 
@@ -201,12 +202,21 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
         q_index=torch.arange(q_tiles * tile, device=device).clamp(max=q_len - 1),
         k_index=torch.arange(k_tiles * tile, device=device).clamp(max=k_len - 1),
         key_valid=torch.arange(k_tiles * tile, device=device) < k_len,
-        leaves=bias_inputs(bias_fn),
+        leaves=[] if tracing() else bias_inputs(bias_fn),  # traced: ordinary autograd reaches them
     )
     visible = None if tracing() else _visible_tiles(mask, tile, q_tiles, k_tiles)
+    by_rows_only = mask.key_padding_mask is None and mask.q_documents is None  # causal / window / nothing
     for qt in range(q_tiles):
-        first, last = mask.key_range(qt * tile, min((qt + 1) * tile, q_len))
-        keys = [kt for kt in range(first // tile, -(-last // tile)) if visible is None or visible[qt][kt]]
+        start, stop = qt * tile, min((qt + 1) * tile, q_len)
+        first, last = mask.key_range(start, stop)
+        keys = []
+        for kt in range(first // tile, -(-last // tile)):
+            if visible is not None and not visible[qt][kt]:
+                continue
+            # a tile every query of which sees every key needs no mask: inside [key_range(stop - 1), key_range(start))
+            lo, hi = kt * tile, (kt + 1) * tile
+            whole = by_rows_only and mask.key_range(stop - 1, stop)[0] <= lo and hi <= mask.key_range(start, start + 1)[1]
+            keys.append((kt, plan.mask_fn is not None and not whole))
         plan.pairs.append((qt, keys))
     return plan
 
@@ -249,10 +259,11 @@ def _forward(plan: _Plan, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tens
         m = q_tile.new_full(q_tile.shape[:-1], float("-inf"))
         l = q_tile.new_zeros(q_tile.shape[:-1])
         acc = q_tile.new_zeros(q_tile.shape[:-1] + (v.shape[-1],))
-        for kt in keys:
+        for kt, masked in keys:
             ks = slice(kt * t, (kt + 1) * t)
             m, l, acc = step(q_tile, k[:, :, ks], v[:, :, ks], m, l, acc, plan.q_index[qt * t:(qt + 1) * t],
-                             plan.k_index[ks], plan.key_valid[ks], plan.bias_fn, plan.mask_fn, plan.scale, plan.groups)
+                             plan.k_index[ks], plan.key_valid[ks], plan.bias_fn, plan.mask_fn if masked else None,
+                             plan.scale, plan.groups)
         seen = l > 0
         outputs.append(acc / torch.where(seen, l, 1.0).unsqueeze(-1))
         lses.append(torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), float("inf")))
@@ -286,7 +297,7 @@ class _TiledAttention(torch.autograd.Function):
                 qs = slice(qt * r, (qt + 1) * r)
                 q_tile, do_tile, i = q[:, :, qs], dout[:, :, qs], plan.q_index[qt * t:(qt + 1) * t]
                 dq_tile = dq[:, :, qs]
-                for kt in keys:
+                for kt, masked in keys:
                     ks = slice(kt * t, (kt + 1) * t)
                     bias = None
                     if leaves:
@@ -294,7 +305,7 @@ class _TiledAttention(torch.autograd.Function):
                             bias = bias_step(q_tile, i, plan.k_index[ks], plan.bias_fn, plan.groups)
                     dq_t, dk_t, dv_t, ds = step(q_tile, k[:, :, ks], v[:, :, ks], do_tile, lse[:, :, qs],
                                                 delta[:, :, qs], i, plan.k_index[ks], plan.key_valid[ks],
-                                                plan.bias_fn, plan.mask_fn,
+                                                plan.bias_fn, plan.mask_fn if masked else None,
                                                 None if bias is None else bias.detach(), plan.scale, plan.groups)
                     dq_tile += dq_t
                     dk[:, :, ks] += dk_t
