@@ -11,31 +11,23 @@ causal ``MultiHeadAttention(dim, heads, backend=...)`` layer, float32, batch 1.
   compiles its kernel), the peak RSS growth of the three calls, and the largest difference of the
   output from ``sdpa``'s.
 
-The children fix glibc's mmap threshold at 1 MiB (``mallopt(M_MMAP_THRESHOLD)``, as the environment
-variable ``MALLOC_MMAP_THRESHOLD_=1048576`` would): with glibc's default dynamic threshold, the
-freed buffers of one query tile stay on the heap and the RSS of a blocked training step grows by
-about one tile per tile (measured: 4.2 GiB instead of 0.3 GiB for ALiBi at L = 16,384), which
-measures the allocator, not the tensors alive.
+* **overhead against NoPE**: per length, one child builds NoPE's SDPA layer and every (encoder,
+  backend) layer, runs each once (the first call, timed on its own: the tiled backend compiles its
+  tile steps there), then times forward + backward in interleaved rounds (rotated order); the ratio
+  of each configuration to NoPE's SDPA is taken per round and summarised by its median.
+
+Memory is measured as users get it: the children run with glibc's default allocator settings (no
+``mallopt``, no ``MALLOC_*`` environment variables). Under the default dynamic mmap threshold,
+buffers freed by one tile may stay on the heap; a backend whose peak RSS grows with that is reported
+as it is.
 """
 
 from __future__ import annotations
 
-import ctypes
 import time
 from typing import Any
 
 import pe_toolkit as pet
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-MMAP_THRESHOLD_BYTES = 1 << 20
-
-
-def fix_mmap_threshold() -> bool:
-    """``mallopt(M_MMAP_THRESHOLD, 1 MiB)`` in this process; False where glibc is not there."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except OSError:
-        return False
 
 
 def dense_bytes(length: int, batch: int, heads: int) -> int:
@@ -46,6 +38,8 @@ def dense_bytes(length: int, batch: int, heads: int) -> int:
 def _layer(name: str, length: int, backend: str, dim: int, heads: int, device: str):
     import torch
 
+    if name == "nope":
+        return pet.MultiHeadAttention(dim, heads, causal=True, backend=backend).to(torch.device(device))
     options = dict(pet.encoder_info(name).example_options)
     if "max_len" in options:
         options["max_len"] = max(int(options["max_len"]), length)
@@ -69,7 +63,6 @@ def train_step(name: str, length: int, backend: str, dim: int, heads: int, devic
 
 def warm_train(name: str, backend: str, dim: int, heads: int, device: str):
     def warm() -> None:
-        fix_mmap_threshold()
         train_step(name, 256, backend, dim, heads, device)
 
     return warm
@@ -101,7 +94,6 @@ def warm_infer(name: str, length: int, backend: str, dim: int, heads: int, devic
     def warm() -> None:
         import torch
 
-        fix_mmap_threshold()
         torch.manual_seed(0)
         layer = _layer(name, length, backend, dim, heads, device)
         with torch.no_grad():
@@ -119,7 +111,6 @@ def compiled_vs_eager(name: str, length: int, dim: int, heads: int, device: str,
     """
     import torch
 
-    fix_mmap_threshold()
     torch.manual_seed(0)
     layer = _layer(name, length, "sdpa", dim, heads, device)
     compiled = torch.compile(layer, fullgraph=True)
@@ -150,3 +141,55 @@ def compiled_vs_eager(name: str, length: int, dim: int, heads: int, device: str,
         "max_abs_diff_out": float((out_compiled - out_eager).abs().max()),
         "max_abs_diff_grad": float((grad_compiled - grad_eager).abs().max()),
     }
+
+
+def overhead_vs_nope(configs: list[tuple[str, str]], length: int, dim: int, heads: int, device: str,
+                     rounds: int, budget_s: float | None) -> dict[str, Any]:
+    """Child: forward + backward of NoPE's SDPA layer and of each ``(encoder, backend)`` at ``length``.
+
+    Each layer runs once first (its first call: the tiled backend compiles its tile steps there; seconds
+    reported as ``first_call_s``); then rounds of one step per configuration in rotated order, until
+    ``rounds`` rounds or ``budget_s`` seconds (at least 3 rounds). Per configuration: the times and the
+    per-round ratios to NoPE's SDPA step of the same round.
+    """
+    import statistics
+
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(1, length, dim, device=device, requires_grad=True)
+    steps, first, errors = {}, {}, {}
+    for name, backend in [("nope", "sdpa"), *configs]:
+        key = f"{name}/{backend}"
+        try:
+            layer = _layer(name, length, backend, dim, heads, device)
+
+            def step(layer=layer) -> None:
+                x.grad = None
+                layer.zero_grad(set_to_none=True)
+                layer(x).sum().backward()
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+
+            start = time.perf_counter()
+            step()
+            first[key] = time.perf_counter() - start
+            steps[key] = step
+        except Exception as error:  # noqa: BLE001  (record it, keep the others)
+            errors[key] = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+    if "nope/sdpa" not in steps:
+        return {"errors": errors, "first_call_s": first, "times_s": {}, "ratios": {}}
+    keys = list(steps)
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    started = time.perf_counter()
+    done = 0
+    while done < rounds and (done < 3 or budget_s is None or time.perf_counter() - started < budget_s):
+        order = keys[done % len(keys):] + keys[:done % len(keys)]
+        for k in order:
+            start = time.perf_counter()
+            steps[k]()
+            times[k].append(time.perf_counter() - start)
+        done += 1
+    base = times["nope/sdpa"]
+    ratios = {k: statistics.median(a / b for a, b in zip(v, base)) for k, v in times.items()}
+    return {"errors": errors, "first_call_s": first, "times_s": times, "ratios": ratios}

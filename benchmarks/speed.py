@@ -17,7 +17,9 @@ Two measurements, all in forked children so that this (parent) process runs no t
      builds the layer and input at ``L`` and runs one step; its peak RSS growth is reported.
 
 2. **Attention backends** (:mod:`_backend_sweep`): per encoder, backend (``sdpa``, ``blocked``,
-   ``flex``) and length up to 32,768, the time and peak memory of one training step, and of
+   ``tiled``, ``flex``) and length up to 32,768, the time and peak memory (default allocator) of one
+   training step; forward + backward against NoPE's SDPA per backend at 2k, 8k and 16k, in interleaved
+   rounds in one process, with each backend's first call (the tiled backend's compile) timed; and of
    inference with FlexAttention against dense SDPA; ``torch.compile(fullgraph=True)`` (inductor)
    against eager per encoder at L = 2,048; the overhead of each encoder against NoPE at L = 2,048
    comes from measurement 1 (``backend="auto"``).
@@ -97,10 +99,13 @@ CHILD_TIMEOUT_S = 1800.0
 BIAS_ENCODERS = ("alibi", "t5", "kerple", "fire", "sandwich", "bam", "bam_ssmax", "cope")
 FULL_BACKENDS = {"lengths": [2048, 8192, 16384, 32768], "encoders": ["nope", "rope", *BIAS_ENCODERS],
                  "infer_length": 8192, "infer_encoders": ["alibi", "t5", "kerple", "fire", "sandwich", "bam"],
-                 "compile_length": 2048, "compile_encoders": ["nope", "rope", *BIAS_ENCODERS], "compile_rounds": 5}
+                 "compile_length": 2048, "compile_encoders": ["nope", "rope", *BIAS_ENCODERS], "compile_rounds": 5,
+                 "overhead_lengths": [2048, 8192, 16384], "overhead_encoders": list(BIAS_ENCODERS),
+                 "overhead_rounds": 7, "overhead_budget_s": 900.0}
 QUICK_BACKENDS = {"lengths": [1024], "encoders": ["nope", "alibi", "cope"], "infer_length": 2048,
                   "infer_encoders": ["alibi"], "compile_length": 256, "compile_encoders": ["alibi"],
-                  "compile_rounds": 3}
+                  "compile_rounds": 3, "overhead_lengths": [512], "overhead_encoders": ["alibi"],
+                  "overhead_rounds": 3, "overhead_budget_s": 30.0}
 MEMORY_FRACTION = 0.6  # default cap on a child's memory growth, as a fraction of MemAvailable
 
 
@@ -501,6 +506,54 @@ def _plot(layer_rows: list[dict], rope_rows: list[dict], names: list[str], out_d
 
 
 # ---------------------------------------------------------------------------------- backends
+def backend_overhead_rows(plan: dict, dim: int, heads: int, device: str, memory_limit: int | None,
+                          progress) -> list[dict]:
+    """Forward + backward time of every (encoder, backend) over NoPE's SDPA, per length: one child per length
+    (interleaved rounds, :func:`_backend_sweep.overhead_vs_nope`)."""
+    rows: list[dict] = []
+    for length in plan["overhead_lengths"]:
+        configs, skipped = [], {}
+        for name in plan["overhead_encoders"]:
+            for backend in [*plan["backends"], "auto"]:
+                has_bias = "bias" in pet.encoder_info(name).hooks
+                needed = sweep.dense_bytes(length, 1, heads)
+                if backend == "sdpa" and has_bias and memory_limit is not None and needed > memory_limit:
+                    cap = memory_limit / 2**30
+                    skipped[(name, backend)] = (f"skipped: the dense bias, mask and scores need >= "
+                                                f"{needed / 2**30:.1f} GiB, over the {cap:.1f} GiB cap")
+                elif backend == "flex" and device == "cpu":
+                    skipped[(name, backend)] = "skipped: FlexAttention has no backward on the CPU"
+                elif backend == "tiled" and name == "cope":
+                    skipped[(name, backend)] = "skipped: cope has no pointwise bias (the tiled backend needs one)"
+                else:
+                    configs.append((name, backend))
+        try:
+            result, _ = peak_memory_in_subprocess(
+                sweep.overhead_vs_nope, configs, length, dim, heads, device, plan["overhead_rounds"],
+                plan["overhead_budget_s"], timeout=CHILD_TIMEOUT_S * 4, memory_limit_bytes=memory_limit)
+        except RuntimeError as error:
+            result = {"errors": {f"{n}/{b}": _child_failure(error) for n, b in configs}, "first_call_s": {},
+                      "times_s": {}, "ratios": {}}
+        base = result["times_s"].get("nope/sdpa", [])
+        for name, backend in [("nope", "sdpa"), *configs, *skipped]:
+            key = f"{name}/{backend}"
+            row: dict[str, Any] = dict(kind="backend_overhead", encoder=name, backend=backend, length=length, batch=1,
+                                       dim=dim, heads=heads, device=device, dtype="float32")
+            if key in result["ratios"]:
+                times = sorted(result["times_s"][key])
+                row.update(ratio_vs_nope_sdpa=result["ratios"][key], median_ms=times[len(times) // 2] * 1e3,
+                           nope_sdpa_ms=sorted(base)[len(base) // 2] * 1e3, rounds=len(times),
+                           first_call_s=result["first_call_s"][key], status="ok")
+            else:
+                row.update(ratio_vs_nope_sdpa=None, status=skipped.get((name, backend))
+                           or _short("failed: " + result["errors"].get(key, "not measured")))
+            rows.append(row)
+        progress(f"overhead L={length}: " + ", ".join(
+            f"{r['encoder']}/{r['backend']} {r['ratio_vs_nope_sdpa']:.2f}x" for r in rows
+            if r["length"] == length and r["status"] == "ok"))
+    return rows
+
+
 def run_backend_sweep(plan: dict, dim: int, heads: int, device: str, memory_limit: int | None,
                       progress) -> tuple[list[dict], list[dict], list[dict]]:
     """Training rows (encoder x backend x length), inference rows (encoder x backend at one length) and
@@ -519,6 +572,9 @@ def run_backend_sweep(plan: dict, dim: int, heads: int, device: str, memory_limi
                                       f"over the {memory_limit / 2**30:.1f} GiB cap")
                 elif backend == "flex" and device == "cpu":
                     row.update(seconds=None, peak_mib=None, status="skipped: FlexAttention has no backward on the CPU")
+                elif backend == "tiled" and name == "cope":
+                    row.update(seconds=None, peak_mib=None,
+                               status="skipped: cope has no pointwise bias (the tiled backend needs one)")
                 else:
                     try:
                         seconds, peak = peak_memory_in_subprocess(
@@ -666,6 +722,65 @@ def _backend_plot(train_rows: list[dict], out_dir: Path) -> Path | None:
     return path
 
 
+def _overhead_table(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    lengths = sorted({r["length"] for r in rows})
+    table = []
+    for name, backend in dict.fromkeys((r["encoder"], r["backend"]) for r in rows):
+        entry = {"encoder": name, "backend": backend}
+        for r in rows:
+            if r["encoder"] == name and r["backend"] == backend:
+                entry[f"L{r['length']}"] = (f"{r['ratio_vs_nope_sdpa']:.2f}x ({r['median_ms']:.0f} ms)"
+                                            if r["status"] == "ok" else r["status"].split(":")[0])
+                if r["status"] == "ok":
+                    entry[f"f{r['length']}"] = f"{r['first_call_s']:.1f}"
+        table.append(entry)
+    rounds = ", ".join(f"L={L}: {max((r.get('rounds', 0) for r in rows if r['length'] == L), default=0)}"
+                       for L in lengths)
+    return ("\n### Forward + backward against NoPE's SDPA, per backend (interleaved rounds in one process)\n\n"
+            "Per round, each configuration's step over NoPE's SDPA step of the same round; median over the rounds "
+            f"({rounds}); in brackets the median step. `first call s`: the first step of each configuration in "
+            "its process (the tiled backend compiles its tile steps there; other backends load their code "
+            "paths). `auto` is what `backend=\"auto\"` chose.\n\n"
+            + markdown_table(table, ["encoder", "backend"] + [(f"L{L}", f"L={L}") for L in lengths]
+                             + [(f"f{L}", f"first call s, L={L}") for L in lengths]))
+
+
+def _overhead_plot(rows: list[dict], out_dir: Path) -> Path | None:
+    measured = [r for r in rows if r["status"] == "ok" and r["encoder"] != "nope"]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    styles = {"sdpa": "--", "blocked": "-.", "tiled": "-", "flex": ":", "auto": (0, (1, 3))}
+    for i, name in enumerate(dict.fromkeys(r["encoder"] for r in measured)):
+        for backend, style in styles.items():
+            points = sorted((r["length"], r["ratio_vs_nope_sdpa"]) for r in measured
+                            if r["encoder"] == name and r["backend"] == backend)
+            if points:
+                ax.plot(*zip(*points), linestyle=style, marker="o", color=f"C{i % 10}", label=f"{name} {backend}")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    empty = note_if_empty(ax, "overhead", reason="no configuration was measured in this run")
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel("forward + backward time / NoPE SDPA (median of per-round ratios)")
+    ax.set_title("Overhead against NoPE per backend (solid: tiled, dashed: sdpa, dash-dot: blocked)")
+    ax.grid(True, which="both", alpha=0.3)
+    if not empty:
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path = out_dir / "overhead_vs_length.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 # --------------------------------------------------------------------------------------- main
 def _available_memory_bytes() -> int | None:
     try:
@@ -737,8 +852,13 @@ def build_parser():
                                                            "(default 2048, quick 256)")
     parser.add_argument("--compile-encoders", nargs="*", help="encoders of the compiled-vs-eager comparison "
                                                               "(none: skip it)")
-    parser.add_argument("--backends", nargs="+", choices=("sdpa", "blocked", "flex"), default=None,
-                        help="training backends (default sdpa blocked; flex trains on CUDA only)")
+    parser.add_argument("--backends", nargs="+", choices=("sdpa", "blocked", "tiled", "flex"), default=None,
+                        help="training backends (default sdpa blocked tiled; flex trains on CUDA only)")
+    parser.add_argument("--overhead-lengths", type=int, nargs="*",
+                        help=f"lengths of the interleaved overhead-vs-NoPE timing per backend (default "
+                             f"{FULL_BACKENDS['overhead_lengths']}, quick {QUICK_BACKENDS['overhead_lengths']}; "
+                             "none: skip it)")
+    parser.add_argument("--overhead-encoders", nargs="+", help="encoders of the overhead-vs-NoPE timing")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="device of the backend sweep (auto: cuda when available)")
     return parser
@@ -784,8 +904,17 @@ def main(argv: list[str] | None = None) -> int:
 
         device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
         defaults = QUICK_BACKENDS if args.quick else FULL_BACKENDS
-        plan = dict(defaults, backends=args.backends or (["sdpa", "blocked", "flex"] if device == "cuda"
-                                                          else ["sdpa", "blocked"]))
+        plan = dict(defaults, backends=args.backends or (["sdpa", "blocked", "tiled", "flex"] if device == "cuda"
+                                                          else ["sdpa", "blocked", "tiled"]))
+        if args.overhead_lengths is not None:
+            if any(L < 1 for L in args.overhead_lengths):
+                parser.error(f"--overhead-lengths must be positive, got {args.overhead_lengths}")
+            plan["overhead_lengths"] = args.overhead_lengths
+        if args.overhead_encoders:
+            unknown = [n for n in args.overhead_encoders if n not in available]
+            if unknown:
+                parser.error(f"unknown --overhead-encoders {unknown}; sequence encoders: {', '.join(available)}")
+            plan["overhead_encoders"] = args.overhead_encoders
         if args.backend_lengths:
             plan["lengths"] = args.backend_lengths
         if args.backend_encoders:
@@ -812,7 +941,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"unknown --compile-encoders {unknown}; sequence encoders: {', '.join(available)}")
             plan["compile_encoders"] = args.compile_encoders
     sweep_steps = 0 if plan is None else (len(plan["lengths"]) * len(plan["encoders"]) * len(plan["backends"])
-                                          + len(plan["infer_encoders"]) + len(plan["compile_encoders"]))
+                                          + len(plan["infer_encoders"]) + len(plan["compile_encoders"])
+                                          + len(plan["overhead_lengths"]))
     layer_rows: list[dict] = []
     progress = Progress(len(lengths) * (1 + len(names)) + sweep_steps + (0 if args.no_rope_apply else 1), NAME)
     for length in lengths:
@@ -905,9 +1035,11 @@ def main(argv: list[str] | None = None) -> int:
     train_rows: list[dict] = []
     infer_rows: list[dict] = []
     compile_rows: list[dict] = []
+    backend_overhead: list[dict] = []
     if plan is not None:
         train_rows, infer_rows, compile_rows = run_backend_sweep(plan, args.dim, args.heads, device, memory_limit,
                                                                  progress)
+        backend_overhead = backend_overhead_rows(plan, args.dim, args.heads, device, memory_limit, progress)
     overhead = overhead_rows(layer_rows)
 
     rope_rows: list[dict] = []
@@ -967,14 +1099,17 @@ def main(argv: list[str] | None = None) -> int:
         step="attention(encoding.embed(x, positions)).sum().backward(), x (B, L, dim) float32 requires_grad",
         backend_sweep=plan,
         backend_device=device,
-        mmap_threshold_bytes_in_backend_children=sweep.MMAP_THRESHOLD_BYTES,
+        allocator="glibc defaults in every child (no mallopt, no MALLOC_* environment variables)",
     )
-    rows = layer_rows + train_rows + infer_rows + compile_rows + overhead + rope_rows
+    rows = layer_rows + train_rows + infer_rows + compile_rows + overhead + backend_overhead + rope_rows
     write_results(NAME, config, rows, seconds, root=args.out)
     plots = _plot(layer_rows, rope_rows, names, out_dir)
     backend_plot = _backend_plot(train_rows, out_dir)
     if backend_plot is not None:
         plots.append(backend_plot)
+    overhead_plot = _overhead_plot(backend_overhead, out_dir)
+    if overhead_plot is not None:
+        plots.append(overhead_plot)
 
     command = command_line(sys.argv[1:] if argv is None else argv, script=__file__)
     body = [
@@ -1020,13 +1155,14 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if alone:
         body.append("\nTimed in a process of their own:\n\n" + "\n".join(alone) + "\n")
-    if train_rows or infer_rows or overhead or compile_rows:
+    if train_rows or infer_rows or overhead or compile_rows or backend_overhead:
         body += [
             "\n## Attention backends\n",
             sweep.__doc__.split("\n\n", 1)[1].strip() + "\n",
             "GPU rows: " + ("measured on CUDA.\n" if any(r.get("device") == "cuda" for r in train_rows + infer_rows)
                             else "not measured (no GPU in this run).\n"),
             _backend_tables(train_rows, infer_rows, overhead, compile_rows),
+            _overhead_table(backend_overhead),
         ]
     if rope_rows:
         r0 = rope_rows[0]

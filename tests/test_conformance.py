@@ -307,18 +307,19 @@ def test_packed_documents_equal_each_document_alone(name, causal):
 
 
 @pytest.mark.parametrize("name", [n for n in SEQUENCE_ENCODERS if n not in EMBED_ONLY])
-@pytest.mark.parametrize("backend", ["blocked", "flex"])
+@pytest.mark.parametrize("backend", ["blocked", "flex", "tiled"])
 def test_packed_documents_on_every_backend(name, backend, monkeypatch):
-    """The document mask and restarted positions on the memory-bounded and FlexAttention paths."""
-    from pe_toolkit.nn import backends
+    """The document mask and restarted positions on the memory-bounded, FlexAttention and tiled paths."""
+    from pe_toolkit.nn import backends, tiled_attention
 
-    if backend == "flex" and name == "cope":
+    if backend in ("flex", "tiled") and name == "cope":
         pytest.skip("cope has no pointwise bias")
     monkeypatch.setattr(backends, "FLEX_COMPILE", False)
+    monkeypatch.setattr(tiled_attention, "TILED_COMPILE", False)  # compiled tiles: tests/nn/test_tiled_attention.py
     enc = make_encoder(name)
     perturb_parameters(enc)
     reference = layer_for(enc, num_kv_heads=2, backend="sdpa")
-    other = layer_for(enc, num_kv_heads=2, backend=backend, query_block_size=4 if backend == "blocked" else None)
+    other = layer_for(enc, num_kv_heads=2, backend=backend, query_block_size=4 if backend != "flex" else None)
     other.load_state_dict(reference.state_dict())
     x = torch.randn(2, 13, 32)
     document_ids = torch.tensor([[0] * 4 + [1] * 6 + [2] * 3, [5] * 7 + [3] + [5] * 5])
@@ -404,6 +405,21 @@ def test_compiled_layer_equals_eager(name, fresh_dynamo):
     the traced graph itself, without inductor's float reassociation)."""
     enc = make_encoder(name)
     module = EmbedThenAttend(enc, layer_for(enc, num_kv_heads=2)).double()
+    perturb_parameters(module)
+    x = torch.randn(2, 9, 32, dtype=torch.float64, requires_grad=True)
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
+    _assert_same_outputs_and_gradients(compiled, module, (x, torch.arange(9)), [x, *module.parameters()])
+
+
+@pytest.mark.parametrize("name", [n for n in SEQUENCE_ENCODERS if n != "cope"])
+def test_compiled_tiled_layer_equals_eager(name, fresh_dynamo, monkeypatch):
+    """The same with ``backend="tiled"`` (tiles of 4 over 9 tokens): the tile loop traces into one graph
+    (with ordinary autograd, see pe_toolkit.nn.tiled_attention) and equals the eager custom autograd function."""
+    from pe_toolkit.nn import tiled_attention
+
+    monkeypatch.setattr(tiled_attention, "TILED_COMPILE", False)  # eager side: the tile steps uncompiled
+    enc = make_encoder(name)
+    module = EmbedThenAttend(enc, layer_for(enc, num_kv_heads=2, backend="tiled", query_block_size=4)).double()
     perturb_parameters(module)
     x = torch.randn(2, 9, 32, dtype=torch.float64, requires_grad=True)
     compiled = torch.compile(module, fullgraph=True, backend="aot_eager")

@@ -16,6 +16,11 @@ Every backend computes ``softmax(q k^T / sqrt(d) + bias, masked) v`` for the sam
   :meth:`~pe_toolkit.nn.masks.AttentionMask.mask_function` as a block mask: nothing quadratic is
   materialised. Forward and backward on CUDA; forward only on CPU (PyTorch has no CPU backward).
   Encoders without a pointwise bias (CoPE) cannot use it.
+* ``"tiled"``: :func:`pe_toolkit.nn.tiled_attention.tiled_attention`, a flash-style tile loop (online
+  softmax, custom autograd function that saves only the output and the log-sum-exp and recomputes
+  tiles in the backward pass) with the encoder's pointwise ``bias_function`` per tile, compiled per
+  tile step; skips tiles the mask hides. Forward and backward on every device; memory linear in L.
+  Encoders without a pointwise bias (CoPE) and attention dropout cannot use it.
 * ``"auto"``: :func:`choose_backend`.
 
 Under bfloat16 / float16 a bias is added in float32: the dense and tiled paths run the attention of
@@ -37,7 +42,7 @@ from pe_toolkit.encoders.base import BiasFunction, PositionalEncoding, PositionB
 from pe_toolkit.nn.masks import AttentionMask
 from pe_toolkit.nn.position_state import PositionState
 
-BACKENDS = ("auto", "sdpa", "blocked", "flex")
+BACKENDS = ("auto", "sdpa", "blocked", "flex", "tiled")
 """The values of ``MultiHeadAttention(backend=...)``."""
 
 DENSE_BUDGET = 1 << 26
@@ -52,6 +57,9 @@ FLEX_MIN_PAIRS_CPU = 4096 * 4096
 FLEX_CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """Input dtypes of PyTorch's CPU FlexAttention kernel (no float64)."""
 
+TILED_MIN_PAIRS_CPU = 1024 * 1024
+"""``"auto"`` trains a pointwise bias on the CPU with ``"tiled"`` from this many query-key pairs per head."""
+
 
 def flex_supported(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
     """Whether FlexAttention can run this encoder: no bias, or a pointwise one."""
@@ -63,17 +71,25 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
     """The rule of ``backend="auto"``.
 
     1. ``"blocked"`` when a tile size was given (``query_block_size``).
-    2. ``"flex"`` when FlexAttention can run the encoder (:func:`flex_supported`), there is no
+    2. ``"tiled"`` on the CPU when a gradient is needed, the encoder has a pointwise bias, there is no
+       dropout, the call is not being traced by ``torch.compile`` and it has at least
+       :data:`TILED_MIN_PAIRS_CPU` query-key pairs per head. Training only: its first call compiles the
+       tile steps (tens of seconds per encoder, see ``docs/concepts.md``), which a training run pays once
+       and a single forward never pays back; without a gradient FlexAttention's fused forward is faster.
+    3. ``"flex"`` when FlexAttention can run the encoder (:func:`flex_supported`), there is no
        dropout, and either the tensors are on CUDA or no gradient is needed and the call has at least
        :data:`FLEX_MIN_PAIRS_CPU` query-key pairs per head (its compile time pays off from there) in
        one of :data:`FLEX_CPU_DTYPES`.
-    3. ``"blocked"`` when the dense bias or mask would exceed :data:`DENSE_BUDGET` elements.
-    4. ``"sdpa"`` otherwise.
+    4. ``"blocked"`` when the dense bias or mask would exceed :data:`DENSE_BUDGET` elements.
+    5. ``"sdpa"`` otherwise.
     """
     if tile is not None:
         return "blocked"
     has_bias = type(encoding).bias is not PositionalEncoding.bias
     pairs = mask.q_len * mask.k_len
+    if (has_bias and not q.is_cuda and dropout == 0.0 and pairs >= TILED_MIN_PAIRS_CPU and not tracing()
+            and _needs_grad(q, k, encoding) and flex_supported(encoding, q, k, q_pos, k_pos)):
+        return "tiled"
     cpu_ok = q.dtype in FLEX_CPU_DTYPES and not _needs_grad(q, k, encoding) and pairs >= FLEX_MIN_PAIRS_CPU
     if dropout == 0.0 and (q.is_cuda or cpu_ok):
         if flex_supported(encoding, q, k, q_pos, k_pos):
@@ -104,7 +120,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodi
         encoding: the layer's encoder.
         mask: which keys each query sees.
         backend: one of :data:`BACKENDS`.
-        tile: query rows per tile for ``"blocked"`` (default from :data:`TILE_BUDGET`).
+        tile: query rows per tile for ``"blocked"`` (default from :data:`TILE_BUDGET`); queries and keys per
+            tile for ``"tiled"`` (default :data:`~pe_toolkit.nn.tiled_attention.TILE`).
         dropout: attention dropout probability (``"sdpa"`` and ``"blocked"`` only).
         vector_dims: trailing feature dims of the positions (the length dim is the one before them).
         state: the forward's :class:`~pe_toolkit.nn.position_state.PositionState`: the dense path takes a
@@ -118,6 +135,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encodi
         return _blocked(q, k, v, q_pos, k_pos, encoding, mask, tile, dropout, vector_dims)
     if backend == "flex":
         return _flex(q, k, v, q_pos, k_pos, encoding, mask, dropout)
+    if backend == "tiled":
+        return _tiled(q, k, v, q_pos, k_pos, encoding, mask, tile, dropout)
     raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
@@ -246,6 +265,23 @@ def _blocked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, enco
         else:
             outputs.append(run(*inputs))
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+
+
+# ------------------------------------------------------------------------------------------ tiled
+def _tiled(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
+           mask: AttentionMask, tile: int | None, dropout: float) -> Tensor:
+    from pe_toolkit.nn.tiled_attention import tiled_attention
+
+    if dropout > 0:
+        raise ValueError("backend 'tiled' has no attention dropout; use 'sdpa' or 'blocked' (or dropout=0)")
+    bias_fn = None
+    if type(encoding).bias is not PositionalEncoding.bias:
+        bias_fn = encoding.bias_function(q, k, q_pos, k_pos)
+        if bias_fn is None:
+            name = getattr(encoding, "registry_name", type(encoding).__name__)
+            raise ValueError(f"backend 'tiled' needs a pointwise bias; {name!r} has none (its bias is not "
+                             "elementwise in (batch, head, query, key)): use 'sdpa' or 'blocked'")
+    return tiled_attention(q, k, v, bias_fn, mask, tile=tile)
 
 
 # ------------------------------------------------------------------------------------------ flex

@@ -45,6 +45,9 @@ def smoke_run(tmp_path_factory):
         "--infer-encoders", "alibi",
         "--compile-length", "32",
         "--compile-encoders", "alibi",
+        "--backends", "sdpa", "blocked",  # the tiled backend compiles its tile steps: tests/nn/test_tiled_attention.py
+        "--overhead-lengths", "64",
+        "--overhead-encoders", "alibi", "cope",
     ]
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import speed; sys.exit(speed.main(sys.argv[2:]))"
@@ -153,3 +156,14 @@ def test_smoke_backend_rows(smoke_run):
     assert "## Attention backends" in report and "GPU rows: not measured" in report
     assert "### Compiled against eager, L=32" in report
     assert (directory / "backend_memory_vs_length.png").is_file()
+    # forward + backward over NoPE's SDPA per backend, interleaved in one child (cope has no tiled path)
+    ratios = {(r["encoder"], r["backend"]): r for r in rows if r["kind"] == "backend_overhead"}
+    assert set(ratios) == {("nope", "sdpa")} | {(e, b) for e in ("alibi", "cope") for b in ("sdpa", "blocked", "auto")}
+    assert ratios[("nope", "sdpa")]["ratio_vs_nope_sdpa"] == 1.0
+    for r in ratios.values():
+        assert r["status"] == "ok" and r["length"] == 64 and r["rounds"] == 3 and r["ratio_vs_nope_sdpa"] > 0
+        assert r["first_call_s"] > 0
+    assert "### Forward + backward against NoPE's SDPA, per backend" in report
+    assert (directory / "overhead_vs_length.png").is_file()
+    allocator = json.loads((directory / "results.json").read_text())["config"]["allocator"]
+    assert allocator.startswith("glibc defaults in every child (no mallopt")

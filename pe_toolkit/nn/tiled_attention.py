@@ -1,0 +1,366 @@
+"""A tiled (flash-style) attention for training with a pointwise bias on the CPU: memory linear in L.
+
+``softmax(q k^T / sqrt(d) + bias, masked) v`` evaluated over ``tile x tile`` blocks of queries and
+keys with an online softmax (Milakov & Gimelshein 2018, arXiv:1805.02867; the tile loop and the
+recomputing backward of FlashAttention, Dao et al. 2022, arXiv:2205.14135, and FlashAttention-2,
+Dao 2023, arXiv:2307.08691). The forward pass keeps only the output and the log-sum-exp of each
+query row; the backward pass recomputes every tile's scores and probabilities from them. No
+``(Lq, Lk)`` tensor exists at any time: peak memory is ``O(L d + tile^2)`` per layer.
+
+The bias of every tile comes from the encoder's one pointwise definition,
+:meth:`~pe_toolkit.encoders.base.PositionalEncoding.bias_function` (``f(b, h, i, j)``, FlexAttention's
+``score_mod``), evaluated at the tile's global indices; the mask from
+:meth:`~pe_toolkit.nn.masks.AttentionMask.mask_function`. Tiles that the mask hides entirely are
+never computed: outside the causal / sliding-window key range (known from the shapes), and, for
+packed documents and key padding, tiles whose query documents and key documents do not overlap or
+whose keys are all padding (one small ``(B, tiles, tiles)`` test, read once per call).
+
+Learnable biases: the tensors the bias function reads that require a gradient (a tabulated bias
+over distances, an encoder's parameters, a per-query table built from ``q``) are found in its
+closure (:func:`bias_inputs`) and passed to the autograd function as inputs; in the backward pass
+each tile's bias is evaluated again with autograd on and its gradient ``dS`` (the score gradient of
+the tile) is pushed through it with ``torch.autograd.grad``, accumulated over the tiles. Autograd
+then carries those gradients on to the parameters (e.g. from a distance table to T5's embedding).
+
+Grouped-query attention: queries are viewed ``(B, H_kv, G, L, d)`` against keys ``(B, H_kv, 1, L, d)``;
+keys and values are never repeated.
+
+The per-tile steps run through ``torch.compile`` (:data:`TILED_COMPILE`; one compiled graph per
+encoder's bias function code, mask kind and tile shape, shared by all calls and lengths). Inside a
+graph that the user compiles (``torch.compile(model, fullgraph=True)``) the same tile loop is traced
+with ordinary autograd instead of the custom function (its backward calls ``torch.autograd.grad``
+and reads the tile plan on the host, which a graph cannot), so outputs and gradients are the same
+and the whole model still compiles in one graph; the memory bound then depends on the compiler's
+rematerialisation.
+
+Rows that see no key at all (a padding query of a left-padded batch) get output 0 and no gradient
+(FlexAttention's convention; the dense path gives them every key instead).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from pe_toolkit.encoders.base import BiasFunction, tracing
+from pe_toolkit.nn.masks import AttentionMask, MaskFunction
+
+TILE = 256
+"""Queries and keys per tile (measured on 2 CPU cores, dim 256, 4 heads: 128 was slower, 512 no faster)."""
+
+TILED_COMPILE = True
+"""Run the tile steps compiled (fused); tests may set False to check them eagerly (no compile per encoder)."""
+
+RECOMPILE_LIMIT = 256
+"""Compiled graphs per tile step per process (one per bias function code, mask kind and tile shape)."""
+
+
+# ------------------------------------------------------------------------------------ tile steps
+# A query tile is ``(B, H_kv, T * G, d)``: the G query heads of one key head folded into the rows
+# (row r is query r // G of head kv_head * G + r % G), so that every product is a plain batched matmul.
+def _indices(q: Tensor, i: Tensor, j: Tensor, groups: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Broadcastable ``(b, h, i, j)`` index tensors for a ``(B, H_kv, T * G, Tk)`` tile."""
+    batch, kv_heads, rows = q.shape[:3]
+    b = torch.arange(batch, device=q.device).view(batch, 1, 1, 1)
+    g = torch.arange(groups, device=q.device).repeat(rows // groups)
+    h = (torch.arange(kv_heads, device=q.device).view(kv_heads, 1) * groups + g).view(1, kv_heads, rows, 1)
+    return b, h, i.repeat_interleave(groups).view(1, 1, rows, 1), j.view(1, 1, 1, -1)
+
+
+def _scores(q: Tensor, k: Tensor, i: Tensor, j: Tensor, key_valid: Tensor, bias_fn: BiasFunction | None,
+            mask_fn: MaskFunction | None, bias: Tensor | None, scale: float, groups: int) -> Tensor:
+    """Masked scaled scores of one tile, ``(B, H_kv, T * G, Tk)``: q ``(B, H_kv, T * G, d)``, k ``(B, H_kv, Tk, d)``."""
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    b, h, ii, jj = _indices(q, i, j, groups)
+    if bias is not None:
+        s = s + bias
+    elif bias_fn is not None:
+        s = s + bias_fn(b, h, ii, jj).to(s.dtype)
+    keep = key_valid.view(1, 1, 1, -1)
+    if mask_fn is not None:
+        keep = keep & mask_fn(b, h, ii, jj)
+    return s.masked_fill(~keep, float("-inf"))
+
+
+def _forward_tile(q: Tensor, k: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor, i: Tensor, j: Tensor,
+                  key_valid: Tensor, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
+                  scale: float, groups: int) -> tuple[Tensor, Tensor, Tensor]:
+    """One online-softmax step: the running max ``m``, sum ``l`` and output ``acc`` after this key tile."""
+    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, None, scale, groups)
+    m_new = torch.maximum(m, s.amax(-1))
+    m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)  # rows without a visible key yet
+    p = torch.exp(s - m_safe.unsqueeze(-1))
+    alpha = torch.exp(m - m_safe)
+    l = l * alpha + p.sum(-1)
+    acc = acc * alpha.unsqueeze(-1) + torch.matmul(p, v)
+    return m_new, l, acc
+
+
+def _backward_tile(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor, i: Tensor,
+                   j: Tensor, key_valid: Tensor, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
+                   bias: Tensor | None, scale: float, groups: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of one tile: ``dq (B, H_kv, T * G, d)``, ``dk, dv (B, H_kv, Tk, d)`` and the score gradient ``dS``."""
+    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups)
+    p = torch.exp(s - lse.unsqueeze(-1))  # lse = +inf on rows without a visible key: p = 0
+    dv = torch.matmul(p.transpose(-1, -2), dout)
+    dp = torch.matmul(dout, v.transpose(-1, -2))
+    ds = p * (dp - delta.unsqueeze(-1))
+    dq = torch.matmul(ds, k) * scale
+    dk = torch.matmul(ds.transpose(-1, -2), q) * scale
+    return dq, dk, dv, ds
+
+
+def _bias_tile(q: Tensor, i: Tensor, j: Tensor, bias_fn: BiasFunction, groups: int) -> Tensor:
+    """The bias of one tile (with autograd, for the gradients of the tensors it reads)."""
+    b, h, ii, jj = _indices(q, i, j, groups)
+    return bias_fn(b, h, ii, jj)
+
+
+@functools.cache
+def _compiled(step: Callable) -> Callable:
+    return torch.compile(step, fullgraph=True)
+
+
+def _step(step: Callable, compiled: bool) -> Callable:
+    return _compiled(step) if compiled else step
+
+
+# ------------------------------------------------------------------------------------ bias inputs
+def bias_inputs(bias_fn: BiasFunction | None) -> list[Tensor]:
+    """The tensors that require a gradient and that ``bias_fn`` reads: found in its closure (and in the
+    closures of the functions and the parameters of the modules it holds), each once.
+
+    Tensors built before the call (a distance table, a per-query table) are taken as they are; the
+    parameters of a module the function holds (e.g. ``self`` of an encoder's ``score``) are read at
+    evaluation time. When both occur, only parameters are taken (a table built from them would
+    otherwise count their gradient twice).
+    """
+    if bias_fn is None:
+        return []
+    built, parameters, seen = [], [], set()
+
+    def visit(fn: object) -> None:
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, Tensor):
+                if value.requires_grad and id(value) not in seen:
+                    seen.add(id(value))
+                    (parameters if isinstance(value, nn.Parameter) else built).append(value)
+            elif isinstance(value, nn.Module):
+                for p in value.parameters():
+                    if p.requires_grad and id(p) not in seen:
+                        seen.add(id(p))
+                        parameters.append(p)
+            elif callable(value):
+                visit(value)
+
+    visit(bias_fn)
+    return parameters if parameters else built
+
+
+# ------------------------------------------------------------------------------------ the plan
+@dataclass
+class _Plan:
+    """What one call computes: shapes, the visible tile pairs, the index tensors and the bias / mask."""
+
+    tile: int
+    q_len: int
+    k_len: int
+    scale: float
+    bias_fn: BiasFunction | None
+    mask_fn: MaskFunction | None
+    compiled: bool
+    groups: int
+    q_index: Tensor  # (Lq padded,) query indices, clamped to the last query
+    k_index: Tensor  # (Lk padded,) key indices, clamped to the last key
+    key_valid: Tensor  # (Lk padded,) bool: a real key (not tile padding)
+    # (query tile, [(key tile, whether the mask must be evaluated on it)]): the tiles any query sees
+    pairs: list[tuple[int, list[tuple[int, bool]]]] = field(default_factory=list)
+    leaves: list[Tensor] = field(default_factory=list)
+
+
+def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | None, tile: int,
+          compiled: bool) -> _Plan:
+    q_len, k_len = mask.q_len, mask.k_len
+    q_tiles, k_tiles = -(-q_len // tile), -(-k_len // tile)
+    device = q.device
+    plan = _Plan(
+        tile=tile, q_len=q_len, k_len=k_len, scale=1.0 / math.sqrt(q.shape[-1]), bias_fn=bias_fn,
+        mask_fn=None if mask.is_empty else mask.mask_function(), compiled=compiled,
+        groups=q.shape[1] // k.shape[1],
+        q_index=torch.arange(q_tiles * tile, device=device).clamp(max=q_len - 1),
+        k_index=torch.arange(k_tiles * tile, device=device).clamp(max=k_len - 1),
+        key_valid=torch.arange(k_tiles * tile, device=device) < k_len,
+        leaves=[] if tracing() else bias_inputs(bias_fn),  # traced: ordinary autograd reaches them
+    )
+    visible = None if tracing() else _visible_tiles(mask, tile, q_tiles, k_tiles)
+    by_rows_only = mask.key_padding_mask is None and mask.q_documents is None  # causal / window / nothing
+    for qt in range(q_tiles):
+        start, stop = qt * tile, min((qt + 1) * tile, q_len)
+        first, last = mask.key_range(start, stop)
+        keys = []
+        for kt in range(first // tile, -(-last // tile)):
+            if visible is not None and not visible[qt][kt]:
+                continue
+            # a tile every query of which sees every key needs no mask: inside [key_range(stop - 1), key_range(start))
+            lo, hi = kt * tile, (kt + 1) * tile
+            whole = by_rows_only and mask.key_range(stop - 1, stop)[0] <= lo and hi <= mask.key_range(start, start + 1)[1]
+            keys.append((kt, plan.mask_fn is not None and not whole))
+        plan.pairs.append((qt, keys))
+    return plan
+
+
+def _visible_tiles(mask: AttentionMask, tile: int, q_tiles: int, k_tiles: int) -> list[list[bool]] | None:
+    """``[query tile][key tile]``: whether any batch row may see a key of the tile pair (documents, padding).
+
+    Documents overlap only if the id ranges of the two tiles do; padding hides a key tile whose keys
+    are all padding. One ``(B, q_tiles, k_tiles)`` test, read on the host once per call.
+    """
+    if mask.q_documents is None and mask.key_padding_mask is None:
+        return None
+
+    def tiles(x: Tensor, count: int, fill: Tensor) -> Tensor:  # (B, L) -> (B, count, tile), padded with fill
+        pad = count * tile - x.shape[-1]
+        return torch.cat([x, fill.expand(x.shape[0], pad)], dim=-1).view(x.shape[0], count, tile)
+
+    device = (mask.q_documents if mask.q_documents is not None else mask.key_padding_mask).device
+    visible = torch.ones(1, q_tiles, k_tiles, dtype=torch.bool, device=device)
+    if mask.q_documents is not None:
+        qd = tiles(mask.q_documents, q_tiles, mask.q_documents[:, -1:])
+        kd = tiles(mask.k_documents, k_tiles, mask.k_documents[:, -1:])
+        q_lo, q_hi = qd.amin(-1), qd.amax(-1)  # (B, q_tiles)
+        k_lo, k_hi = kd.amin(-1), kd.amax(-1)
+        visible = visible & (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
+    if mask.key_padding_mask is not None:
+        kp = tiles(mask.key_padding_mask, k_tiles, mask.key_padding_mask.new_zeros(1, 1))
+        visible = visible & kp.any(-1)[:, None, :]
+    return visible.any(0).tolist()
+
+
+# ------------------------------------------------------------------------------------ forward / backward
+def _forward(plan: _Plan, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Output ``(B, H_kv, Lq_pad * G, d)`` and log-sum-exp ``(B, H_kv, Lq_pad * G)`` (+inf where no key is seen)."""
+    t, r = plan.tile, plan.tile * plan.groups
+    step = _step(_forward_tile, plan.compiled and not tracing())
+    outputs, lses = [], []
+    for qt, keys in plan.pairs:
+        q_tile = q[:, :, qt * r:(qt + 1) * r]
+        m = q_tile.new_full(q_tile.shape[:-1], float("-inf"))
+        l = q_tile.new_zeros(q_tile.shape[:-1])
+        acc = q_tile.new_zeros(q_tile.shape[:-1] + (v.shape[-1],))
+        for kt, masked in keys:
+            ks = slice(kt * t, (kt + 1) * t)
+            m, l, acc = step(q_tile, k[:, :, ks], v[:, :, ks], m, l, acc, plan.q_index[qt * t:(qt + 1) * t],
+                             plan.k_index[ks], plan.key_valid[ks], plan.bias_fn, plan.mask_fn if masked else None,
+                             plan.scale, plan.groups)
+        seen = l > 0
+        outputs.append(acc / torch.where(seen, l, 1.0).unsqueeze(-1))
+        lses.append(torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), float("inf")))
+    return torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
+
+
+class _TiledAttention(torch.autograd.Function):
+    """Forward: online softmax over the tiles, saving output and log-sum-exp. Backward: tiles recomputed."""
+
+    @staticmethod
+    def forward(ctx, plan: _Plan, q: Tensor, k: Tensor, v: Tensor, *leaves: Tensor) -> Tensor:
+        out, lse = _forward(plan, q, k, v)
+        ctx.plan = plan
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout: Tensor) -> tuple:
+        plan: _Plan = ctx.plan
+        q, k, v, out, lse = ctx.saved_tensors
+        t, r = plan.tile, plan.tile * plan.groups
+        dout = dout.contiguous()
+        delta = (dout * out).sum(-1)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        leaves = plan.leaves if any(ctx.needs_input_grad[4:]) else []
+        dleaves = [None] * len(leaves)
+        step = _step(_backward_tile, plan.compiled)
+        bias_step = _step(_bias_tile, plan.compiled)
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            for qt, keys in plan.pairs:
+                qs = slice(qt * r, (qt + 1) * r)
+                q_tile, do_tile, i = q[:, :, qs], dout[:, :, qs], plan.q_index[qt * t:(qt + 1) * t]
+                dq_tile = dq[:, :, qs]
+                for kt, masked in keys:
+                    ks = slice(kt * t, (kt + 1) * t)
+                    bias = None
+                    if leaves:
+                        with torch.enable_grad():
+                            bias = bias_step(q_tile, i, plan.k_index[ks], plan.bias_fn, plan.groups)
+                    dq_t, dk_t, dv_t, ds = step(q_tile, k[:, :, ks], v[:, :, ks], do_tile, lse[:, :, qs],
+                                                delta[:, :, qs], i, plan.k_index[ks], plan.key_valid[ks],
+                                                plan.bias_fn, plan.mask_fn if masked else None,
+                                                None if bias is None else bias.detach(), plan.scale, plan.groups)
+                    dq_tile += dq_t
+                    dk[:, :, ks] += dk_t
+                    dv[:, :, ks] += dv_t
+                    if leaves:
+                        grads = torch.autograd.grad(bias, leaves, ds.sum_to_size(bias.shape), allow_unused=True,
+                                                    retain_graph=False)
+                        dleaves = [g if d is None else (d if g is None else d + g) for d, g in zip(dleaves, grads)]
+        grads = [None] * (len(ctx.needs_input_grad) - 4)
+        if leaves:
+            grads = dleaves
+        return (None, dq, dk, dv, *grads)
+
+
+# ------------------------------------------------------------------------------------ entry point
+def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bias_fn: BiasFunction | None, mask: AttentionMask, *,
+                    tile: int | None = None, compiled: bool | None = None) -> Tensor:
+    """``softmax(q k^T / sqrt(d) + bias_fn, mask) v`` over tiles, ``(B, H, Lq, d)``.
+
+    Args:
+        q: ``(B, H, Lq, d)``; k, v: ``(B, H_kv, Lk, d)`` with ``H_kv`` dividing ``H`` (grouped-query heads
+            are broadcast, never repeated).
+        bias_fn: the encoder's pointwise bias ``f(b, h, i, j)`` over this call's indices, or ``None``.
+        mask: which keys each query sees.
+        tile: queries and keys per tile (default :data:`TILE`, or the length rounded up to 8 when shorter).
+        compiled: run the tile steps through ``torch.compile`` (default :data:`TILED_COMPILE`).
+
+    float16 / bfloat16 inputs are computed in float32 and the output cast back.
+    """
+    compiled = TILED_COMPILE if compiled is None else compiled
+    longest = max(mask.q_len, mask.k_len)
+    tile = min(TILE, -(-longest // 8) * 8) if tile is None else tile
+    dtype = q.dtype
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    batch, heads, q_len, head_dim = q.shape
+    kv_heads = k.shape[1]
+    plan = _plan(q, k, mask, bias_fn, tile, compiled)
+    q_pad = len(plan.q_index) - q_len
+    k_pad = len(plan.k_index) - k.shape[-2]
+
+    def prepare(x: Tensor, pad: int) -> Tensor:
+        x = x.to(compute)
+        if pad:
+            x = torch.nn.functional.pad(x, (0, 0, 0, pad))
+        return x.contiguous()
+
+    groups, rows = heads // kv_heads, q_len + q_pad
+    # (B, H, L, d) -> (B, H_kv, L * G, d), row i * G + g: query i of head kv_head * G + g
+    q_rows = prepare(q, q_pad).view(batch, kv_heads, groups, rows, head_dim).transpose(2, 3)
+    q_rows = q_rows.reshape(batch, kv_heads, rows * groups, head_dim)
+    k4, v4 = prepare(k, k_pad), prepare(v, k_pad)
+    if tracing():
+        out, _ = _forward(plan, q_rows, k4, v4)  # traced with ordinary autograd (see the module docstring)
+    else:
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            out = _TiledAttention.apply(plan, q_rows, k4, v4, *plan.leaves)
+    out = out.view(batch, kv_heads, rows, groups, v.shape[-1]).transpose(2, 3).reshape(batch, heads, rows, -1)
+    return out[:, :, :q_len].to(dtype)

@@ -1,0 +1,258 @@
+"""The tiled backend (pe_toolkit.nn.tiled_attention): equals dense SDPA in outputs and every gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pe_toolkit as pet
+from pe_toolkit.nn import backends, tiled_attention
+from pe_toolkit.nn.backends import choose_backend
+from pe_toolkit.nn.masks import AttentionMask
+from pe_toolkit.nn.tiled_attention import bias_inputs
+
+SEQUENCE = pet.list_encoders(domain="sequence")
+# what the tiled backend runs: no bias (rotate / nothing) or a pointwise one; embed-only encoders never reach attention
+IN_ATTENTION = [n for n in SEQUENCE if n == "nope" or pet.get_encoder(n, 8, 2, **pet.encoder_info(n).example_options)
+                .acts_in_attention]
+TILED = [n for n in IN_ATTENTION if n != "cope"]
+DOMAIN_POINTWISE = ["music_relative", "time_interval", "edge_aware_graph"]
+
+
+@pytest.fixture(autouse=True)
+def eager_tiles(monkeypatch):
+    """The tile steps uncompiled: every encoder's bias function checked without a compile per encoder
+    (the compiled steps run the same functions; ``test_compiled_tiles_equal_eager`` compiles them)."""
+    monkeypatch.setattr(tiled_attention, "TILED_COMPILE", False)
+
+
+def encoder(name: str, *, causal: bool = True, dtype=torch.float32):
+    enc = pet.get_encoder(name, 32, 4, causal=causal, **pet.encoder_info(name).example_options).to(dtype)
+    with torch.no_grad():  # off the initial values (zero-initialised tables would hide their gradients)
+        for p in enc.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return enc
+
+
+def pair(name: str, *, causal: bool = True, window: int | None = None, tile: int = 4, dtype=torch.float32):
+    enc = encoder(name, causal=causal, dtype=dtype)
+    options = dict(num_kv_heads=2, causal=causal, encoding=enc, window=window)
+    reference = pet.MultiHeadAttention(32, 4, backend="sdpa", **options).to(dtype)
+    tiled = pet.MultiHeadAttention(32, 4, backend="tiled", query_block_size=tile, **options).to(dtype)
+    tiled.load_state_dict(reference.state_dict())
+    return reference, tiled
+
+
+def outputs_and_gradients(layer, x, rows=slice(None), **kwargs):
+    """Output and the gradients of the input and of every parameter, of a weighted sum over ``rows``."""
+    layer.zero_grad()
+    x = x.clone().requires_grad_(True)
+    out = layer(x, **kwargs)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    (out[:, rows] * weight[:, rows]).sum().backward()
+    return out.detach()[:, rows], x.grad, {n: p.grad for n, p in layer.named_parameters()}
+
+
+def assert_same(reference, tiled, x, rows=slice(None), tol=1e-5, **kwargs):
+    out_a, dx_a, pa = outputs_and_gradients(reference, x, rows, **kwargs)
+    out_b, dx_b, pb = outputs_and_gradients(tiled, x, rows, **kwargs)
+    torch.testing.assert_close(out_b, out_a, rtol=tol, atol=tol)
+    torch.testing.assert_close(dx_b, dx_a, rtol=tol, atol=tol)
+    assert pa.keys() == pb.keys()
+    for n in pa:
+        assert (pa[n] is None) == (pb[n] is None), n
+        if pa[n] is not None:
+            torch.testing.assert_close(pb[n], pa[n], rtol=tol, atol=tol, msg=n)
+    return pb
+
+
+MASKS = ["causal", "window", "packed", "padded", "bidirectional"]
+
+
+@pytest.mark.parametrize("name", TILED)
+@pytest.mark.parametrize("case", MASKS)
+def test_tiled_outputs_and_gradients_equal_dense(name, case):
+    """float32, 1e-5, GQA (4 query heads on 2 key heads), tiles of 4 over 13 tokens (a ragged last tile):
+    causal, sliding window, packed documents, left padding, bidirectional with right padding."""
+    causal = case != "bidirectional"
+    enc_info = pet.encoder_info(name)
+    if case == "bidirectional" and encoder(name, causal=False).causal_only:
+        pytest.skip(f"{name} is causal only")
+    if case == "window" and not encoder(name).supports_window:
+        pytest.skip(f"{name} is not exact under a sliding window")
+    reference, tiled = pair(name, causal=causal, window=5 if case == "window" else None)
+    x = torch.randn(2, 13, 32)
+    kwargs, rows = {}, slice(None)
+    if case == "packed":
+        kwargs["document_ids"] = torch.tensor([[0] * 4 + [1] * 6 + [2] * 3, [5] * 7 + [3] + [5] * 5])
+    if case == "padded":  # left padding: row 1's first 3 queries see no key (dense and tiled differ there only)
+        padding = torch.ones(2, 13, dtype=torch.bool)
+        padding[1, :3] = False
+        kwargs["key_padding_mask"], rows = padding, slice(3, None)
+    if case == "bidirectional":
+        padding = torch.ones(2, 13, dtype=torch.bool)
+        padding[1, 9:] = False
+        kwargs["key_padding_mask"] = padding
+    grads = assert_same(reference, tiled, x, rows, **kwargs)
+    acts = {"rotate", "bias"} & set(enc_info.hooks)
+    for n, p in reference.encoding.named_parameters():  # learnable biases learn through the tiles
+        if p.requires_grad and acts:
+            assert grads[f"encoding.{n}"].abs().sum() > 0, n
+
+
+@pytest.mark.parametrize("name", DOMAIN_POINTWISE)
+def test_domain_biases_on_tiles(name):
+    """Per-query tables built from q (music, recsys) and per-pair edge lookups (multirobot) on tiles."""
+    reference, tiled = pair(name, tile=3)
+    pos = reference.encoding.example_positions(9)
+    pos = pos.float() if name == "edge_aware_graph" else pos
+    assert_same(reference, tiled, torch.randn(2, 9, 32), q_pos=pos)
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "fire"])
+def test_packed_row_equals_each_document_alone(name):
+    _, tiled = pair(name)
+    x = torch.randn(1, 13, 32)
+    document_ids = torch.tensor([[0] * 4 + [1] * 6 + [2] * 3])
+    with torch.no_grad():
+        packed = tiled(x, document_ids=document_ids)
+        for start, stop in ((0, 4), (4, 10), (10, 13)):
+            torch.testing.assert_close(packed[:, start:stop], tiled(x[:, start:stop]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tile", [1, 2, 5, 8, 13, 64])
+def test_every_tile_size_gives_the_same_result(tile):
+    reference, tiled = pair("kerple", tile=tile, dtype=torch.float64)
+    assert_same(reference, tiled, torch.randn(2, 13, 32, dtype=torch.float64), tol=1e-12)
+
+
+def test_rows_without_a_visible_key_give_zero():
+    """A padding query that sees no key: output 0 and no gradient (FlexAttention's convention)."""
+    q = k = v = torch.randn(1, 2, 4, 8, requires_grad=True)
+    padding = torch.tensor([[False, True, True, True]])
+    mask = AttentionMask(4, 4, causal=True, key_padding_mask=padding)
+    out = tiled_attention.tiled_attention(q, k, v, None, mask, tile=2)
+    assert torch.equal(out[:, :, 0], torch.zeros(1, 2, 8)) and torch.isfinite(out).all()
+    (grad,) = torch.autograd.grad(out[:, :, 0].sum(), [q])
+    assert torch.equal(grad, torch.zeros_like(grad))
+
+
+def test_backward_saves_no_score_tile():
+    """Saved for backward: q, k, v, the output and the log-sum-exp; nothing grows as L x L."""
+    largest = 0
+
+    def pack(t):
+        nonlocal largest
+        largest = max(largest, t.numel())
+        return t
+
+    layer = pet.MultiHeadAttention(32, 4, causal=True, encoding=pet.get_encoder("t5", 32, 4), backend="tiled",
+                                   query_block_size=32)
+    x = torch.randn(1, 512, 32, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = layer(x)
+    out.sum().backward()
+    assert largest <= 512 * 32 + 32 * 32  # the (B, L, dim) activations and the projection weights
+    assert layer.encoding.relative_attention_bias.weight.grad.abs().sum() > 0
+
+
+def test_hidden_tiles_are_skipped():
+    """Causal: only tiles on or below the diagonal; a window: only the band; documents: only same-document tiles."""
+    q = torch.zeros(1, 1, 16, 4)
+
+    def pairs(mask):
+        plan = tiled_attention._plan(q, q, mask, None, 4, compiled=False)
+        return {(qt, kt) for qt, keys in plan.pairs for kt, _ in keys}
+
+    assert pairs(AttentionMask(16, 16)) == {(a, b) for a in range(4) for b in range(4)}
+    assert pairs(AttentionMask(16, 16, causal=True)) == {(a, b) for a in range(4) for b in range(a + 1)}
+    assert pairs(AttentionMask(16, 16, causal=True, window=4)) == {(0, 0), (1, 0), (1, 1), (2, 1), (2, 2),
+                                                                     (3, 2), (3, 3)}
+    docs = torch.tensor([[0] * 8 + [1] * 8])
+    assert pairs(AttentionMask(16, 16, causal=True, q_documents=docs, k_documents=docs)) == {
+        (0, 0), (1, 0), (1, 1), (2, 2), (3, 2), (3, 3)}
+    padding = torch.tensor([[False] * 4 + [True] * 12])
+    assert (1, 0) not in pairs(AttentionMask(16, 16, causal=True, key_padding_mask=padding))
+    # interior tiles of a causal mask skip the mask evaluation; diagonal ones do not
+    plan = tiled_attention._plan(q, q, AttentionMask(16, 16, causal=True), None, 4, compiled=False)
+    assert dict(plan.pairs[3][1]) == {0: False, 1: False, 2: False, 3: True}
+
+
+def test_bias_inputs_are_the_tensors_the_bias_reads():
+    q = torch.zeros(1, 4, 6, 8)
+    pos = torch.arange(6)
+    t5, fire, alibi = (pet.get_encoder(n, 32, 4) for n in ("t5", "fire", "alibi"))
+    # t5 (integer positions): one tabulated (H, distances) tensor built from its embedding, not the embedding itself
+    (table,) = bias_inputs(t5.bias_function(q, q, pos, pos))
+    assert table.shape == (4, 11) and table.grad_fn is not None
+    # fire evaluates its MLP per pair: its parameters
+    assert {id(p) for p in bias_inputs(fire.bias_function(q, q, pos, pos))} == {id(p) for p in fire.parameters()}
+    assert bias_inputs(alibi.bias_function(q, q, pos, pos)) == []
+    assert bias_inputs(None) == []
+
+
+@pytest.mark.slow
+def test_compiled_tiles_equal_eager(monkeypatch):
+    """The tile steps through torch.compile (inductor) equal the eager ones: t5 (a learnable table, so the
+    compiled bias evaluation and its backward run too), GQA, causal. One encoder and one tile shape (each
+    graph is a C++ compile of 10-60 s on this CPU): the forward step, the bias step and the backward step."""
+    reference, tiled = pair("t5", tile=16)
+    x = torch.randn(1, 16, 32)
+    eager = outputs_and_gradients(tiled, x)
+    monkeypatch.setattr(tiled_attention, "TILED_COMPILE", True)
+    torch._dynamo.reset()
+    compiled = outputs_and_gradients(tiled, x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-5, atol=1e-5)
+    for n in eager[2]:
+        torch.testing.assert_close(compiled[2][n], eager[2][n], rtol=1e-5, atol=1e-5, msg=n)
+    assert compiled[2]["encoding.relative_attention_bias.weight"].abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "fire", "rope"])
+def test_layer_on_tiles_compiles_in_one_graph(name):
+    """torch.compile(fullgraph=True) of a layer with backend='tiled' traces the tile loop with ordinary autograd
+    and equals eager in outputs and gradients (float64, aot_eager)."""
+    torch._dynamo.reset()
+    _, tiled = pair(name, dtype=torch.float64)
+    x = torch.randn(2, 9, 32, dtype=torch.float64, requires_grad=True)
+    compiled = torch.compile(tiled, fullgraph=True, backend="aot_eager")
+    params = [p for p in tiled.parameters() if p.requires_grad]
+    out = compiled(x)
+    grads = torch.autograd.grad(out.square().sum(), [x, *params])
+    ref = tiled(x)
+    ref_grads = torch.autograd.grad(ref.square().sum(), [x, *params])
+    torch._dynamo.reset()
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+# ------------------------------------------------------------------------------ the auto rule and errors
+def test_auto_picks_tiled_for_training_a_pointwise_bias_on_the_cpu():
+    length = 1024
+    q = torch.zeros(1, 4, 8, 16)
+    trainable = q.clone().requires_grad_(True)
+    pos = torch.arange(8)
+    alibi, cope, rope = (pet.get_encoder(n, 64, 4) for n in ("alibi", "cope", "rope"))
+    mask = AttentionMask(length, length, causal=True)
+    assert choose_backend(alibi, trainable, q, pos, pos, mask, tile=None, dropout=0.0) == "tiled"
+    assert choose_backend(cope, trainable, q, pos, pos, mask, tile=None, dropout=0.0) != "tiled"  # not pointwise
+    assert choose_backend(rope, trainable, q, pos, pos, mask, tile=None, dropout=0.0) == "sdpa"  # SDPA's kernel
+    assert choose_backend(alibi, trainable, q, pos, pos, mask, tile=None, dropout=0.1) != "tiled"  # no dropout
+    short = AttentionMask(length // 2, length // 2, causal=True)  # below TILED_MIN_PAIRS_CPU: compile would not pay
+    assert choose_backend(alibi, trainable, q, pos, pos, short, tile=None, dropout=0.0) == "sdpa"
+    with torch.no_grad():  # a forward alone never pays the tile steps' compile
+        assert choose_backend(alibi, trainable, q, pos, pos, mask, tile=None, dropout=0.0) != "tiled"
+    assert backends.TILED_MIN_PAIRS_CPU == length * length
+
+
+def test_tiled_errors():
+    x = torch.randn(1, 6, 32)
+    cope = pet.MultiHeadAttention(32, 4, causal=True, encoding=pet.get_encoder("cope", 32, 4), backend="tiled")
+    with pytest.raises(ValueError, match="backend 'tiled' needs a pointwise bias; 'cope' has none"):
+        cope(x)
+    dropping = pet.MultiHeadAttention(32, 4, causal=True, dropout=0.1, backend="tiled")
+    with pytest.raises(ValueError, match="backend 'tiled' has no attention dropout"):
+        dropping(x)
