@@ -139,6 +139,12 @@ def _check_keys(cls: type, data: Mapping[str, Any], where: str) -> None:
         hint = hints[key]
         if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
             _check_keys(hint, value, path)
+        elif typing.get_origin(hint) is dict and isinstance(value, Mapping):  # dict[str, a dataclass]
+            inner = typing.get_args(hint)[1] if len(typing.get_args(hint)) == 2 else None
+            if dataclasses.is_dataclass(inner):
+                for name, item in value.items():
+                    if isinstance(item, Mapping):
+                        _check_keys(inner, item, f"{path}.{name}")
     missing = [f.name for f in fields.values() if f.name not in data and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:

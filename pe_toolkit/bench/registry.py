@@ -17,6 +17,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "extreme_inputs": ("pe_toolkit.benchmarks.extreme_inputs:ExtremeInputs",
                        "every sequence encoder at long lengths and far positions, float32 and bfloat16: finite "
                        "outputs, precision loss, memory"),
+    "recsys": ("pe_toolkit.benchmarks.recsys:Recsys",
+               "SASRec with each positional encoding on MovieLens-100k and a contextual-count log: HR/NDCG/MRR"),
     "vision": ("pe_toolkit.benchmarks.vision:Vision",
                "ViT accuracy at test resolutions it was not trained on, per 2-D encoding (Heo et al. 2024)"),
 }
