@@ -59,12 +59,22 @@ def build_parser(prog: str = "pe-toolkit bench", name: str | None = None) -> arg
     return parser
 
 
-def main(argv: Sequence[str] | None = None, *, name: str | None = None, prog: str = "pe-toolkit bench") -> int:
-    """Parse ``argv`` and run the benchmark (``name`` fixed: a script of one benchmark); the exit status."""
+def main(argv: Sequence[str] | None = None, *, name: str | None = None, benchmark: type | None = None,
+         prog: str = "pe-toolkit bench") -> int:
+    """Parse ``argv`` and run the benchmark; the exit status.
+
+    ``name`` fixes a registered benchmark (a script of one benchmark); ``benchmark`` runs a
+    :class:`~pe_toolkit.bench.Benchmark` subclass of your own (``main(benchmark=MyBenchmark)`` at the end
+    of your file makes it ``python my_file.py --preset quick``).
+    """
+    if benchmark is not None:
+        name = benchmark.name
     from pe_toolkit.quiet import quiet_third_party
 
     quiet_third_party()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if benchmark is not None and prog == "pe-toolkit bench":
+        prog = f"python {Path(sys.argv[0]).name}"
     parser = build_parser(prog, name)
     args = parser.parse_args(argv)
     if args.list:
@@ -77,7 +87,7 @@ def main(argv: Sequence[str] | None = None, *, name: str | None = None, prog: st
         parser.error(f"--quick and --preset {args.preset} contradict each other; give one")
     preset = "quick" if args.quick else (args.preset or "full")
     try:
-        benchmark = get_benchmark(name)
+        benchmark = benchmark() if benchmark is not None else get_benchmark(name)
         config, run_section = load_config(benchmark, preset, config_file=args.config, overrides=args.overrides)
         flags = {k: getattr(args, k) for k in ("executor", "ray_address", "jobs", "threads", "accelerator",
                                                 "devices", "precision", "resume") if getattr(args, k) is not None}

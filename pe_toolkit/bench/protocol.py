@@ -137,7 +137,7 @@ class Benchmark:
     # ------------------------------------------------------------------ helpers
     @classmethod
     def preset_folder(cls) -> Path:
-        if cls.presets_dir is not None:
+        if cls.presets_dir is not None:  # relative: to the current directory
             return Path(cls.presets_dir)
         return Path(inspect.getfile(cls)).resolve().parent / "presets" / cls.name
 
