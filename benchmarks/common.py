@@ -47,7 +47,6 @@ import platform
 import shlex
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -60,9 +59,10 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 from presets import add_device_arguments, add_preset_arguments  # noqa: E402
 
 from pe_toolkit.atomic import atomic_write_text  # noqa: E402
+from pe_toolkit.bench.executors import _exit_with_parent  # noqa: E402
 from pe_toolkit.bench.memory import peak_memory_in_subprocess  # noqa: E402, F401
 from pe_toolkit.bench.plots import EMPTY_PANEL_REASON, has_finite_data, nan_if_missing, note_if_empty  # noqa: E402, F401
-from pe_toolkit.bench.report import _finite_or_none, markdown_table  # noqa: E402, F401
+from pe_toolkit.bench.report import _finite_or_none, environment, markdown_table  # noqa: E402, F401
 from pe_toolkit.bench.stats import format_interval, interval_verdict, mean_interval  # noqa: E402, F401
 from pe_toolkit.bench.store import json_default as _json_default  # noqa: E402
 from pe_toolkit.bench.store import jsonable  # noqa: E402
@@ -113,40 +113,6 @@ def results_dir(name: str, root: str | os.PathLike | None = None) -> Path:
     path = base / name
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def environment() -> dict[str, Any]:
-    """Where and when the benchmark ran: python, torch, platform, CPUs, torch threads, date (UTC).
-
-    Reading the thread count does not start torch's thread pool, so this is safe before forking.
-    """
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "processor": platform.processor() or None,
-        "cpu_count": os.cpu_count(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    try:
-        env["cpu_affinity"] = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        env["cpu_affinity"] = None
-    try:
-        import torch
-
-        env["torch"] = torch.__version__
-        env["torch_threads"] = torch.get_num_threads()
-        env["torch_interop_threads"] = torch.get_num_interop_threads()
-    except ImportError:
-        env["torch"] = None
-        env["torch_threads"] = None
-    env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS")
-    try:  # other work on the machine makes timings slower and noisier: record how busy it was
-        env["load_average_1_5_15min"] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        env["load_average_1_5_15min"] = None
-    return env
 
 
 def write_results(
@@ -367,23 +333,9 @@ def worker_pool(jobs: int) -> concurrent.futures.ProcessPoolExecutor:
     return concurrent.futures.ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
+        initializer=_exit_with_parent,
         initargs=(os.getpid(),),
     )
-
-
-def _init_worker(parent_pid: int) -> None:  # runs in each worker of worker_pool
-    quiet()
-    _exit_with_parent(parent_pid)
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 class RunStore:
