@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shlex
 import sys
@@ -115,20 +116,25 @@ def run_specs(benchmark: Benchmark, specs: list[dict[str, Any]], store: RunStore
 
 def _tune(benchmark: Benchmark, specs: list[dict[str, Any]], tuning: Any, store: RunStore, executor: Any
           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Every first-seed spec once per grid value; per group the value with the best mean metric over the
+    group's first-seed trials; the other seeds with it. Rows in the order of ``specs``."""
     first_seed = specs[0]["seed"]
     first = [s for s in specs if s["seed"] == first_seed]
     trial_specs = [{**s, tuning.param: value} for s in first for value in tuning.values]
     trials = run_specs(benchmark, trial_specs, store, executor, tuning.param, tuning.param)
     chosen: dict[str, Any] = {}
     for group in dict.fromkeys(s[tuning.group] for s in first):
-        candidates = [(t, s) for t, s in zip(trials, trial_specs) if s[tuning.group] == group]
-        best = (max if tuning.maximize else min)(candidates, key=lambda pair: _score(pair[0], tuning))
-        chosen[group] = best[1][tuning.param]
+        def mean_score(value: Any, group: Any = group) -> float:
+            scores = [_score(t, tuning) for t, s in zip(trials, trial_specs)
+                      if s[tuning.group] == group and s[tuning.param] == value]
+            return sum(scores) / len(scores)
+
+        chosen[group] = (max if tuning.maximize else min)(tuning.values, key=mean_score)
     rest_specs = [{**s, tuning.param: chosen[s[tuning.group]]} for s in specs if s["seed"] != first_seed]
     rest = iter(run_specs(benchmark, rest_specs, store, executor, "seeds", tuning.param))
-    chosen_trials = {s[tuning.group]: t for t, s in zip(trials, trial_specs)
-                     if s[tuning.param] == chosen[s[tuning.group]]}
-    rows = [chosen_trials[s[tuning.group]] if s["seed"] == first_seed else next(rest) for s in specs]
+    by_spec = {json.dumps(s, sort_keys=True, default=str): t for t, s in zip(trials, trial_specs)}
+    rows = [by_spec[json.dumps({**s, tuning.param: chosen[s[tuning.group]]}, sort_keys=True, default=str)]
+            if s["seed"] == first_seed else next(rest) for s in specs]
     return rows, trials, chosen
 
 

@@ -23,8 +23,8 @@ def test_overrides_and_a_config_file_merge_over_the_preset(tmp_path):
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("stepz.count=3", "config key 'stepz' does not exist; allowed keys here: ['log', 'lrs', 'methods', 'pause', 'seeds', "
-                      "'steps']"),
+    ("stepz.count=3", "config key 'stepz' does not exist; allowed keys here: ['log', 'lrs', 'methods', 'pause', "
+                      "'seeds', 'steps']"),
     ("steps.cuont=3", "config key 'steps.cuont' does not exist; allowed keys here: ['batch', 'count']"),
 ])
 def test_an_unknown_key_is_named_with_the_allowed_ones(override, message):

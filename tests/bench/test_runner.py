@@ -104,3 +104,24 @@ def test_a_local_ray_instance_gives_the_rows_of_local_processes(tmp_path):
     ray_rows = _run(tmp_path / "ray", preset="quick", executor="ray", jobs=2).rows
     assert ray_rows == local
     assert len(_executed(tmp_path / "ray")) == 4
+
+
+class TwoTasks(Tiny):
+    """Two specs per method and seed (20 and 40 steps): one learning rate per method, chosen by the mean."""
+
+    key_fields = ("method", "seed", "steps")
+
+    def runs(self, config):
+        return [{**spec, "steps": steps} for spec in super().runs(config) for steps in (20, 40)]
+
+
+def test_a_group_with_several_runs_gets_one_value_chosen_by_the_mean(tmp_path):
+    config, _ = load_config(TwoTasks(), "quick")
+    result = run(TwoTasks(), config, RunOptions(), preset="quick", out=tmp_path, command="two")
+    for method in ("small", "large"):
+        means = {lr: sum(t["val_loss"] for t in result.trials if t["method"] == method and t["lr"] == lr) / 2
+                 for lr in config.lrs}
+        assert result.chosen[method] == min(means, key=means.get)
+    assert [(r["method"], r["lr"]) for r in result.rows] == [(m, result.chosen[m]) for m in ("small", "large")
+                                                            for _ in range(2)]
+    assert len(result.trials) == 2 * 2 * 2  # methods x step counts x learning rates
