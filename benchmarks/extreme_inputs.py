@@ -3,36 +3,36 @@
 For each registered sequence encoder, one causal attention layer with that encoder (query blocks of
 1024, so memory stays linear in the length) is run in a forked child:
 
-* at length ``L`` (32,768 in the full run, 4,096 with ``--quick``), positions ``0 .. L-1``;
+* at length ``L`` (32,768 in the full preset, 4,096 with ``--quick``), positions ``0 .. L-1``;
 * at positions ``10**6 - 256 .. 10**6 - 1`` (256 tokens far from the origin).
 
 in float32 and bfloat16. Reported per encoder and dtype: whether every output is finite, the largest
 deviation of the far-position float32 output from a float64 evaluation of the same weights (a
 silent precision loss would show here), wall time and peak resident memory of the child.
 
-    python benchmarks/extreme_inputs.py [--quick] [--encoders rope alibi ...]
+    pe-toolkit bench extreme_inputs [--quick] [--set encoders=[rope,alibi]]
+    python benchmarks/extreme_inputs.py --quick            # the same code
 """
 
 from __future__ import annotations
 
-import sys
+import dataclasses
 import time
 from typing import Any
 
-from common import (
-    Progress,
-    markdown_table,
-    nan_if_missing,
-    note_if_empty,
-    peak_memory_in_subprocess,
-    standard_argparser,
-    write_report,
-    write_results,
-)
+from pe_toolkit.bench import Benchmark, Result
+from pe_toolkit.bench.memory import peak_memory_in_subprocess
+from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.report import markdown_table
 
-NAME = "extreme_inputs"
 DIM, HEADS, BLOCK = 64, 2, 1024
 FAR_POSITION, FAR_TOKENS = 10**6, 256
+
+
+@dataclasses.dataclass
+class Config:
+    length: int
+    encoders: list[str] = dataclasses.field(default_factory=list)  # empty: every sequence encoder
 
 
 def build_layer(name: str, max_position: int):
@@ -71,58 +71,7 @@ def run_case(name: str, dtype_name: str, length: int, start: int) -> dict[str, A
     return {"finite": finite, "seconds": seconds, "max_abs_dev_vs_float64": deviation}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0])
-    parser.add_argument("--encoders", nargs="+", help="subset of the sequence encoders (default: all)")
-    args = parser.parse_args(argv)
-    import pe_toolkit as pet
-
-    encoders = args.encoders or pet.list_encoders(domain="sequence")
-    unknown = sorted(set(encoders) - set(pet.list_encoders(domain="sequence")))
-    if unknown:
-        parser.error(f"unknown sequence encoder(s) {unknown}; available: {pet.list_encoders(domain='sequence')}")
-    length = 4096 if args.quick else 32_768
-    cases = [
-        (name, dtype, case_length, start)
-        for name in encoders
-        for dtype in ("float32", "bfloat16")
-        for case_length, start in ((length, 0), (FAR_TOKENS, FAR_POSITION - FAR_TOKENS))
-    ]
-    progress = Progress(len(cases), NAME)
-    rows = []
-    began = time.perf_counter()
-    for name, dtype, case_length, start in cases:
-        try:
-            result, peak = peak_memory_in_subprocess(run_case, name, dtype, case_length, start, timeout=1800)
-            row = {**result, "peak_mib": peak / 2**20, "error": ""}
-        except RuntimeError as error:
-            row = {"finite": False, "seconds": None, "max_abs_dev_vs_float64": None, "peak_mib": None,
-                   "error": str(error).strip().splitlines()[-1][:120]}
-        row = {"encoder": name, "dtype": dtype, "length": case_length, "first_position": start, **row}
-        rows.append(row)
-        progress(f"{name} {dtype} L={case_length} from {start}: finite={row['finite']} {row['error']}")
-    seconds = time.perf_counter() - began
-    config = {"dim": DIM, "heads": HEADS, "query_block": BLOCK, "length": length, "far_position": FAR_POSITION,
-              "quick": args.quick}
-    write_results(NAME, config, rows, seconds, root=args.out)
-    _plot(rows, args.out / NAME / "peak_memory.png", length)
-    failures = [r for r in rows if not r["finite"]]
-    body = (
-        f"One causal attention layer (dim {DIM}, {HEADS} heads, query blocks of {BLOCK}, batch 1) per encoder, "
-        f"in a forked child; one thread.\n\n"
-        + markdown_table(
-            rows,
-            ["encoder", "dtype", "length", "first_position", "finite", ("max_abs_dev_vs_float64", "|f32 - f64|"),
-             ("seconds", "s"), ("peak_mib", "peak MiB"), "error"],
-            {"max_abs_dev_vs_float64": ".1e", "seconds": ".1f", "peak_mib": ".0f"},
-        )
-        + f"\n{len(failures)} of {len(rows)} cases non-finite or failed.\n\n![peak memory](peak_memory.png)\n"
-    )
-    write_report(NAME, "Extreme inputs: long sequences and far positions", body, root=args.out)
-    return 0
-
-
-def _plot(rows: list[dict[str, Any]], path, length: int) -> None:
+def plot_memory(rows: list[dict[str, Any]], length: int) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,9 +89,70 @@ def _plot(rows: list[dict[str, Any]], path, length: int) -> None:
     if not note_if_empty(ax, f"peak memory at L={length}"):
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+class ExtremeInputs(Benchmark):
+    name = "extreme_inputs"
+    title = "Extreme inputs: long sequences and far positions"
+    description = ("every sequence encoder at long lengths and far positions, float32 and bfloat16: finite outputs, "
+                   "precision loss, memory")
+    Config = Config
+    key_fields = ("encoder", "dtype", "length", "first_position")
+
+    def check(self, config: Config) -> None:
+        import pe_toolkit as pet
+
+        available = pet.list_encoders(domain="sequence")
+        unknown = sorted(set(config.encoders) - set(available))
+        if unknown:
+            raise ValueError(f"encoders: unknown sequence encoder(s) {unknown}; available: {available}")
+        if config.length < 1:
+            raise ValueError(f"length must be >= 1, got {config.length}")
+
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        import pe_toolkit as pet
+
+        encoders = config.encoders or pet.list_encoders(domain="sequence")
+        return [{"encoder": name, "dtype": dtype, "length": case_length, "first_position": start}
+                for name in encoders for dtype in ("float32", "bfloat16")
+                for case_length, start in ((config.length, 0), (FAR_TOKENS, FAR_POSITION - FAR_TOKENS))]
+
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Measure one case in a forked child (the runner's process stays free of torch compute)."""
+        name, dtype, length, start = spec["encoder"], spec["dtype"], spec["length"], spec["first_position"]
+        try:
+            result, peak = peak_memory_in_subprocess(run_case, name, dtype, length, start, timeout=1800)
+            row = {**result, "peak_mib": peak / 2**20, "error": ""}
+        except RuntimeError as error:
+            row = {"finite": False, "seconds": None, "max_abs_dev_vs_float64": None, "peak_mib": None,
+                   "error": str(error).strip().splitlines()[-1][:120]}
+        return {"encoder": name, "dtype": dtype, "length": length, "first_position": start, **row}
+
+    def progress_label(self, row: dict[str, Any]) -> str:
+        return (f"{row['encoder']} {row['dtype']} L={row['length']} from {row['first_position']}: "
+                f"finite={row['finite']} {row['error']}")
+
+    def plot(self, result: Result) -> dict[str, Any]:
+        return {"peak_memory.png": plot_memory(result.rows, result.config.length)}
+
+    def report(self, result: Result) -> str:
+        rows = result.rows
+        failures = [r for r in rows if not r["finite"]]
+        return (
+            f"One causal attention layer (dim {DIM}, {HEADS} heads, query blocks of {BLOCK}, batch 1) per encoder, "
+            f"in a forked child; one thread.\n\n"
+            + markdown_table(
+                rows,
+                ["encoder", "dtype", "length", "first_position", "finite",
+                 ("max_abs_dev_vs_float64", "|f32 - f64|"), ("seconds", "s"), ("peak_mib", "peak MiB"), "error"],
+                {"max_abs_dev_vs_float64": ".1e", "seconds": ".1f", "peak_mib": ".0f"},
+            )
+            + f"\n{len(failures)} of {len(rows)} cases non-finite or failed.\n\n![peak memory](peak_memory.png)\n"
+        )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="extreme_inputs", prog="python benchmarks/extreme_inputs.py"))

@@ -13,8 +13,9 @@ mapping; the benchmark reads it as a dict. On the command line::
 then each ``--set KEY.PATH=VALUE`` (VALUE parsed as YAML) replaces one entry. A key that the preset
 does not have is an error naming the key and the keys that are there: nothing is silently ignored.
 
-Plain PyYAML rather than jsonargparse: the benchmarks' flags stay argparse (their tests and docs use
-them), and a preset is the nested dict the benchmark code already consumed.
+For the scripts not yet on the harness: the preset is the nested dict they consume. Benchmarks on
+``pe_toolkit.bench`` load presets into a typed dataclass instead (:mod:`pe_toolkit.bench.config`, whose
+YAML reading and ``--set`` parsing this module uses).
 
 Device: ``--accelerator``, ``--devices`` and ``--precision`` become :func:`device_options`, which a
 benchmark puts into each run's spec (they change the numbers, so they are part of a run's identity,
@@ -30,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pe_toolkit.bench.config import parse_override, read_yaml  # noqa: F401  (parse_override: re-exported)
 
 PRESETS_ROOT = Path(__file__).resolve().parent / "presets"
 PRESET_NAMES = ("quick", "full", "gpu")
@@ -49,17 +50,8 @@ def available_presets(benchmark: str) -> list[str]:
 
 
 def read_yaml_mapping(path: str | Path, *, what: str) -> dict[str, Any]:
-    """The mapping in the YAML file ``path``; ``ValueError`` naming the file when it is not one."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{what} {str(path)!r} is not a file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise ValueError(f"{what} {str(path)!r} is not valid YAML: {error}") from error
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} {str(path)!r} must hold a mapping at the top level, got {type(data).__name__}")
-    return data
+    """The mapping in the YAML file ``path`` (:func:`pe_toolkit.bench.config.read_yaml`)."""
+    return read_yaml(path, what=what)
 
 
 def merge_preset(base: Mapping[str, Any], update: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
@@ -82,28 +74,6 @@ def merge_preset(base: Mapping[str, Any], update: Mapping[str, Any], *, where: s
         else:
             merged[key] = copy.deepcopy(value)
     return merged
-
-
-def parse_override(text: str) -> dict[str, Any]:
-    """``"training.steps=400"`` -> ``{"training": {"steps": 400}}`` (the value parsed as YAML).
-
-    Example:
-        >>> parse_override("seeds=[0, 1, 2]")
-        {'seeds': [0, 1, 2]}
-    """
-    if not isinstance(text, str) or "=" not in text:
-        raise ValueError(f"--set expects KEY.PATH=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise ValueError(f"--set expects KEY.PATH=VALUE with a non-empty dotted key, got {text!r}")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as error:
-        raise ValueError(f"--set {text!r}: the value is not valid YAML: {error}") from error
-    for part in reversed(parts):
-        value = {part: value}
-    return value
 
 
 def load_preset(

@@ -28,48 +28,83 @@ with its best validation checkpoint; models see only items before the target (ti
 from the training part); seeds (>= 3 in the full and gpu presets) give the mean and Student-t 95 %
 interval, and each verdict (CAPE against every other encoder) is ``interval_verdict`` of those intervals.
 
-    python benchmarks/recsys.py --quick                     # pipeline check (< 2 min here)
-    python benchmarks/recsys.py --jobs 2                    # full CPU preset (see the tutorial for its time)
-    python benchmarks/recsys.py --preset gpu --accelerator cuda
-    python benchmarks/recsys.py --set training.ml-100k.patience=10 --set seeds=[0,1,2,3]
-    python benchmarks/recsys.py --resume                    # reuse finished runs with the same spec
+    pe-toolkit bench recsys --quick                         # pipeline check (< 2 min here)
+    pe-toolkit bench recsys                                 # full CPU preset (its run: section: --jobs 2)
+    pe-toolkit bench recsys --preset gpu --accelerator cuda
+    pe-toolkit bench recsys --set training.ml-100k.patience=10 --set seeds=[0,1,2,3]
+    pe-toolkit bench recsys --resume                        # reuse finished runs with the same spec
+    python benchmarks/recsys.py --quick                     # the same code
 
 Presets: ``benchmarks/presets/recsys/{quick,full,gpu}.yaml``. Every finished run is stored in
-``<out>/recsys/runs/<preset>/`` (RunStore); ``--report-only`` trains nothing and reports the stored runs.
+``<out>/recsys/runs/<preset>/`` (the harness's run store).
 Outputs in ``<out>/recsys/``: ``results.json`` (one row per run), ``report.md`` and ``recsys_metrics.png``.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import sys
+import dataclasses
 import tempfile
 import time
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pe_toolkit.bench import Benchmark, Result, trainer_options
+from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.stats import format_interval, interval_verdict, mean_interval
 
-from common import (  # noqa: E402
-    Progress,
-    RunStore,
-    format_interval,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    nan_if_missing,
-    note_if_empty,
-    quiet,
-    standard_argparser,
-    worker_pool,
-    write_report,
-    write_results,
-)
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
 
-NAME = "recsys"
+# ------------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class Split:
+    mode: str
+    ratios: list[float]
+
+
+@dataclasses.dataclass
+class Kcore:
+    user: int
+    item: int
+
+
+@dataclasses.dataclass
+class Synthetic:
+    length: list[int]
+    num_signal_items: int
+    num_filler_items: int
+    lag: int
+    filler_prob: float
+    recall_prob: float
+    seed: int
+
+
+@dataclasses.dataclass
+class Training:
+    users: int | None
+    max_len: int
+    dim: int
+    num_heads: int
+    num_layers: int
+    dropout: float
+    lr: float
+    batch_size: int
+    batches_per_epoch: int | None
+    max_epochs: int
+    patience: int
+
+
+@dataclasses.dataclass
+class Config:
+    encoders: list[str]
+    datasets: list[str]
+    protocols: list[str]
+    seeds: list[int]
+    split: Split
+    kcore: Kcore
+    synthetic: Synthetic
+    training: dict[str, Training]  # per dataset
+
+
 ENCODERS = ("learned", "nope", "rope", "cope", "cape", "time_interval")
 DATASETS = ("ml-100k", "synthetic")
 PROTOCOLS = ("recbole", "sasrec")
@@ -111,20 +146,13 @@ def excludes_history(dataset: str, protocol: str) -> bool:
     return protocol == "sasrec" and dataset not in REPEAT_CONSUMPTION
 
 
-def run_key(spec: dict[str, Any]) -> str:
-    return f"{spec['dataset']}__{spec['protocol']}__{spec['encoding']}__seed{spec['seed']}"
-
-
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train, early-stop and test one (dataset, protocol, encoder, seed); returns the result row."""
     import lightning as L
-    import torch
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
     from pe_toolkit.domains.recsys.lightning_module import SASRecModule, SequentialRecDataModule
 
-    quiet()  # also when called directly, not through main() or worker_pool
-    torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     hp = spec["training"]
     sequences = load_sequences(spec["dataset"], hp["users"], spec["synthetic"], spec["kcore"])
@@ -238,7 +266,7 @@ def _bar(value: Any) -> tuple[float, float, float]:
     return nan_if_missing(value), 0.0, 0.0
 
 
-def plot(summary: list[dict[str, Any]], path: Path) -> None:
+def plot(summary: list[dict[str, Any]]) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -261,8 +289,7 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
             ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def _cells(summary: list[dict[str, Any]], names: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -275,7 +302,7 @@ def _cells(summary: list[dict[str, Any]], names: tuple[str, ...]) -> list[dict[s
     return out
 
 
-def report_body(rows: list[dict[str, Any]], preset: dict[str, Any], seconds: float, trained: int) -> str:
+def report_body(rows: list[dict[str, Any]], preset: dict[str, Any], seconds: float) -> str:
     summary = summarize(rows, preset["encoders"])
     protocols = preset["protocols"]
     body = [
@@ -328,91 +355,58 @@ def report_body(rows: list[dict[str, Any]], preset: dict[str, Any], seconds: flo
                     + "\n" + "\n".join(f"- {verdict_sentence(v)}" for v in found) + "\n")
     if summary:
         body.append("\n![HR@10 and NDCG@10 per encoder](recsys_metrics.png)\n")
-    body.append(f"\nTotal wall time {seconds:.0f} s ({trained} runs trained in this invocation); the runs reported "
-                f"took {sum(r['seconds'] for r in rows):.0f} s of training and evaluation in all.\n")
+    body.append(f"\nTotal wall time {seconds:.0f} s; the runs reported took {sum(r['seconds'] for r in rows):.0f} s "
+                "of training and evaluation in all.\n")
     return "".join(body)
 
 
-# ---------------------------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--datasets", nargs="+", choices=DATASETS, help="shortcut for --set datasets=[...]")
-    parser.add_argument("--encoders", nargs="+", choices=ENCODERS, help="shortcut for --set encoders=[...]")
-    parser.add_argument("--protocols", nargs="+", choices=PROTOCOLS, help="the first is the comparison's")
-    parser.add_argument("--seeds", nargs="+", type=int, help="shortcut for --set seeds=[...]")
-    parser.add_argument("--jobs", type=int, help="runs in parallel, one thread each (0: in this process)")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same spec")
-    parser.add_argument("--report-only", action="store_true", help="train nothing; report stored runs")
-    args = parser.parse_args(argv)
-    preset = preset_from_args(args, NAME)
-    for key in ("datasets", "encoders", "protocols", "seeds", "jobs"):
-        if getattr(args, key) is not None:
-            preset[key] = getattr(args, key)
-    if preset["jobs"] < 0:
-        parser.error(f"--jobs must be >= 0, got {preset['jobs']}")
-    for key, allowed in (("datasets", DATASETS), ("encoders", ENCODERS), ("protocols", PROTOCOLS)):
-        bad = [v for v in preset[key] if v not in allowed]
-        if bad or not preset[key]:
-            parser.error(f"preset {key} must be a non-empty list from {list(allowed)}, got {preset[key]!r}")
-    args.resume = args.resume or args.report_only
-    device = device_options(args)
-    threads = 1 if preset["jobs"] >= 1 else preset["threads"]
-    store = RunStore(Path(args.out) / NAME / "runs" / preset["preset"], resume=args.resume)
-    start = time.perf_counter()
+# ---------------------------------------------------------------------------------------------- benchmark
+class Recsys(Benchmark):
+    name = "recsys"
+    title = "SASRec positional encodings: MovieLens-100k and a contextual-count log"
+    description = "SASRec with each positional encoding on MovieLens-100k and a contextual-count log: HR/NDCG/MRR"
+    Config = Config
+    key_fields = ("dataset", "protocol", "encoding", "seed")
 
-    # seeds outermost: an interrupted run still has every encoder at the first seeds
-    specs = [{"dataset": d, "protocol": p, "encoding": e, "seed": s, "training": preset["training"][d],
-              "split": preset["split"], "kcore": preset["kcore"], "synthetic": preset["synthetic"],
-              "device": device, "threads": threads}
-             for s in preset["seeds"] for p in preset["protocols"] for d in preset["datasets"]
-             for e in preset["encoders"]]
-    rows: dict[str, dict[str, Any]] = {}
-    todo = []
-    for spec in specs:
-        stored = store.load(run_key(spec), spec)
-        if stored is not None:
-            rows[run_key(spec)] = {k: v for k, v in stored.items() if k != "spec"}
-        else:
-            todo.append(spec)
-    if args.report_only:
-        print(f"{NAME}: --report-only: not run: {[run_key(s) for s in todo]}", flush=True)
-        todo = []
-    print(f"{NAME}: {len(specs)} runs ({len(specs) - len(todo)} reused), jobs={preset['jobs']}", flush=True)
-    progress = Progress(len(todo), NAME)
+    def check(self, config: Config) -> None:
+        for key, allowed in (("datasets", DATASETS), ("encoders", ENCODERS), ("protocols", PROTOCOLS)):
+            values = getattr(config, key)
+            bad = [v for v in values if v not in allowed]
+            if bad or not values:
+                raise ValueError(f"{key} must be a non-empty list from {list(allowed)}, got {values!r}")
+        missing = [d for d in config.datasets if d not in config.training]
+        if missing:
+            raise ValueError(f"training has no entry for dataset(s) {missing}; it has {sorted(config.training)}")
 
-    def record(spec: dict[str, Any], row: dict[str, Any]) -> None:
-        store.save(run_key(spec), spec, row)
-        rows[run_key(spec)] = row
-        progress(f"{row['dataset']} {row['protocol']} {row['encoding']} seed {row['seed']}: test NDCG@10 "
-                 f"{row['ndcg@10']:.4f} HR@10 {row['hr@10']:.4f} ({row['epochs']} epochs, {row['seconds']:.0f}s)")
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        # every encoder gets the same hyperparameters: no per-method tuning, an equal (zero) tuning budget
+        shared = {"split": dataclasses.asdict(config.split), "kcore": dataclasses.asdict(config.kcore),
+                  "synthetic": dataclasses.asdict(config.synthetic)}
+        return [{"dataset": d, "protocol": p, "encoding": e, "seed": s,
+                 "training": dataclasses.asdict(config.training[d]), **shared}
+                for d in sorted(config.datasets) for p in PROTOCOLS if p in config.protocols
+                for e in ENCODERS if e in config.encoders for s in config.seeds]
 
-    if preset["jobs"] == 0 or len(todo) <= 1:
-        for spec in todo:
-            record(spec, run_one(spec))
-    else:
-        with worker_pool(preset["jobs"]) as pool:
-            futures = {pool.submit(run_one, spec): spec for spec in todo}
-            for future in concurrent.futures.as_completed(futures):
-                record(futures[future], future.result())
-    seconds = time.perf_counter() - start
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return run_one(spec)
 
-    ordered = [rows[run_key(s)] for s in specs if run_key(s) in rows]
-    ordered.sort(key=lambda r: (r["dataset"], PROTOCOLS.index(r["protocol"]), ENCODERS.index(r["encoding"]),
-                                r["seed"]))
-    summary = summarize(ordered, preset["encoders"])
-    config = {**preset, "device": device, "loss": "ce", "ties": "pessimistic",
-              "early_stopping": "val/ndcg@10 (max) with the preset's patience; test with the best validation "
-                                "checkpoint",
-              "verdicts": verdicts(summary)}
-    write_results(NAME, config, ordered, seconds, root=args.out)
-    out_dir = Path(args.out) / NAME
-    if summary:
-        plot(summary, out_dir / "recsys_metrics.png")
-    write_report(NAME, "SASRec positional encodings: MovieLens-100k and a contextual-count log",
-                 report_body(ordered, preset, seconds, len(todo)), root=args.out)
-    print(f"{NAME}: wrote {out_dir} in {seconds:.0f} s", flush=True)
-    return 0
+    def progress_label(self, row: dict[str, Any]) -> str:
+        return (f"{row['dataset']} {row['protocol']} {row['encoding']} seed {row['seed']}: test NDCG@10 "
+                f"{row['ndcg@10']:.4f} HR@10 {row['hr@10']:.4f} ({row['epochs']} epochs, {row['seconds']:.0f}s)")
+
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        summary = summarize(result.rows, result.config.encoders)
+        return [{**v, "kind": "claim"} for v in verdicts(summary)]
+
+    def plot(self, result: Result) -> dict[str, Any]:
+        summary = summarize(result.rows, result.config.encoders)
+        return {"recsys_metrics.png": plot(summary)} if summary else {}
+
+    def report(self, result: Result) -> str:
+        return report_body(result.rows, dataclasses.asdict(result.config), result.seconds)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="recsys", prog="python benchmarks/recsys.py"))

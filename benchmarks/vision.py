@@ -17,10 +17,10 @@ sits relative to the red disc; chance 25 %), with the encoders of ``pe_toolkit.d
 Means over >= 3 seeds with 95 % Student-t intervals; "better" / "worse" only when intervals separate
 (``common.interval_verdict``).
 
-    python benchmarks/vision.py --quick                    # pipeline check, < 2 minutes
-    python benchmarks/vision.py --jobs 2                   # the full CPU preset (3 seeds)
-    python benchmarks/vision.py --preset gpu --accelerator cuda --jobs 3
-    python benchmarks/vision.py --set training.steps=300 --set seeds=[0,1,2]
+    pe-toolkit bench vision --quick                        # pipeline check, < 2 minutes
+    pe-toolkit bench vision --jobs 2                       # the full CPU preset (3 seeds)
+    pe-toolkit bench vision --preset gpu --accelerator cuda --jobs 3
+    python benchmarks/vision.py --set training.steps=300 --set seeds=[0,1,2]   # the same code
 
 Outputs in ``<out>/vision/``: ``results.json``, ``report.md``, ``accuracy_vs_resolution.png``; each
 finished run in ``runs/<preset>/`` (``--resume`` reuses the ones whose configuration matches).
@@ -28,37 +28,68 @@ finished run in ``runs/<preset>/`` (``--resume`` reuses the ones whose configura
 
 from __future__ import annotations
 
-import concurrent.futures
 import copy
+import dataclasses
 import functools
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
+from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.stats import format_interval, interval_verdict, mean_interval
 
-from common import (  # noqa: E402
-    Progress,
-    RunStore,
-    format_interval,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    nan_if_missing,
-    note_if_empty,
-    quiet,
-    standard_argparser,
-    worker_pool,
-    write_report,
-    write_results,
-)
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
-
-NAME = "vision"
 ROTARY = ("rope_mixed", "rope_axial")
 ABSOLUTE = ("learned_2d", "sincos_2d")
+
+
+# ------------------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class Data:
+    train_size: int
+    test_sizes: list[int]
+    num_train: int
+    num_val: int
+    num_test: int
+    seed: int
+    max_distractors: int
+
+
+@dataclasses.dataclass
+class Model:
+    patch_size: int
+    dim: int
+    num_heads: int
+    num_layers: int
+    pool: str
+
+
+@dataclasses.dataclass
+class Training:
+    steps: int
+    batch_size: int
+    lrs: list[float]
+    weight_decay: float
+    warmup_steps: int
+
+
+@dataclasses.dataclass
+class Finetune:
+    sizes: list[int]
+    steps: int
+    batch_size: int
+    lr: float
+    warmup_steps: int
+
+
+@dataclasses.dataclass
+class Config:
+    seeds: list[int]
+    encodings: list[str]
+    data: Data
+    model: Model
+    training: Training
+    finetune: Finetune
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -79,6 +110,7 @@ def data_key(preset: dict[str, Any]) -> tuple:
     return tuple((k, preset["data"][k]) for k in keys)
 
 
+
 # ------------------------------------------------------------------------------------------------ one run
 def _fit(module, train, steps: int, batch_size: int, seed: int, device: dict | None) -> float:
     import lightning as L
@@ -93,16 +125,13 @@ def _fit(module, train, steps: int, batch_size: int, seed: int, device: dict | N
     return time.perf_counter() - start
 
 
-def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+def train_and_test(spec: dict[str, Any]) -> dict[str, Any]:
     """Train one (encoding, seed, lr), test it at every size, fine-tune at the fine-tune sizes; a result row."""
     import lightning as L
-    import torch
 
     from pe_toolkit.domains.vision import ViTConfig
     from pe_toolkit.domains.vision.lightning_module import ViTClassifier, accuracy
 
-    quiet()  # in-process runs (--jobs 1, tests) too, not only worker_pool's workers
-    torch.set_num_threads(spec["threads"])
     start, cpu_start = time.perf_counter(), time.process_time()
     encoding, seed, lr = spec["encoding"], spec["seed"], spec["lr"]
     preset, data = spec["preset"], data_key(spec["preset"])
@@ -138,6 +167,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     row["seconds"] = time.perf_counter() - start
     row["cpu_seconds"] = time.process_time() - cpu_start  # this process's CPU time: comparable on a shared machine
     return row
+
 
 
 # ------------------------------------------------------------------------------------------------ summary
@@ -198,7 +228,7 @@ def claim_sentence(verdict_rows: list[dict[str, Any]], sizes: list[int], train_s
     return "; ".join(parts) + "."
 
 
-def plot_accuracy(summary: list[dict[str, Any]], sizes: list[int], tune_sizes: list[int], path: Path) -> None:
+def plot_accuracy(summary: list[dict[str, Any]], sizes: list[int], tune_sizes: list[int]) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,120 +255,95 @@ def plot_accuracy(summary: list[dict[str, Any]], sizes: list[int], tune_sizes: l
     if not note_if_empty(ax, "test accuracy"):
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
-# ------------------------------------------------------------------------------------------------ main
-def run_all(specs: list[dict[str, Any]], store: RunStore, jobs: int, label: str) -> list[dict[str, Any]]:
-    rows, todo = [], []
-    for spec in specs:
-        key = f"{spec['encoding']}__seed{spec['seed']}__lr{spec['lr']:g}"
-        identity = {k: v for k, v in spec.items() if k != "threads"}
-        stored = store.load(key, identity)
-        if stored is not None:
-            rows.append({k: v for k, v in stored.items() if k != "spec"})
-        else:
-            todo.append((key, identity, spec))
-    progress = Progress(len(todo), f"{NAME} {label}")
 
-    def record(key: str, identity: dict, row: dict) -> None:
-        store.save(key, identity, row)
-        rows.append(row)
+# ------------------------------------------------------------------------------------------------ benchmark
+class Vision(Benchmark):
+    name = "vision"
+    title = "Vision: ViT accuracy vs test resolution per positional encoding"
+    description = "ViT accuracy at test resolutions it was not trained on, per 2-D encoding (Heo et al. 2024)"
+    Config = Config
+    key_fields = ("encoding", "seed")
+
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        run_preset = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("seeds", "encodings")}
+        return [{"encoding": e, "seed": s, "preset": run_preset} for e in config.encodings for s in config.seeds]
+
+    def tuning(self, config: Config) -> Tuning:
+        # the same learning-rate budget for every encoding: the first seed tries each lr, validation picks one
+        return Tuning(param="lr", values=[float(lr) for lr in config.training.lrs], metric="val_acc", maximize=True,
+                      group="encoding")
+
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return train_and_test(spec)
+
+    def progress_label(self, row: dict[str, Any]) -> str:
         accuracies = " ".join(f"{k[4:]}px={v:.2f}" for k, v in row.items() if k.startswith("acc_"))
-        progress(f"{row['encoding']} seed {row['seed']} lr {row['lr']:g}: val {row['val_acc']:.2f} {accuracies} "
-                 f"({row['seconds']:.0f}s)")
+        return (f"{row['encoding']} seed {row['seed']} lr {row['lr']:g}: val {row['val_acc']:.2f} {accuracies} "
+                f"({row['seconds']:.0f}s)")
 
-    if jobs <= 1:
-        for key, identity, spec in todo:
-            record(key, identity, run_one(spec))
-    elif todo:
-        with worker_pool(jobs) as pool:
-            futures = {pool.submit(run_one, spec): (key, identity) for key, identity, spec in todo}
-            for future in concurrent.futures.as_completed(futures):
-                record(*futures[future], future.result())
-    return rows
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        config = result.config
+        summary = summarize(result.rows, config.data.test_sizes, config.finetune.sizes)
+        return [{**s, "kind": "summary"} for s in summary]
 
+    def plot(self, result: Result) -> dict[str, Any]:
+        config = result.config
+        summary = [s for s in result.derived if s["kind"] == "summary"]
+        return {"accuracy_vs_resolution.png": plot_accuracy(summary, config.data.test_sizes, config.finetune.sizes)}
 
-def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--jobs", type=int, default=1, help="parallel training processes (1: in this process)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per training process")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
-    args = parser.parse_args(argv)
-    preset = preset_from_args(args, NAME)
-    device = device_options(args)  # part of each run's identity
-    start = time.perf_counter()
-    sizes, tune_sizes = preset["data"]["test_sizes"], preset["finetune"]["sizes"]
-    train_size = preset["data"]["train_size"]
-    run_preset = {k: v for k, v in preset.items() if k not in ("seeds", "encodings", "preset")}
-    store = RunStore(Path(args.out) / NAME / "runs" / args.preset, resume=args.resume)
-
-    def spec(encoding: str, seed: int, lr: float) -> dict[str, Any]:
-        return {"encoding": encoding, "seed": seed, "lr": float(lr), "preset": run_preset, "device": device,
-                "threads": args.threads}
-
-    lrs, seeds, encodings = preset["training"]["lrs"], preset["seeds"], preset["encodings"]
-    # the same learning-rate budget for every encoding: the first seed tries each lr, validation picks one
-    tuning = run_all([spec(e, seeds[0], lr) for e in encodings for lr in lrs], store, args.jobs, "lr")
-    chosen = {e: max((r for r in tuning if r["encoding"] == e), key=lambda r: r["val_acc"])["lr"] for e in encodings}
-    rest = run_all([spec(e, s, chosen[e]) for e in encodings for s in seeds[1:]], store, args.jobs, "seeds")
-    rows = [r for r in tuning if r["lr"] == chosen[r["encoding"]]] + rest
-    rows.sort(key=lambda r: (encodings.index(r["encoding"]), r["seed"]))
-    seconds = time.perf_counter() - start
-
-    summary = summarize(rows, sizes, tune_sizes)
-    claims = verdicts(summary, sizes, train_size)
-    config = {"preset": preset, "device": device, "chosen_lr": chosen, "jobs": args.jobs, "threads": args.threads}
-    tuning_rows = [{**r, "kind": "lr_trial"} for r in tuning]
-    out = Path(write_results(NAME, config, rows + tuning_rows + [{**s, "kind": "summary"} for s in summary],
-                             seconds, root=args.out)).parent
-    plot_accuracy(summary, sizes, tune_sizes, out / "accuracy_vs_resolution.png")
-
-    model, training, finetune, data = preset["model"], preset["training"], preset["finetune"], preset["data"]
-    columns = ["encoding", "seeds", "lr"] + [(f"acc_{s}_text", f"{s} px") for s in sizes]
-    tuned_columns = ["encoding"] + [(f"finetuned_acc_{s}_text", f"{s} px, fine-tuned") for s in tune_sizes]
-    body = [
-        f"ShapeRelations (where the square is relative to the disc, 4 classes, chance 0.25): {data['num_train']} "
-        f"train / {data['num_val']} val / {data['num_test']} test scenes, up to {data['max_distractors']} "
-        f"distractors. ViT: patch {model['patch_size']}, dim {model['dim']}, {model['num_heads']} heads, "
-        f"{model['num_layers']} layers, {model['pool']} pooling; trained at {train_size} px for {training['steps']} "
-        f"steps of batch {training['batch_size']} (AdamW, warmup {training['warmup_steps']}, cosine), learning rate "
-        f"per encoding from {lrs} by validation accuracy at {train_size} px (seed {seeds[0]}). Fine-tune: "
-        f"{finetune['steps']} steps of batch {finetune['batch_size']} at lr {finetune['lr']} at each of "
-        f"{tune_sizes} px. Seeds {seeds}; device {device}; {seconds:.0f} s in all.\n\n",
-        "## How the fairness rule is met\n\n"
-        f"Every encoding gets the same learning-rate grid {lrs}, tried on the same seed ({seeds[0]}) and chosen by "
-        f"accuracy on the same validation scenes at the training resolution ({train_size} px); every other "
-        "setting (model, steps, batch, schedule, fine-tune) is shared. No test scene and no test resolution feeds "
-        "training or the choice of learning rate; the fine-tunes train on training scenes rendered at the test "
-        f"size. Seeds {seeds}: mean and 95 % Student-t interval; each comparison below is computed from the "
-        "intervals. Departure from the paper (Heo et al. 2024: ViT-S/B on ImageNet-1k at 224 px, tested up to "
-        "512 px): a procedural 4-class dataset and a small ViT that fit this machine, so the finding is tested, "
-        "not its numbers.\n\n",
-        "## Test accuracy without fine-tuning (mean [95 % interval] over seeds)\n\n",
-        markdown_table(summary, columns),
-        "\n## After a short fine-tune at the test resolution\n\n" if tune_sizes else "",
-        markdown_table(summary, tuned_columns) if tune_sizes else "",
-        "\n## Does RoPE extrapolate better than absolute embeddings? (Heo et al. 2024)\n\n"
-        "\"better\" / \"worse\" only where the 95 % intervals do not overlap, \"tie\" where they do, \"untested\" "
-        "with fewer than 2 seeds (no interval).\n\n",
-        markdown_table(claims, ["comparison"] + [(f"at_{s}", f"{s} px") for s in sizes if s > train_size])
-        if claims else "",
-        f"\nMeasured: {claim_sentence(claims, sizes, train_size)}\n\n",
-        "## Every run\n\n",
-        markdown_table(rows, ["encoding", "seed", "lr", "val_acc"] + [f"acc_{s}" for s in sizes]
-                       + [f"finetuned_acc_{s}" for s in tune_sizes] + ["position_parameters", "seconds"],
-                       {**{f"acc_{s}": ".3f" for s in sizes}, **{f"finetuned_acc_{s}": ".3f" for s in tune_sizes},
-                        "val_acc": ".3f", "seconds": ".0f"}),
-        "\n![accuracy vs resolution](accuracy_vs_resolution.png)\n",
-    ]
-    write_report(NAME, "Vision: ViT accuracy vs test resolution per positional encoding", "".join(body),
-                 root=args.out)
-    print(markdown_table(summary, columns), flush=True)
-    print(f"Measured: {claim_sentence(claims, sizes, train_size)}", flush=True)
-    return 0
+    def report(self, result: Result) -> str:
+        config, rows, device, seconds = result.config, result.rows, result.device, result.seconds
+        summary = [s for s in result.derived if s["kind"] == "summary"]
+        sizes, tune_sizes, train_size = config.data.test_sizes, config.finetune.sizes, config.data.train_size
+        claims = verdicts(summary, sizes, train_size)
+        lrs, seeds = config.training.lrs, config.seeds
+        preset = dataclasses.asdict(config)
+        model, training, finetune, data = preset["model"], preset["training"], preset["finetune"], preset["data"]
+        columns = ["encoding", "seeds", "lr"] + [(f"acc_{s}_text", f"{s} px") for s in sizes]
+        tuned_columns = ["encoding"] + [(f"finetuned_acc_{s}_text", f"{s} px, fine-tuned") for s in tune_sizes]
+        body = [
+            f"ShapeRelations (where the square is relative to the disc, 4 classes, chance 0.25): {data['num_train']} "
+            f"train / {data['num_val']} val / {data['num_test']} test scenes, up to {data['max_distractors']} "
+            f"distractors. ViT: patch {model['patch_size']}, dim {model['dim']}, {model['num_heads']} heads, "
+            f"{model['num_layers']} layers, {model['pool']} pooling; trained at {train_size} px for "
+            f"{training['steps']} steps of batch {training['batch_size']} (AdamW, warmup {training['warmup_steps']}, "
+            f"cosine), learning rate per encoding from {lrs} by validation accuracy at {train_size} px "
+            f"(seed {seeds[0]}). Fine-tune: "
+            f"{finetune['steps']} steps of batch {finetune['batch_size']} at lr {finetune['lr']} at each of "
+            f"{tune_sizes} px. Seeds {seeds}; device {device}; {seconds:.0f} s in all.\n\n",
+            "## How the fairness rule is met\n\n"
+            f"Every encoding gets the same learning-rate grid {lrs}, tried on the same seed ({seeds[0]}) and chosen by "
+            f"accuracy on the same validation scenes at the training resolution ({train_size} px); every other "
+            "setting (model, steps, batch, schedule, fine-tune) is shared. No test scene and no test resolution feeds "
+            "training or the choice of learning rate; the fine-tunes train on training scenes rendered at the test "
+            f"size. Seeds {seeds}: mean and 95 % Student-t interval; each comparison below is computed from the "
+            "intervals. Departure from the paper (Heo et al. 2024: ViT-S/B on ImageNet-1k at 224 px, tested up to "
+            "512 px): a procedural 4-class dataset and a small ViT that fit this machine, so the finding is tested, "
+            "not its numbers.\n\n",
+            "## Test accuracy without fine-tuning (mean [95 % interval] over seeds)\n\n",
+            markdown_table(summary, columns),
+            "\n## After a short fine-tune at the test resolution\n\n" if tune_sizes else "",
+            markdown_table(summary, tuned_columns) if tune_sizes else "",
+            "\n## Does RoPE extrapolate better than absolute embeddings? (Heo et al. 2024)\n\n"
+            "\"better\" / \"worse\" only where the 95 % intervals do not overlap, \"tie\" where they do, \"untested\" "
+            "with fewer than 2 seeds (no interval).\n\n",
+            markdown_table(claims, ["comparison"] + [(f"at_{s}", f"{s} px") for s in sizes if s > train_size])
+            if claims else "",
+            f"\nMeasured: {claim_sentence(claims, sizes, train_size)}\n\n",
+            "## Every run\n\n",
+            markdown_table(rows, ["encoding", "seed", "lr", "val_acc"] + [f"acc_{s}" for s in sizes]
+                           + [f"finetuned_acc_{s}" for s in tune_sizes] + ["position_parameters", "seconds"],
+                           {**{f"acc_{s}": ".3f" for s in sizes}, **{f"finetuned_acc_{s}": ".3f" for s in tune_sizes},
+                            "val_acc": ".3f", "seconds": ".0f"}),
+            "\n![accuracy vs resolution](accuracy_vs_resolution.png)\n",
+        ]
+        return "".join(body)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="vision", prog="python benchmarks/vision.py"))

@@ -5,7 +5,7 @@
     pe-toolkit list [--domain D] [--format table|markdown|json]   name, domain, hooks, relative, reference
     pe-toolkit info NAME                                          options with defaults, docstring summary
     pe-toolkit plot NAME [-o FILE] [--length L] [--dim D] [--heads H] [--option KEY=VALUE ...]
-    pe-toolkit bench NAME|all [--quick] [benchmark options ...]   a benchmark of a source checkout
+    pe-toolkit bench [--list | NAME|all [--quick] [options ...]]  a benchmark (pe-toolkit bench --help)
 
 ``list`` imports every domain it can; a domain whose extra is missing is listed with the command that
 installs it. Exit status: 0 on success, 1 when the command failed (message on stderr), 2 for bad
@@ -169,6 +169,27 @@ def _available_benchmarks(directory: Path) -> list[str]:
     return list(run_all.discover(directory))
 
 
+def bench(arguments: Sequence[str]) -> int:
+    """``pe-toolkit bench ...``: a benchmark on the harness (:mod:`pe_toolkit.bench`, installed), else a
+    script of the source checkout not yet moved onto it (:func:`run_benchmark`)."""
+    from pe_toolkit.bench.cli import main as bench_main
+    from pe_toolkit.bench.registry import BENCHMARKS
+
+    arguments = list(arguments)
+    name = next((a for a in arguments if not a.startswith("-")), None)
+    legacy = name is not None and name not in BENCHMARKS and ":" not in name
+    if legacy:
+        position = arguments.index(name)
+        return run_benchmark(name, arguments[:position] + arguments[position + 1:])
+    status = bench_main(arguments)
+    directory = benchmarks_dir()
+    if "--list" in arguments and directory is not None:
+        others = [n for n in _available_benchmarks(directory) if n not in BENCHMARKS]
+        if others:
+            print(f"  (source checkout, not yet on the harness: {', '.join(others)})")
+    return status
+
+
 def run_benchmark(name: str, arguments: Sequence[str]) -> int:
     """Run ``benchmarks/<name>.py`` (``all``: ``run_all.py``) with ``arguments``; its exit status."""
     directory = benchmarks_dir()
@@ -231,8 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     drawing.add_argument("--heads", type=int, default=4)
     drawing.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                          help="a constructor option (repeatable), e.g. --option scaling=yarn --option factor=4.0")
-    bench = commands.add_parser("bench", help="run a benchmark of this source checkout (NAME or all)",
-                                description="Extra arguments after NAME go to the benchmark, e.g. --quick.")
+    bench = commands.add_parser("bench", help="run a benchmark (pe-toolkit bench --list; pe-toolkit bench --help)",
+                                description="See pe-toolkit bench --help.")
     bench.add_argument("name")
     bench.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to the benchmark (e.g. --quick)")
     return parser
@@ -242,6 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pe_toolkit.quiet import quiet_third_party
 
     quiet_third_party()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # its own parser (pe_toolkit.bench.cli): --list, --help, presets, executors
+        try:
+            return bench(argv[1:])
+        except (ValueError, TypeError, ImportError, RuntimeError) as error:
+            print(f"pe-toolkit bench: {error}", file=sys.stderr)
+            return 1
     args = build_parser().parse_args(argv)
     try:
         if args.command == "list":

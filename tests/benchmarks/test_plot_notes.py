@@ -107,23 +107,26 @@ def _assert_all_panels_noted(figures, count=1):
         assert panels and all(len(notes) == 1 for notes in panels), (path, panels)
 
 
-def test_recsys_plot_with_no_metric(tmp_path, saved):
-    from benchmarks import recsys
+def test_recsys_plot_with_no_metric():
+    from pe_toolkit.benchmarks import recsys
 
     rows = [{"dataset": d, "encoding": e, "hr@10": None, "hr@10_std": None, "ndcg@10": NAN, "ndcg@10_std": None}
             for d in recsys.DATASETS for e in ("rope", "learned")]
-    recsys.plot(rows, tmp_path / "recsys.png")
-    _assert_all_panels_noted(saved)
-    assert "HR@10 or NDCG@10" in saved[0][1][0][0]
+    figure = recsys.plot(rows)
+    panels = [_notes(a) for a in figure.axes]
+    assert len(panels) == 2 and all(len(notes) == 1 for notes in panels)
+    assert "HR@10 or NDCG@10" in panels[0][0]
+    plt.close(figure)
 
 
-def test_recsys_plot_with_one_metric_has_no_note(tmp_path, saved):
-    from benchmarks import recsys
+def test_recsys_plot_with_one_metric_has_no_note():
+    from pe_toolkit.benchmarks import recsys
 
     rows = [{"dataset": "synthetic", "encoding": "rope", "hr@10": 0.3, "hr@10_std": 0.0, "ndcg@10": None,
              "ndcg@10_std": None}]
-    recsys.plot(rows, tmp_path / "recsys.png")
-    assert saved[0][1] == [[]]
+    figure = recsys.plot(rows)
+    assert [_notes(a) for a in figure.axes] == [[]]
+    plt.close(figure)
 
 
 def _no_value() -> dict:
@@ -264,12 +267,15 @@ def test_explain_auc_none(tmp_path, saved):
     _assert_all_panels_noted(saved)
 
 
-def test_extreme_inputs_no_memory(tmp_path, saved):
-    from benchmarks import extreme_inputs
+def test_extreme_inputs_no_memory(tmp_path):
+    from pe_toolkit.bench.report import save_figure
+    from pe_toolkit.benchmarks import extreme_inputs
 
     rows = [{"length": 4096, "encoder": "rope", "dtype": "float32", "peak_mib": None}]
-    extreme_inputs._plot(rows, tmp_path / "mem.png", 4096)
-    _assert_all_panels_noted(saved)
+    figure = extreme_inputs.plot_memory(rows, 4096)
+    assert [len(_notes(a)) for a in figure.axes] == [1]
+    save_figure(figure, tmp_path / "mem.png", quick=False)
+    assert (tmp_path / "mem.png").stat().st_size > 0
 
 
 def test_speed_nothing_measured(tmp_path, saved):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from benchmarks import recsys
-from benchmarks.presets import load_preset
+from pe_toolkit.bench import load_config
+from pe_toolkit.bench.cli import main
+from pe_toolkit.benchmarks import recsys
 
 
 def row(dataset, encoding, seed, ndcg, hr=0.5, protocol="recbole"):
@@ -20,7 +22,8 @@ def row(dataset, encoding, seed, ndcg, hr=0.5, protocol="recbole"):
 
 def test_every_preset_is_valid():
     for name in ("quick", "full", "gpu"):
-        preset = load_preset("recsys", name)
+        config, _ = load_config(recsys.Recsys(), name)
+        preset = dataclasses.asdict(config)
         assert set(preset["encoders"]) <= set(recsys.ENCODERS) and set(preset["datasets"]) <= set(recsys.DATASETS)
         assert set(preset["protocols"]) <= set(recsys.PROTOCOLS) and preset["protocols"][0] == "recbole"
         assert set(preset["training"]) == set(recsys.DATASETS)
@@ -60,39 +63,48 @@ def tiny_run_args(out, max_epochs: int, *extra: str) -> list[str]:
     tiny = ["--set", "training.synthetic.users=30", "--set", "training.synthetic.max_len=12",
             "--set", "training.synthetic.dim=8", "--set", "training.synthetic.batches_per_epoch=2",
             "--set", f"training.synthetic.max_epochs={max_epochs}", "--set", "synthetic.length=[8,12]", *extra]
-    return ["--quick", "--out", str(out), "--datasets", "synthetic", "--encoders", "learned", "cape",
-            "--jobs", "0", "--accelerator", "cpu", *tiny]
+    return ["recsys", "--quick", "--out", str(out), "--set", "datasets=[synthetic]", "--set", "encoders=[learned,cape]",
+            "--jobs", "1", "--accelerator", "cpu", *tiny]
 
 
 def test_tiny_run_writes_results_report_and_plot(tmp_path):
     args = tiny_run_args(tmp_path, 1)
-    assert recsys.main(args) == 0
+    assert main(args) == 0
     out = tmp_path / "recsys"
     results = json.loads((out / "results.json").read_text())
-    assert [(r["encoding"], r["seed"], r["protocol"]) for r in results["rows"]] == [("learned", 0, "recbole"),
-                                                                                   ("cape", 0, "recbole")]
-    for r in results["rows"]:
+    runs = [r for r in results["rows"] if "kind" not in r]
+    assert [(r["encoding"], r["seed"], r["protocol"]) for r in runs] == [("learned", 0, "recbole"),
+                                                                         ("cape", 0, "recbole")]
+    assert [(r["kind"], r["comparison"], r["metric"]) for r in results["rows"][2:]] == [
+        ("claim", "cape vs learned", "ndcg@10"), ("claim", "cape vs learned", "hr@10")]
+    for r in runs:
         assert 0.0 <= r["ndcg@10"] <= r["hr@10"] <= 1.0 and r["users"] == 30 and r["epochs"] == 1
         assert r["ndcg@10"] == r["all/ndcg@10"] and r["ranking"] == "all"  # RecBole: nothing excluded
         assert r["steps"] == 2  # 1 epoch of batches_per_epoch = 2 batches
     assert results["config"]["device"]["accelerator"] == "cpu"
-    stored = json.loads((out / "runs" / "quick" / "synthetic__recbole__cape__seed0.json").read_text())
+    stored = json.loads((out / "runs" / "quick" / "dataset=synthetic__protocol=recbole__encoding=cape__seed=0.json")
+                        .read_text())
     assert stored["spec"]["device"] == {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
     report = (out / "report.md").read_text()
     assert "| cape | 1 |" in report and "cape vs learned" in report and "untested" in report
     assert "**Fairness.**" in report and (out / "recsys_metrics.png").stat().st_size
-    # --report-only rebuilds the report from the stored runs without training
-    assert recsys.main(args + ["--report-only"]) == 0
+    # --resume rebuilds the report from the stored runs without training (a new run would differ in "seconds")
+    assert main(args + ["--resume"]) == 0
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
-    with pytest.raises(ValueError, match="preset key 'training.synthetic.epochs' does not exist"):
-        recsys.main(["--quick", "--out", str(tmp_path), "--set", "training.synthetic.epochs=3"])
+
+
+def test_a_mistyped_key_names_itself(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["recsys", "--quick", "--out", str(tmp_path), "--set", "training.synthetic.epochs=3"])
+    assert exit_info.value.code == 2
+    assert "config key 'training.synthetic.epochs' does not exist; allowed keys here: [" in capsys.readouterr().err
 
 
 def test_converged_flag_survives_testing_the_best_checkpoint(tmp_path):
     # trainer.test(ckpt_path=best) restores EarlyStopping's state from a checkpoint saved before the stop
     # (stopped_epoch 0); the flag is read after fit, so a run stopped by patience is reported as converged
-    assert recsys.main(tiny_run_args(tmp_path, 12, "--set", "training.synthetic.patience=1")) == 0
-    rows = json.loads((tmp_path / "recsys" / "results.json").read_text())["rows"]
+    assert main(tiny_run_args(tmp_path, 12, "--set", "training.synthetic.patience=1")) == 0
+    rows = [r for r in json.loads((tmp_path / "recsys" / "results.json").read_text())["rows"] if "kind" not in r]
     assert all(r["converged"] == (r["epochs"] < 12) for r in rows)
     assert any(r["converged"] for r in rows)
     report = (tmp_path / "recsys" / "report.md").read_text()

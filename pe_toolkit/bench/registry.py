@@ -1,0 +1,50 @@
+"""The registry of benchmarks: name -> (module, one line of what it measures).
+
+Listing needs no import of the benchmark modules (their domain dependencies load only when one runs).
+A user's benchmark runs without registering: ``pe-toolkit bench my_package.my_module:MyBenchmark``, or
+``register("mine", "my_package.my_module:MyBenchmark", "what it measures")`` for a name.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from pe_toolkit.bench.protocol import Benchmark
+
+__all__ = ["BENCHMARKS", "get_benchmark", "list_benchmarks", "register"]
+
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "extreme_inputs": ("pe_toolkit.benchmarks.extreme_inputs:ExtremeInputs",
+                       "every sequence encoder at long lengths and far positions, float32 and bfloat16: finite "
+                       "outputs, precision loss, memory"),
+    "recsys": ("pe_toolkit.benchmarks.recsys:Recsys",
+               "SASRec with each positional encoding on MovieLens-100k and a contextual-count log: HR/NDCG/MRR"),
+    "vision": ("pe_toolkit.benchmarks.vision:Vision",
+               "ViT accuracy at test resolutions it was not trained on, per 2-D encoding (Heo et al. 2024)"),
+}
+"""``{name: ("module:Class", description)}`` of the benchmarks that run on the harness."""
+
+
+def register(name: str, target: str, description: str) -> None:
+    """Add a benchmark: ``target`` is ``"module:Class"`` (a :class:`Benchmark` subclass)."""
+    if not isinstance(target, str) or ":" not in target:
+        raise ValueError(f"target must be 'module:Class', got {target!r}")
+    BENCHMARKS[name] = (target, description)
+
+
+def list_benchmarks() -> dict[str, str]:
+    """``{name: description}``, sorted by name."""
+    return {name: BENCHMARKS[name][1] for name in sorted(BENCHMARKS)}
+
+
+def get_benchmark(name: str) -> Benchmark:
+    """An instance of the benchmark ``name`` (a registered name, or ``"module:Class"``)."""
+    target = BENCHMARKS[name][0] if name in BENCHMARKS else name
+    if ":" not in target:
+        raise ValueError(f"unknown benchmark {name!r}; available: {', '.join(sorted(BENCHMARKS))} "
+                         "(or a 'module:Class' of your own)")
+    module_name, _, attribute = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), attribute, None)
+    if not (isinstance(cls, type) and issubclass(cls, Benchmark)):
+        raise ValueError(f"{target!r} is not a pe_toolkit.bench.Benchmark subclass")
+    return cls()
