@@ -44,9 +44,9 @@ when the intervals do not overlap):
    worse at none.
 
     python benchmarks/attention_stability.py --quick              # tiny sweep (< 2 min here), 1 seed: claims untested
-    python benchmarks/attention_stability.py                      # full preset: 3 seeds, 1,000 steps (--jobs 2)
-    python benchmarks/attention_stability.py --preset gpu --accelerator cuda
-    python benchmarks/attention_stability.py --set steps=200 --set seeds=[0,1,2]
+    python benchmarks/attention_stability.py --jobs 2             # full preset: 3 seeds, 1,000 steps
+    python benchmarks/attention_stability.py --preset gpu --accelerator cuda --jobs 6
+    python benchmarks/attention_stability.py --set steps=200 --set seeds=[0,1,2] --set configs=[mha,mha+qk_lr]
     python benchmarks/attention_stability.py --resume             # reuse the finished runs of an interrupted one
 
 Presets: ``benchmarks/presets/attention_stability/{quick,full,gpu}.yaml``. Outputs: ``results.json``
@@ -56,39 +56,69 @@ Presets: ``benchmarks/presets/attention_stability/{quick,full,gpu}.yaml``. Outpu
 
 from __future__ import annotations
 
-import concurrent.futures
+import dataclasses
 import math
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pe_toolkit.bench import Benchmark, Result, trainer_options
+from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.stats import format_interval, interval_verdict, mean_interval
 
-from common import (  # noqa: E402
-    Progress,
-    RunStore,
-    format_interval,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    nan_if_missing,
-    note_if_empty,
-    quiet,
-    standard_argparser,
-    worker_pool,
-    write_report,
-    write_results,
-)
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
-
-NAME = "attention_stability"
 CONFIGS = ("mha", "mha+qknorm", "mha+qk_lr", "mla", "mla+qk_lr", "mla+qk_clip")
 UNIFORM_LOSS = math.log(256)  # what a diverged run counts as in the statistics
 RUN_KEYS = ("model", "mla", "context", "batch_size", "steps", "max_bytes", "val_windows", "monitor_every",
-            "qk_clip", "qk_lr", "threads", "device")
+            "qk_clip", "qk_lr")
 
 
+# ------------------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class Model:
+    dim: int
+    num_heads: int
+    num_layers: int
+
+
+@dataclasses.dataclass
+class MLA:
+    latent_dim: int
+    rope_head_dim: int
+    nope_head_dim: int
+    query_latent_dim: int
+
+
+@dataclasses.dataclass
+class QKClip:
+    tau: float
+    measure: str
+
+
+@dataclasses.dataclass
+class QKLearningRate:
+    norm: str
+    every: int
+
+
+@dataclasses.dataclass
+class Config:
+    configs: list[str]
+    seeds: list[int]
+    model: Model
+    mla: MLA
+    context: int
+    batch_size: int
+    steps: int
+    lrs: list[float]
+    max_bytes: int
+    val_windows: int
+    monitor_every: int
+    qk_clip: QKClip
+    extend_edges: int
+    qk_lr: QKLearningRate
+
+
+# ------------------------------------------------------------------------------------------------ one run
 def model_config(name: str, preset: dict[str, Any]):
     """The ``TransformerConfig`` of configuration ``name`` (byte vocabulary, RoPE)."""
     import pe_toolkit as pet
@@ -169,13 +199,11 @@ def load_data(spec: dict[str, Any]):
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train one (configuration, lr, seed) of ``spec``; runs in a worker process or in this one."""
-    quiet()  # in-process calls (tests, --jobs 0) too, not only worker_pool's workers
     import torch
 
     import pe_toolkit as pet
     from pe_toolkit.training.callbacks import AttentionLogitMonitor, QKClipCallback, QKLearningRateCallback
 
-    torch.set_num_threads(spec["threads"])
     name, lr, seed = spec["config"], spec["lr"], spec["seed"]
     data, val_windows, unigram = load_data(spec)
     torch.manual_seed(seed)  # the same initial weights for every learning rate of a (configuration, seed)
@@ -333,7 +361,10 @@ def claims(lr_rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min
 
 
 # ------------------------------------------------------------------------------------------------ plots
-def plot(rows: list[dict[str, Any]], lr_rows: list[dict[str, Any]], out_dir: Path, unigram: float) -> list[str]:
+
+
+def plot(rows: list[dict[str, Any]], lr_rows: list[dict[str, Any]], unigram: float) -> dict[str, Any]:
+    """``{"loss_vs_lr.png": figure, "max_logit.png": figure}``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -358,8 +389,7 @@ def plot(rows: list[dict[str, Any]], lr_rows: list[dict[str, Any]], out_dir: Pat
     if not empty:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_dir / "loss_vs_lr.png", dpi=110)
-    plt.close(fig)
+    figures = {"loss_vs_lr.png": fig}
 
     lrs = sorted({r["lr"] for r in rows})
     shown = lrs[-2:] if len(lrs) > 1 else lrs
@@ -380,171 +410,170 @@ def plot(rows: list[dict[str, Any]], lr_rows: list[dict[str, Any]], out_dir: Pat
         if not note_if_empty(ax, "the max attention logit"):
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_dir / "max_logit.png", dpi=110)
-    plt.close(fig)
-    return ["loss_vs_lr.png", "max_logit.png"]
+    figures["max_logit.png"] = fig
+    return figures
 
 
-# ------------------------------------------------------------------------------------------------- main
-def check_preset(preset: dict[str, Any]) -> None:
-    """``ValueError`` naming the entry for a preset that cannot run."""
-    for key in ("steps", "batch_size", "context", "max_bytes", "val_windows", "monitor_every"):
-        value = preset[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key} must be a positive int, got {value!r}")
-    lrs, seeds, configs = preset["lrs"], preset["seeds"], preset["configs"]
-    if not lrs or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in lrs):
-        raise ValueError(f"lrs must be a non-empty list of numbers > 0, got {lrs!r}")
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise ValueError(f"seeds must be a non-empty list of ints >= 0, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct, got {seeds!r}")
-    unknown = [c for c in configs if c not in CONFIGS]
-    if not configs or unknown:
-        raise ValueError(f"configs must be a non-empty list of {CONFIGS}, got {configs!r}")
-    extend = preset["extend_edges"]
-    if isinstance(extend, bool) or not isinstance(extend, int) or extend < 0:
-        raise ValueError(f"extend_edges must be an int >= 0, got {extend!r}")
-    every = preset["qk_lr"]["every"]
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"qk_lr.every must be an int >= 1, got {every!r}")
-    tau = preset["qk_clip"]["tau"]
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
-        raise ValueError(f"qk_clip.tau must be a number > 0, got {tau!r}")
+# ------------------------------------------------------------------------------------------------ benchmark
+class AttentionStability(Benchmark):
+    name = "attention_stability"
+    title = "Attention stability: base learning-rate sweep"
+    description = ("final loss and attention logits over a base learning-rate sweep: MHA, QK-norm, the Q/K "
+                   "learning-rate rule, MLA, QK-clip (Anson & Aitchison 2025; Kimi K2)")
+    Config = Config
+    key_fields = ("config", "lr", "seed")
+
+    def __init__(self) -> None:
+        self.extended: dict[str, list[float]] = {}  # lrs added beyond a grid edge, per configuration
+
+    def check(self, config: Config) -> None:
+        for key in ("steps", "batch_size", "context", "max_bytes", "val_windows", "monitor_every"):
+            if getattr(config, key) < 1:
+                raise ValueError(f"{key} must be a positive int, got {getattr(config, key)!r}")
+        if not config.lrs or not all(x > 0 for x in config.lrs):
+            raise ValueError(f"lrs must be a non-empty list of numbers > 0, got {config.lrs!r}")
+        if not config.seeds or not all(s >= 0 for s in config.seeds):
+            raise ValueError(f"seeds must be a non-empty list of ints >= 0, got {config.seeds!r}")
+        if len(set(config.seeds)) != len(config.seeds):
+            raise ValueError(f"seeds must be distinct, got {config.seeds!r}")
+        unknown = [c for c in config.configs if c not in CONFIGS]
+        if not config.configs or unknown:
+            raise ValueError(f"configs must be a non-empty list of {CONFIGS}, got {config.configs!r}")
+        if config.extend_edges < 0:
+            raise ValueError(f"extend_edges must be an int >= 0, got {config.extend_edges!r}")
+        if config.qk_lr.every < 1:
+            raise ValueError(f"qk_lr.every must be an int >= 1, got {config.qk_lr.every!r}")
+        if not config.qk_clip.tau > 0:
+            raise ValueError(f"qk_clip.tau must be a number > 0, got {config.qk_clip.tau!r}")
+
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        base = {k: v for k, v in dataclasses.asdict(config).items() if k in RUN_KEYS}
+        return [{**base, "config": c, "lr": lr, "seed": s} for c in config.configs
+                for lr in sorted({float(x) for x in config.lrs} | set(self.extended.get(c, []))) for s in config.seeds]
+
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return run_one(spec)
+
+    def progress_label(self, row: dict[str, Any]) -> str:
+        return (f"{row['config']} lr={row['lr']:g} seed {row['seed']}: val loss {row['val_loss']:.3f}, "
+                f"max logit {row['max_logit_final']}, {row['seconds']:.0f}s")
+
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        lr_rows = summarize_lrs(result.rows, result.rows[0]["unigram_entropy"])  # the same training bytes in every run
+        config_rows = summarize_configs(lr_rows)
+        for row in config_rows:
+            row["extended_lrs"] = self.extended.get(row["config"], [])
+        return lr_rows + config_rows + claims(lr_rows, config_rows)
+
+    def plot(self, result: Result) -> dict[str, Any]:
+        lr_rows = [r for r in result.derived if r["kind"] == "lr_summary"]
+        return plot(result.rows, lr_rows, result.rows[0]["unigram_entropy"])
+
+    def report(self, result: Result) -> str:
+        preset, rows = dataclasses.asdict(result.config), result.rows
+        lr_rows = [r for r in result.derived if r["kind"] == "lr_summary"]
+        config_rows = [r for r in result.derived if r["kind"] == "config_summary"]
+        claim_rows = [r for r in result.derived if r["kind"] == "claim"]
+        unigram = rows[0]["unigram_entropy"]
+        interval = lambda v: format_interval(v, ".3f")  # noqa: E731
+        lr_table = markdown_table(lr_rows, ["config", "lr", "seeds", "diverged",
+                                            ("val_loss", "val loss, mean [95 % CI]")],
+                                  {"lr": "g", "val_loss": interval})
+        config_table = markdown_table(
+            config_rows, ["config", "best_lr", ("best_val_loss", "best val loss [95 % CI]"), "best_lr_at_grid_edge",
+                          ("extended_lrs", "lrs added beyond an edge"), "highest_stable_lr", "seeds"],
+            {"best_lr": "g", "best_val_loss": interval, "highest_stable_lr": "g",
+             "best_lr_at_grid_edge": lambda v: f"**yes ({v})**" if v else "no",
+             "extended_lrs": lambda v: ", ".join(f"{x:g}" for x in v) or "-"},
+        )
+        edges = [r["config"] for r in config_rows if r["best_lr_at_grid_edge"]]
+        edge_note = (f"**Grid edge:** the best lr of {', '.join(edges)} is at an edge of the swept grid, so the "
+                     "sweep does not bracket its optimum; extend `lrs` before reading its verdicts.\n\n" if edges else
+                     "Every configuration's best lr lies inside the grid (the sweep brackets each optimum).\n\n")
+        claims_table = markdown_table(claim_rows, ["claim", "verdict", "evidence"])
+        runs_table = markdown_table(
+            rows, ["config", "lr", "seed", "val_loss", "train_loss_final", "nonfinite_steps", "max_logit_final",
+                   "max_logit_peak", "qk_clip_heads", "seconds"],
+            {"lr": "g", "val_loss": ".3f", "train_loss_final": ".3f", "max_logit_final": ".2f",
+             "max_logit_peak": ".2f", "seconds": ".1f"},
+        )
+        return (
+            f"Byte-level LM on standard-library text; model {preset['model']}, MLA {preset['mla']}; context "
+            f"{preset['context']}, batch {preset['batch_size']}, {preset['steps']} steps per run, seeds "
+            f"{preset['seeds']} (initial weights), learning rates {sorted(preset['lrs'])} (a configuration whose "
+            f"best lr is at an edge gets the next lr beyond it, up to {preset['extend_edges']} time(s)); AdamW "
+            "(0.9, 0.95), weight decay 0.1, warmup 10 %, cosine to 10 %, gradient clipping 1.0; Q/K rule with "
+            f"{preset['qk_lr']['norm']} norms per matrix (reference: the norms at the first step) on every factor "
+            f"of the logit (MLA: q_down and kv_down too), recomputed every {preset['qk_lr']['every']} step(s); "
+            f"QK-clip tau {preset['qk_clip']['tau']} (S_max measured {preset['qk_clip']['measure']}); device "
+            f"{result.device}. Unigram entropy of the training bytes: {unigram:.3f} nats (a run at or above it has "
+            f"diverged; diverged runs count as ln 256 = {UNIFORM_LOSS:.3f} in the means).\n\n"
+            "## Paper claims\n\n" + claims_table + "\n"
+            "Verdicts from 95 % Student-t intervals over seeds (better / worse only when the intervals do not "
+            "overlap); fewer than 3 seeds: untested.\n\n"
+            "## Per configuration\n\n" + config_table + "\n" + edge_note
+            + "## Per configuration and learning rate\n\n" + lr_table + "\n"
+            + "## Every run\n\n" + runs_table + "\n"
+            + "".join(f"![{p}]({p})\n\n" for p in ("loss_vs_lr.png", "max_logit.png"))
+        )
+
+
+# ------------------------------------------------------------------------------------------------ edge rounds
+def run_extending_edges(benchmark: AttentionStability, config: Config, options: Any, *, preset: str, out: Any,
+                        command: str) -> Result:
+    """The harness's ``run``, then up to ``extend_edges`` rounds that add the lr beyond a grid edge (all seeds).
+
+    Not (yet) in the harness's runner (issue 39 plans edge extension there): each round reruns
+    ``run`` with the added lrs and ``resume`` on, so the runs of the rounds before (written moments ago by
+    this process, same specs) are reused, not trained again.
+    """
+    from pe_toolkit.bench.runner import run
+
+    result = run(benchmark, config, options, preset=preset, out=out, command=command)
+    for round_ in range(config.extend_edges):
+        beyond = edge_extensions([r for r in result.derived if r["kind"] == "config_summary"])
+        if not beyond:
+            break
+        for name, lr in beyond.items():
+            benchmark.extended.setdefault(name, []).append(lr)
+        print(f"attention_stability: edge extension {round_ + 1} "
+              f"({', '.join(f'{c}: lr {lr:g}' for c, lr in beyond.items())})", flush=True)
+        result = run(benchmark, config, dataclasses.replace(options, resume=True), preset=preset, out=out,
+                     command=command)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--configs", nargs="+", choices=CONFIGS, help="shortcut for --set configs=[...]")
-    parser.add_argument("--lrs", nargs="+", type=float, help="shortcut for --set lrs=[...]")
-    parser.add_argument("--steps", type=int, help="shortcut for --set steps=N")
-    parser.add_argument("--seeds", nargs="+", type=int, help="shortcut for --set seeds=[...]")
-    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (0: in this process)")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
+    """The harness's command line (``pe_toolkit.bench.cli``) with the edge-extension rounds."""
+    import shlex
+    import sys
+
+    from pe_toolkit.bench.cli import build_parser
+    from pe_toolkit.bench.config import RunOptions, load_config
+    from pe_toolkit.quiet import quiet_third_party
+
+    quiet_third_party()
+    prog = "python benchmarks/attention_stability.py"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog, AttentionStability.name)
     args = parser.parse_args(argv)
-    preset = preset_from_args(args, NAME)
-    if args.configs:
-        preset["configs"] = list(args.configs)
-    if args.lrs:
-        preset["lrs"] = sorted(args.lrs)
-    if args.steps is not None:
-        preset["steps"] = args.steps
-    if args.seeds is not None:
-        preset["seeds"] = list(args.seeds)
-    preset["lrs"] = sorted(float(x) for x in preset["lrs"])
-    check_preset(preset)
-    if args.jobs < 0:
-        parser.error(f"--jobs must be >= 0, got {args.jobs}")
-    preset["device"] = device_options(args)  # part of each run's identity
-    preset["threads"] = 1 if args.jobs >= 1 else preset.get("threads", 1)
+    if args.quick and args.preset not in (None, "quick"):
+        parser.error(f"--quick and --preset {args.preset} contradict each other; give one")
+    preset = "quick" if args.quick else (args.preset or "full")
+    benchmark = AttentionStability()
+    try:
+        config, run_section = load_config(benchmark, preset, config_file=args.config, overrides=args.overrides)
+        flags = {k: getattr(args, k) for k in ("executor", "ray_address", "jobs", "threads", "accelerator",
+                                                "devices", "precision", "resume") if getattr(args, k) is not None}
+        options = RunOptions(**{**run_section, **flags})
+    except (ValueError, TypeError) as error:
+        parser.error(str(error))
     start = time.perf_counter()
-    base = {k: preset[k] for k in RUN_KEYS}
-    specs = [{**base, "config": c, "lr": lr, "seed": s}
-             for c in preset["configs"] for lr in preset["lrs"] for s in preset["seeds"]]
-    store = RunStore(Path(args.out) / NAME / "runs" / preset["preset"], resume=args.resume)
-
-    def key(spec: dict[str, Any]) -> str:
-        return f"{spec['config'].replace('+', '_')}__lr{spec['lr']:g}__seed{spec['seed']}"
-
-    rows: dict[str, dict[str, Any]] = {}
-
-    def run_all(batch: list[dict[str, Any]], label: str) -> None:
-        todo = []
-        for spec in batch:
-            stored = store.load(key(spec), spec)
-            if stored is not None:
-                rows[key(spec)] = {k: v for k, v in stored.items() if k != "spec"}
-            else:
-                todo.append(spec)
-        progress = Progress(len(todo), NAME)
-        print(f"{NAME}: {label}: {len(batch)} runs ({len(batch) - len(todo)} reused), jobs={args.jobs}", flush=True)
-
-        def record(spec: dict[str, Any], row: dict[str, Any]) -> None:
-            store.save(key(spec), spec, row)
-            rows[key(spec)] = row
-            progress(f"{spec['config']} lr={spec['lr']:g} seed {spec['seed']}: val loss {row['val_loss']:.3f}, "
-                     f"max logit {row['max_logit_final']}, {row['seconds']:.0f}s")
-
-        if args.jobs == 0 or len(todo) <= 1:
-            for spec in todo:
-                record(spec, run_one(spec))
-        else:
-            with worker_pool(args.jobs) as pool:
-                futures = {pool.submit(run_one, spec): spec for spec in todo}
-                for future in concurrent.futures.as_completed(futures):
-                    record(futures[future], future.result())
-
-    run_all(specs, "grid")
-    extended: dict[str, list[float]] = {}
-    for round_ in range(preset["extend_edges"]):
-        ordered = [rows[key(spec)] for spec in specs]
-        beyond = edge_extensions(summarize_configs(summarize_lrs(ordered, ordered[0]["unigram_entropy"])))
-        if not beyond:
-            break
-        extra = [{**base, "config": c, "lr": lr, "seed": s} for c, lr in beyond.items() for s in preset["seeds"]]
-        for c, lr in beyond.items():
-            extended.setdefault(c, []).append(lr)
-        run_all(extra, f"edge extension {round_ + 1} ({', '.join(f'{c}: lr {lr:g}' for c, lr in beyond.items())})")
-        specs += extra
-    specs.sort(key=lambda spec: (preset["configs"].index(spec["config"]), spec["lr"], spec["seed"]))
-    ordered = [rows[key(spec)] for spec in specs]
-    unigram = ordered[0]["unigram_entropy"]  # the same training bytes in every run
-    lr_rows = summarize_lrs(ordered, unigram)
-    config_rows = summarize_configs(lr_rows)
-    for row in config_rows:
-        row["extended_lrs"] = extended.get(row["config"], [])
-    claim_rows = claims(lr_rows, config_rows)
-    seconds = time.perf_counter() - start
-    out_dir = Path(args.out) / NAME
-    config = {**preset, "unigram_entropy": unigram, "jobs": args.jobs,
-              "optimizer": "AdamW(0.9, 0.95), wd 0.1, warmup 10 %, cosine to 10 %, grad clip 1.0",
-              "qk_lr_rule": "spectral norm, per matrix, reference = norms at the first step, every step, every "
-                            "factor of the logit (MLA: q_down and kv_down too)"}
-    write_results(NAME, config, ordered + lr_rows + config_rows + claim_rows, seconds, root=args.out)
-    pngs = plot(ordered, lr_rows, out_dir, unigram)
-    interval = lambda v: format_interval(v, ".3f")  # noqa: E731
-    lr_table = markdown_table(lr_rows, ["config", "lr", "seeds", "diverged", ("val_loss", "val loss, mean [95 % CI]")],
-                              {"lr": "g", "val_loss": interval})
-    config_table = markdown_table(
-        config_rows, ["config", "best_lr", ("best_val_loss", "best val loss [95 % CI]"), "best_lr_at_grid_edge",
-                      ("extended_lrs", "lrs added beyond an edge"), "highest_stable_lr", "seeds"],
-        {"best_lr": "g", "best_val_loss": interval, "highest_stable_lr": "g",
-         "best_lr_at_grid_edge": lambda v: f"**yes ({v})**" if v else "no",
-         "extended_lrs": lambda v: ", ".join(f"{x:g}" for x in v) or "-"},
-    )
-    edges = [r["config"] for r in config_rows if r["best_lr_at_grid_edge"]]
-    edge_note = (f"**Grid edge:** the best lr of {', '.join(edges)} is at an edge of the swept grid, so the "
-                 "sweep does not bracket its optimum; extend `lrs` before reading its verdicts.\n\n" if edges else
-                 "Every configuration's best lr lies inside the grid (the sweep brackets each optimum).\n\n")
-    claims_table = markdown_table(claim_rows, ["claim", "verdict", "evidence"])
-    runs_table = markdown_table(
-        ordered, ["config", "lr", "seed", "val_loss", "train_loss_final", "nonfinite_steps", "max_logit_final",
-                  "max_logit_peak", "qk_clip_heads", "seconds"],
-        {"lr": "g", "val_loss": ".3f", "train_loss_final": ".3f", "max_logit_final": ".2f", "max_logit_peak": ".2f",
-         "seconds": ".1f"},
-    )
-    seeds = preset["seeds"]
-    body = (
-        f"Byte-level LM on standard-library text; model {preset['model']}, MLA {preset['mla']}; context "
-        f"{preset['context']}, batch {preset['batch_size']}, {preset['steps']} steps per run, seeds {seeds} "
-        f"(initial weights), learning rates {preset['lrs']} (a configuration whose best lr is at an edge gets "
-        f"the next lr beyond it, up to {preset['extend_edges']} time(s)); Q/K rule with {preset['qk_lr']['norm']} "
-        f"norms recomputed every {preset['qk_lr']['every']} step(s); QK-clip tau {preset['qk_clip']['tau']} "
-        f"(S_max measured {preset['qk_clip']['measure']}); device {preset['device']}. Unigram entropy of the "
-        f"training bytes: {unigram:.3f} nats (a run at or above it has diverged; diverged runs count as "
-        f"ln 256 = {UNIFORM_LOSS:.3f} in the means).\n\n"
-        "## Paper claims\n\n" + claims_table + "\n"
-        "Verdicts from 95 % Student-t intervals over seeds (better / worse only when the intervals do not "
-        "overlap); fewer than 3 seeds: untested.\n\n"
-        "## Per configuration\n\n" + config_table + "\n" + edge_note
-        + "## Per configuration and learning rate\n\n" + lr_table + "\n"
-        + "## Every run\n\n" + runs_table + "\n"
-        + "".join(f"![{p}]({p})\n\n" for p in pngs)
-    )
-    write_report(NAME, "Attention stability: base learning-rate sweep", body, root=args.out)
-    print(f"wrote {out_dir} in {seconds:.0f} s")
+    run_extending_edges(benchmark, config, options, preset=preset, out=args.out,
+                        command=shlex.join([*prog.split(), *argv]))
+    print(f"wrote {args.out / benchmark.name} in {time.perf_counter() - start:.0f} s", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

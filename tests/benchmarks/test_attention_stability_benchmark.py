@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 
-from benchmarks import attention_stability as bench
-from benchmarks.common import mean_interval
+from pe_toolkit.bench.config import load_config
+from pe_toolkit.bench.stats import mean_interval
+from pe_toolkit.benchmarks import attention_stability as bench
 
 TINY = """
 model: {dim: 16, num_heads: 2, num_layers: 1}
@@ -26,21 +28,36 @@ qk_clip: {tau: 0.5, measure: forward}
 
 
 def test_every_preset_loads_and_the_full_one_meets_the_protocol():
-    presets = __import__("presets")
+    benchmark = bench.AttentionStability()
+    assert benchmark.preset_names() == ["full", "gpu", "quick"]
     for name in ("quick", "full", "gpu"):
-        preset = presets.load_preset(bench.NAME, name)
-        bench.check_preset(preset)
-        assert set(preset["configs"]) == set(bench.CONFIGS)
-        assert preset["mla"]["query_latent_dim"] > 0  # q_down exists, so the rule's coverage of it is exercised
+        config, _ = load_config(benchmark, name)
+        assert set(config.configs) == set(bench.CONFIGS)
+        assert config.mla.query_latent_dim > 0  # q_down exists, so the rule's coverage of it is exercised
     for name in ("full", "gpu"):
-        preset = presets.load_preset(bench.NAME, name)
-        assert len(preset["seeds"]) >= 3 and preset["steps"] >= 1000 and len(preset["lrs"]) >= 5
+        config, _ = load_config(benchmark, name)
+        assert len(config.seeds) >= 3 and config.steps >= 1000 and len(config.lrs) >= 5
     with pytest.raises(ValueError, match="seeds must be distinct"):
-        bench.check_preset({**presets.load_preset(bench.NAME, "quick"), "seeds": [1, 1]})
+        load_config(benchmark, "quick", overrides=["seeds=[1, 1]"])
     with pytest.raises(ValueError, match="lrs must be a non-empty list"):
-        bench.check_preset({**presets.load_preset(bench.NAME, "quick"), "lrs": [0.1, -1.0]})
+        load_config(benchmark, "quick", overrides=["lrs=[0.1, -1.0]"])
     with pytest.raises(ValueError, match="qk_clip.tau"):
-        bench.check_preset({**presets.load_preset(bench.NAME, "quick"), "qk_clip": {"tau": 0, "measure": "forward"}})
+        load_config(benchmark, "quick", overrides=["qk_clip.tau=0"])
+    with pytest.raises(ValueError, match="configs must be a non-empty list"):
+        load_config(benchmark, "quick", overrides=["configs=[mha, gqa]"])
+    with pytest.raises(ValueError, match="'qk_lr.evry' does not exist"):
+        load_config(benchmark, "quick", overrides=["qk_lr.evry=2"])
+
+
+def test_runs_cover_every_config_lr_and_seed_plus_the_edge_extensions():
+    benchmark = bench.AttentionStability()
+    config, _ = load_config(benchmark, "quick", overrides=["configs=[mha, mla]", "seeds=[0, 1]", "lrs=[0.03, 0.003]"])
+    specs = benchmark.runs(config)
+    assert [(s["config"], s["lr"], s["seed"]) for s in specs] == [
+        (c, lr, s) for c in ("mha", "mla") for lr in (0.003, 0.03) for s in (0, 1)]
+    assert specs[0]["model"] == dataclasses.asdict(config.model) and specs[0]["qk_clip"]["tau"] == 10.0
+    benchmark.extended = {"mla": [0.3]}
+    assert [s["lr"] for s in benchmark.runs(config) if s["config"] == "mla"] == [0.003, 0.003, 0.03, 0.03, 0.3, 0.3]
 
 
 def lr_row(config, lr, losses, diverged=0):
@@ -62,6 +79,7 @@ def test_summaries_cap_diverged_runs_flag_grid_edges_and_find_the_stable_lr():
     edge = bench.summarize_configs([lr_row("mla", 0.01, [1.0, 1.1, 1.05]), lr_row("mla", 0.1, [2.0, 2.1, 2.2]),
                                     lr_row("mla", 1.0, [3.0, 3.1, 3.2])])
     assert edge[0]["best_lr_at_grid_edge"] == "lowest"
+    assert bench.edge_extensions(edge) == {"mla": pytest.approx(0.001)}
 
 
 def test_claims_follow_the_intervals():
@@ -89,8 +107,8 @@ def test_claims_follow_the_intervals():
 def test_tiny_run_then_resume(tmp_path, monkeypatch):
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY)
-    argv = ["--quick", "--config", str(config), "--out", str(tmp_path), "--configs", "mla+qk_clip",
-            "--jobs", "0", "--accelerator", "cpu"]
+    argv = ["--quick", "--config", str(config), "--out", str(tmp_path), "--set", "configs=[mla+qk_clip]",
+            "--accelerator", "cpu"]
     assert bench.main(argv) == 0
     out = tmp_path / "attention_stability"
     document = json.loads((out / "results.json").read_text())
@@ -110,4 +128,4 @@ def test_tiny_run_then_resume(tmp_path, monkeypatch):
     again = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
     assert json.dumps(again) == json.dumps(rows)  # as text: a diverged run's loss is inf or nan
     with pytest.raises(AssertionError, match="trained again"):
-        bench.main([*argv, "--resume", "--steps", "4"])
+        bench.main([*argv, "--resume", "--set", "steps=4"])

@@ -214,15 +214,20 @@ def test_multirobot_metrics_all_none(tmp_path, saved):
     _assert_all_panels_noted(saved)
 
 
-def test_attention_stability_all_nan(tmp_path, saved):
-    from benchmarks import attention_stability
-    from benchmarks.common import mean_interval
+def test_attention_stability_all_nan(tmp_path):
+    from pe_toolkit.bench.report import save_figure
+    from pe_toolkit.bench.stats import mean_interval
+    from pe_toolkit.benchmarks import attention_stability
 
     rows = [{"config": c, "lr": lr, "seed": 0, "val_loss": NAN, "max_logit_per_layer": [[NAN], [NAN]],
              "max_logit_steps": [1, 2]} for c in ("mha", "mla") for lr in (0.01, 0.1)]
     lr_rows = [{"config": c, "lr": lr, "val_loss": mean_interval([])} for c in ("mha", "mla") for lr in (0.01, 0.1)]
-    attention_stability.plot(rows, lr_rows, tmp_path, unigram=3.0)
-    _assert_all_panels_noted(saved, count=2)
+    figures = attention_stability.plot(rows, lr_rows, unigram=3.0)
+    assert sorted(figures) == ["loss_vs_lr.png", "max_logit.png"]
+    for name, figure in figures.items():
+        assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes), name
+        save_figure(figure, tmp_path / name, quick=False)
+        assert (tmp_path / name).stat().st_size > 0
 
 
 def test_mha2mla_all_nan(tmp_path, saved):
