@@ -1,0 +1,1 @@
+"""The benchmark harness (placeholder for the verdict rule; the harness lands beside it)."""
