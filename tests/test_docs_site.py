@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 import pe_toolkit as pet
+from pe_toolkit.extras import EXTRAS
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -122,3 +123,6 @@ def test_home_page_example_prints_what_the_page_says():
     assert len(code.strip().splitlines()) <= 10
     for target in ("tutorials/", "benchmarks.md", "gallery.md"):
         assert f"]({target}" in text, target
+    for extra, modules in EXTRAS.items():  # the extras table, as in the README
+        row = next((line for line in text.splitlines() if line.startswith(f"| `{extra}` |")), None)
+        assert row is not None and all(distribution in row for distribution in modules.values()), extra
