@@ -126,3 +126,32 @@ def test_home_page_example_prints_what_the_page_says():
     for extra, modules in EXTRAS.items():  # the extras table, as in the README
         row = next((line for line in text.splitlines() if line.startswith(f"| `{extra}` |")), None)
         assert row is not None and all(distribution in row for distribution in modules.values()), extra
+
+
+def _hooks():
+    sys.path.insert(0, str(DOCS / "scripts"))
+    try:
+        import hooks
+    finally:
+        sys.path.pop(0)
+    return hooks
+
+
+def test_doctest_fence_options_are_dropped_for_rendering_only():
+    hooks = _hooks()
+    text = "```python continuation\nx = 1\n```\n\n~~~py notest fixture:tmp_path\ny\n~~~\n\n```python\nz\n```\n"
+    assert hooks.strip_doctest_options(text) == "```python\nx = 1\n```\n\n~~~py\ny\n~~~\n\n```python\nz\n```\n"
+    assert hooks.strip_doctest_options("```python title=\"a.py\"\n```") == "```python title=\"a.py\"\n```"
+
+
+def test_a_figure_whose_code_changed_fails_the_build():
+    from mkdocs.exceptions import PluginError
+
+    hooks = _hooks()
+    page = (DOCS / "tutorials" / "music.md").read_text()
+    assert "The figure shows the run" in hooks.caption_figures(page, "tutorials/music.md")
+    name, code = next(iter(hooks.tutorial_figures.figure_blocks(page).items()))
+    with pytest.raises(PluginError, match=f"the code that draws figures/{name} changed.*tutorial_figures.py"):
+        hooks.caption_figures(page.replace(code, code + "\nprint()"), "tutorials/music.md")
+    with pytest.raises(PluginError, match="not preceded by the python block"):
+        hooks.caption_figures("![x](figures/missing.png)\n", "tutorials/x.md")
