@@ -1,12 +1,13 @@
 # make test  : create .venv if missing, install, run the test suite (README's test command)
 # make bench : run every benchmark's --quick mode (or one: make bench BENCH=speed)
+# make docs  : build the site (strict) into site/; make docs-check: the built site in headless Chromium
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH  ?=
 
-.PHONY: test bench lint docs clean
+.PHONY: test bench lint docs docs-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +35,11 @@ lint: $(STAMP)
 # and python docs/scripts/tutorial_figures.py redraw them (the build fails when a tutorial figure is stale).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict
+
+# the built site in headless Chromium (Debian's chromium package; skipped with a message without it);
+# screenshots in results/docs-shots/
+docs-check: docs
+	$(PY) docs/scripts/browser_check.py --site site
 
 clean:
 	rm -rf $(VENV) results lightning_logs .pytest_cache
