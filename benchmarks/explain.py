@@ -35,88 +35,99 @@ interval over seeds, and the paper's claims are decided from intervals: PA-LRP a
 from the paired per-seed differences (better / worse only when the difference's interval excludes 0),
 plain LRP's positional loss (Lemma 3.1) from the input fractions. Fewer than 3 seeds: untested.
 
-    python benchmarks/explain.py --quick          # pipeline check (< 2 minutes here); 1 seed: claims untested
-    python benchmarks/explain.py                  # full preset (3 seeds)
-    python benchmarks/explain.py --preset gpu --accelerator cuda
-    python benchmarks/explain.py --set seeds=[0,1,2,3] --set lr=0.002
+    python benchmarks/explain.py --quick          # pipeline check (< 5 minutes here); 1 seed: claims untested
+    python benchmarks/explain.py --jobs 2         # full preset (3 seeds)
+    python benchmarks/explain.py --preset gpu --accelerator cuda --threads 8
+    python benchmarks/explain.py --set seeds=[0,1,2,3] --set lr=0.002 --set encodings=[rope,alibi]
 
 Presets: ``benchmarks/presets/explain/{quick,full,gpu}.yaml``.
 
-Outputs in ``<out>/explain/``: results.json, report.md, ``perturbation_auc.png`` and one heatmap
-``heatmap_<task>_<encoding>.png`` of token and position relevance per trained model. Every finished
-model is stored in ``<out>/explain/runs/<preset>/<task>_<encoding>_seed<seed>.json``; ``--resume`` reuses
-those whose configuration matches, ``--report-only`` trains nothing and reports what is stored.
+Outputs in ``<out>/explain/``: results.json (one ``kind: model`` row per trained model, its per-method
+rows under ``methods``; then comparisons, summaries and claims), report.md, ``perturbation_auc.png`` and
+one heatmap ``heatmap_<task>_<encoding>.png`` of token and position relevance per (task, encoding), from
+its first seed. Every finished model is stored in ``<out>/explain/runs/<preset>/``; ``--resume`` reuses
+those whose full spec matches.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 import random
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pe_toolkit.bench import Benchmark, Result, trainer_options
+from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.stats import format_interval, interval_verdict, mean_interval
 
-from common import (  # noqa: E402
-    Progress,
-    format_interval,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    nan_if_missing,
-    note_if_empty,
-    standard_argparser,
-    write_report,
-    write_results,
-)
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
-
-NAME = "explain"
 METHODS = ("pa_lrp", "pa_lrp_token", "lrp", "grad_x_input", "rollout", "random")
 TASKS = ("sentiment", "copy")
 ENCODINGS = ("nope", "rope", "learned", "alibi", "sinusoidal")
 FRACTIONS = [i / 10 for i in range(11)]
-
-# Presets: benchmarks/presets/explain/*.yaml. "decay": steps of the cosine decay (0 = constant rate after
-# warm-up: the sentiment models sit on a loss plateau for a few hundred steps, and a decaying rate kept them there).
 MIN_SEEDS = 3
 CONSERVATION_TOLERANCE = 0.05  # 'conserved': the fraction's whole interval within 1 +- this
 TASK_NAMES = {"sentiment": "explain_sentiment", "copy": "copy_random"}
 
 
-def task_module(task: str, config: dict[str, Any], seed: int):
+# ------------------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class Model:
+    dim: int
+    num_heads: int
+    num_layers: int
+
+
+@dataclasses.dataclass
+class Config:
+    """``steps``, ``decay`` (steps of the cosine decay; 0 = a constant rate after warm-up: the sentiment models
+    sit on a loss plateau for a few hundred steps, and a decaying rate kept them there) and ``task_options``
+    per task."""
+
+    encodings: list[str]
+    tasks: list[str]
+    seeds: list[int]
+    model: Model
+    steps: dict[str, int]
+    decay: dict[str, int]
+    task_options: dict[str, dict[str, Any]]
+    num_train: int
+    batch_size: int
+    lr: float
+    num_explain: int
+
+
+# ------------------------------------------------------------------------------------------------ one run
+def task_module(spec: dict[str, Any]):
     import pe_toolkit.explain.sentiment  # noqa: F401  (registers explain_sentiment)
     from pe_toolkit.training import TaskDataModule
 
     return TaskDataModule(
-        TASK_NAMES[task], config["task_options"][task], num_train=config["num_train"], num_val=0, num_test=0,
-        batch_size=config["batch_size"], seed=seed,
+        TASK_NAMES[spec["task"]], spec["task_options"], num_train=spec["num_train"], num_val=0, num_test=0,
+        batch_size=spec["batch_size"], seed=spec["seed"],
     )
 
 
-def train(task: str, encoding: str, config: dict[str, Any], seed: int):
-    """Train a decoder-only Transformer on ``task`` with ``encoding``; return (model, data, final loss).
+def train(spec: dict[str, Any]):
+    """Train a decoder-only Transformer on the spec's task with its encoding; return (model, data, final loss).
 
-    The device is ``config["device"]`` (:func:`presets.device_options`; the CPU when absent).
+    The device is ``spec["device"]`` (the CPU when absent).
     """
     import lightning as L
 
     from pe_toolkit.training import SequenceLMModule
 
-    L.seed_everything(seed, verbose=False)
-    data = task_module(task, config, seed)
-    options = {"max_len": data.max_sequence_length()} if encoding == "learned" else {}
-    steps = config["steps"][task]
+    L.seed_everything(spec["seed"], verbose=False)
+    data = task_module(spec)
+    options = {"max_len": data.max_sequence_length()} if spec["encoding"] == "learned" else {}
+    steps = spec["steps"]
     module = SequenceLMModule(
-        data.vocab_size, encoding=encoding, encoding_options=options, lr=config["lr"],
-        warmup_steps=max(1, steps // 20), max_steps=config["decay"][task], **config["model"],
+        data.vocab_size, encoding=spec["encoding"], encoding_options=options, lr=spec["lr"],
+        warmup_steps=max(1, steps // 20), max_steps=spec["decay"], **spec["model"],
     )
     trainer = L.Trainer(
-        max_steps=steps, **trainer_options(config.get("device")), logger=False, enable_checkpointing=False,
+        max_steps=steps, **trainer_options(spec.get("device")), logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
     )
     trainer.fit(module, data)
@@ -124,12 +135,12 @@ def train(task: str, encoding: str, config: dict[str, Any], seed: int):
     return module.model.cpu().float().eval(), data, loss  # explained on the CPU in float32
 
 
-def make_task(task: str, config: dict[str, Any]):
-    """The task generator and its vocabulary (without Lightning)."""
+def make_task(task: str, options: dict[str, Any]):
+    """The task generator and its vocabulary (without Lightning); ``options``: the task's ``task_options``."""
     import pe_toolkit.explain.sentiment  # noqa: F401  (registers explain_sentiment)
     from pe_toolkit.tasks import Vocabulary, get_task
 
-    options = {k: tuple(v) if isinstance(v, list) else v for k, v in config["task_options"][task].items()}
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     generator = get_task(TASK_NAMES[task], **options)
     return generator, Vocabulary(generator.vocabulary())
 
@@ -233,7 +244,23 @@ def evaluate(model, items: list[dict[str, Any]], seed: int) -> tuple[dict[str, d
     return results, summary
 
 
-def plot_heatmap(example: dict[str, Any], vocab, title: str, path: Path) -> None:
+
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train and evaluate one (task, encoding, seed): the model's row, its per-method rows under ``methods``."""
+    task, encoding, seed = spec["task"], spec["encoding"], spec["seed"]
+    t0 = time.perf_counter()
+    model, data, loss = train(spec)
+    train_s = time.perf_counter() - t0
+    items = explain_set(task, data.task, data.vocab, spec["num_explain"], seed)
+    results, summary = evaluate(model, items, seed)
+    return {"kind": "model", "task": task, "encoding": encoding, "seed": seed, "final_loss": loss,
+            "train_s": train_s, "eval_s": time.perf_counter() - t0 - train_s, **summary,
+            "methods": [{"task": task, "encoding": encoding, "seed": seed, "method": m, **metrics}
+                        for m, metrics in results.items()]}
+
+
+def plot_heatmap(example: dict[str, Any], vocab, title: str) -> Any:
+    """A figure: one row per relevance kind over the example's tokens."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -258,11 +285,11 @@ def plot_heatmap(example: dict[str, Any], vocab, title: str, path: Path) -> None
     ax.set_title(title + " (each row scaled by its max |relevance|)", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.03)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_auc(rows: list[dict[str, Any]], path: Path) -> None:
+def plot_auc(rows: list[dict[str, Any]]) -> Any:
+    """A figure: MoRF and LeRF areas per (task, encoding) and method, means over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -287,8 +314,8 @@ def plot_auc(rows: list[dict[str, Any]], path: Path) -> None:
     if not all(empty):
         axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
+
 
 
 def compare(gain: float, tolerance: float = 1e-3) -> str:
@@ -403,195 +430,149 @@ def claims(rows: list[dict[str, Any]], models: list[dict[str, Any]], min_seeds: 
     return out
 
 
-def run_config(config: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
-    """The part of the configuration one trained model depends on (the key of its stored run)."""
-    keys = ("model", "num_train", "batch_size", "lr", "num_explain", "device", "threads")
-    return {"task": task, "seed": seed, **{k: config.get(k) for k in keys}, "steps": config["steps"][task],
-            "decay": config["decay"][task], "task_options": config["task_options"][task]}
+
+# ------------------------------------------------------------------------------------------------ benchmark
+def method_rows(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-method rows of every model row, in order."""
+    return [row for model in models for row in model["methods"]]
 
 
-def run_one(task: str, encoding: str, seed: int, config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """Train, evaluate, plot the heatmap; return the stored run ``{"config", "model", "rows"}``."""
-    t0 = time.perf_counter()
-    model, data, loss = train(task, encoding, config, seed)
-    train_s = time.perf_counter() - t0
-    items = explain_set(task, data.task, data.vocab, config["num_explain"], seed)
-    results, summary = evaluate(model, items, seed)
-    example = summary.pop("example")
-    if seed == min(config["seeds"]):
-        plot_heatmap(example, data.vocab, f"{task}, {encoding}, seed {seed}",
-                     out_dir / f"heatmap_{task}_{encoding}.png")
-    return {
-        "config": run_config(config, task, seed),
-        "model": {"task": task, "encoding": encoding, "seed": seed, "final_loss": loss, "train_s": train_s,
-                  "eval_s": time.perf_counter() - t0 - train_s, **summary},
-        "rows": [{"task": task, "encoding": encoding, "seed": seed, "method": m, **metrics}
-                 for m, metrics in results.items()],
-    }
+class Explain(Benchmark):
+    name = "explain"
+    title = "Explainability: PE-aware LRP perturbation test"
+    description = ("faithfulness of PE-aware LRP against plain LRP, gradient x input and rollout: perturbation "
+                   "AUCs and conservation (Bakish et al. 2025)")
+    Config = Config
+    key_fields = ("task", "encoding", "seed")
 
+    def check(self, config: Config) -> None:
+        seeds = config.seeds
+        if not seeds or not all(x >= 0 for x in seeds) or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
+        for key, allowed in (("encodings", ENCODINGS), ("tasks", TASKS)):
+            values = getattr(config, key)
+            if not values or any(v not in allowed for v in values):
+                raise ValueError(f"{key} must be a non-empty list of {allowed}, got {values!r}")
+        for key in ("num_explain", "num_train", "batch_size"):
+            if getattr(config, key) < 1:
+                raise ValueError(f"{key} must be a positive int, got {getattr(config, key)!r}")
+        for task in config.tasks:
+            steps, decay = config.steps.get(task), config.decay.get(task)
+            if steps is None or steps < 1:
+                raise ValueError(f"steps.{task} must be a positive int, got {steps!r}")
+            if decay is None or decay < 0:
+                raise ValueError(f"decay.{task} must be an int >= 0, got {decay!r}")
+            if task not in config.task_options:
+                raise ValueError(f"task_options.{task} is missing; task_options has {sorted(config.task_options)}")
 
-def report(runs: list[dict[str, Any]], config: dict[str, Any], seconds: float, out: Path) -> None:
-    models = [r["model"] for r in runs]
-    rows = [row for r in runs for row in r["rows"]]
-    plot_auc(rows, out / NAME / "perturbation_auc.png")
-    verdict = winner_line(rows)
-    methods = aggregate(rows)
-    model_summary = aggregate_models(models)
-    claim_rows = claims(rows, models)
-    write_results(NAME, config, rows + [{"kind": "model", **m} for m in models]
-                  + [{"kind": "comparison", **v} for v in verdict] + methods + model_summary + claim_rows,
-                  seconds, root=out)
-    fmt = {k: ".3f" for k in ("auc_morf", "auc_lerf", "top1_hit", "final_loss", "accuracy", "input_fraction_pa_lrp",
-                              "input_fraction_lrp", "position_fraction_pa_lrp", "position_share",
-                              "pa_minus_lrp_morf", "pa_minus_lrp_lerf")}
-    fmt.update({"train_s": ".0f", "eval_s": ".0f", "identity_residual_pa_lrp": ".1e", "identity_residual_lrp": ".1e",
-                "identity_residual_max": ".1e"})
-    interval = lambda v: format_interval(v, ".3f")  # noqa: E731
-    body = [
-        "Perturbation test (Bakish et al. 2025, arXiv:2506.02138): prompt inputs replaced in order of score; the "
-        "area under the probability-of-the-explained-class curve over the removed fraction (0 to 1). MoRF (most "
-        "relevant first): lower is more faithful. LeRF (least relevant first): higher is more faithful. "
-        "`top1_hit`: the top-scored input is the ground truth (copy: the copied source symbol; sentiment: a "
-        "polar word or its negator).",
-        "",
-        f"Seeds {config['seeds']} per (task, encoding); model {config['model']}; device {config.get('device')}.",
-        "",
-        "## Paper claims",
-        "",
-        markdown_table(claim_rows, ["task", "encoding", "claim", "verdict", "evidence"]),
-        "PA-LRP against plain LRP: the paired per-seed difference of the areas (same model, same examples), mean "
-        "and 95 % Student-t interval; `better` only when the interval excludes 0 on the better side. Fewer than "
-        f"{MIN_SEEDS} seeds: untested. NoPE models are a control (the two methods coincide) and carry no claim.",
-        "",
-        "## Perturbation AUCs over seeds",
-        "",
-        markdown_table(methods, ["task", "encoding", "method", "seeds", ("auc_morf", "MoRF AUC [95 % CI]"),
-                                 ("auc_lerf", "LeRF AUC [95 % CI]"), ("top1_hit", "top-1 hit [95 % CI]")],
-                       {"auc_morf": interval, "auc_lerf": interval, "top1_hit": interval}),
-        "## Conservation over seeds",
-        "",
-        markdown_table(model_summary, ["task", "encoding", "seeds", ("accuracy", "accuracy"),
-                                       ("identity_residual_max", "identity residual (max)"),
-                                       ("input_fraction_pa_lrp", "reaches inputs, PA-LRP"),
-                                       ("position_fraction_pa_lrp", "of it positions, PA-LRP"),
-                                       ("input_fraction_lrp", "reaches inputs, plain LRP")],
-                       {"accuracy": interval, "identity_residual_max": ".1e", "input_fraction_pa_lrp": interval,
-                        "position_fraction_pa_lrp": interval, "input_fraction_lrp": interval}),
-        "Identity: the largest |tokens + positions + absorbed - logit| / |logit| over every explained example "
-        "(the ledger balances for both methods; plain LRP books the positional share it drops as absorbed). "
-        "Fractions: mean over examples of sum(relevance) / logit; `reaches inputs` = tokens + positions, the rest "
-        "is the softmax rule's remainder and the stabiliser (and for plain LRP the ignored positions).",
-        "",
-        "## Trained models (one row per seed)",
-        "",
-        markdown_table(models, ["task", "encoding", "seed", "accuracy", "examples", "final_loss",
-                                "identity_residual_pa_lrp", "input_fraction_pa_lrp", "input_fraction_lrp",
-                                "position_share", "train_s", "eval_s"], fmt),
-        "`accuracy`: the explained prediction equals the reference (teacher forcing). `position_share`: |sum "
-        "position relevance| / (|sum token| + |sum position|) under PA-LRP.",
-        "",
-        "## Perturbation AUCs per seed",
-        "",
-        markdown_table(rows, ["task", "encoding", "seed", "method", "auc_morf", "auc_lerf", "top1_hit"], fmt),
-        "## PA-LRP against plain LRP per seed",
-        "",
-        markdown_table(verdict, ["task", "encoding", "seed", "pa_minus_lrp_morf", "pa_vs_lrp_morf",
-                                 "pa_minus_lrp_lerf", "pa_vs_lrp_lerf", "best_morf"], fmt),
-        "`better` / `worse` / `tie` (|difference| < 0.001) of PA-LRP against plain LRP on one seed's curves.",
-        "",
-        "Plots: `perturbation_auc.png` (seed means); `heatmap_<task>_<encoding>.png` (token and position relevance "
-        "of one example of the first seed).",
-    ]
-    write_report(NAME, "Explainability: PE-aware LRP perturbation test", "\n".join(body), root=out)
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        shared = {"model": dataclasses.asdict(config.model), "num_train": config.num_train,
+                  "batch_size": config.batch_size, "lr": config.lr, "num_explain": config.num_explain}
+        return [{"task": t, "encoding": e, "seed": s, **shared, "steps": config.steps[t], "decay": config.decay[t],
+                 "task_options": config.task_options[t]}
+                for t in config.tasks for e in config.encodings for s in config.seeds]
 
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return run_one(spec)
 
-def check_config(config: dict[str, Any]) -> None:
-    """``ValueError`` naming the preset entry that cannot run."""
-    seeds = config["seeds"]
-    if not seeds or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds) \
-            or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
-    for key in ("encodings", "tasks"):
-        allowed = ENCODINGS if key == "encodings" else TASKS
-        if not config[key] or any(v not in allowed for v in config[key]):
-            raise ValueError(f"{key} must be a non-empty list of {allowed}, got {config[key]!r}")
-    for key in ("num_explain", "num_train", "batch_size"):
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key} must be a positive int, got {value!r}")
-    for task in config["tasks"]:
-        steps = config["steps"].get(task)
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps.{task} must be a positive int, got {steps!r}")
+    def progress_label(self, row: dict[str, Any]) -> str:
+        by = {r["method"]: r for r in row["methods"]}
+        return (f"{row['task']} {row['encoding']} seed {row['seed']}: accuracy {row['accuracy']:.2f}, MoRF PA-LRP "
+                f"{by['pa_lrp']['auc_morf']:.3f} vs LRP {by['lrp']['auc_morf']:.3f} "
+                f"({row['train_s']:.0f}s + {row['eval_s']:.0f}s)")
+
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        rows = method_rows(result.rows)
+        return ([{"kind": "comparison", **v} for v in winner_line(rows)] + aggregate(rows)
+                + aggregate_models(result.rows) + claims(rows, result.rows))
+
+    def plot(self, result: Result) -> dict[str, Any]:
+        figures = {"perturbation_auc.png": plot_auc(method_rows(result.rows))}
+        first = min(result.config.seeds)
+        for row in result.rows:
+            if row["seed"] == first:
+                _, vocab = make_task(row["task"], result.config.task_options[row["task"]])
+                figures[f"heatmap_{row['task']}_{row['encoding']}.png"] = plot_heatmap(
+                    row["example"], vocab, f"{row['task']}, {row['encoding']}, seed {first}")
+        return figures
+
+    def report(self, result: Result) -> str:
+        config, models, rows = result.config, result.rows, method_rows(result.rows)
+        verdict = [v for v in result.derived if v["kind"] == "comparison"]
+        methods = [v for v in result.derived if v["kind"] == "method_summary"]
+        model_summary = [v for v in result.derived if v["kind"] == "model_summary"]
+        claim_rows = [v for v in result.derived if v["kind"] == "claim"]
+        fmt = {k: ".3f" for k in ("auc_morf", "auc_lerf", "top1_hit", "final_loss", "accuracy", "input_fraction_pa_lrp",
+                                  "input_fraction_lrp", "position_fraction_pa_lrp", "position_share",
+                                  "pa_minus_lrp_morf", "pa_minus_lrp_lerf")}
+        fmt.update({"train_s": ".0f", "eval_s": ".0f", "identity_residual_pa_lrp": ".1e",
+                    "identity_residual_lrp": ".1e", "identity_residual_max": ".1e"})
+        interval = lambda v: format_interval(v, ".3f")  # noqa: E731
+        body = [
+            "Perturbation test (Bakish et al. 2025, arXiv:2506.02138): prompt inputs replaced in order of score; the "
+            "area under the probability-of-the-explained-class curve over the removed fraction (0 to 1). MoRF (most "
+            "relevant first): lower is more faithful. LeRF (least relevant first): higher is more faithful. "
+            "`top1_hit`: the top-scored input is the ground truth (copy: the copied source symbol; sentiment: a "
+            "polar word or its negator).",
+            "",
+            f"Seeds {config.seeds} per (task, encoding); model {dataclasses.asdict(config.model)}; device "
+            f"{result.device}.",
+            "",
+            "## Paper claims",
+            "",
+            markdown_table(claim_rows, ["task", "encoding", "claim", "verdict", "evidence"]),
+            "PA-LRP against plain LRP: the paired per-seed difference of the areas (same model, same examples), mean "
+            "and 95 % Student-t interval; `better` only when the interval excludes 0 on the better side. Fewer than "
+            f"{MIN_SEEDS} seeds: untested. NoPE models are a control (the two methods coincide) and carry no claim.",
+            "",
+            "## Perturbation AUCs over seeds",
+            "",
+            markdown_table(methods, ["task", "encoding", "method", "seeds", ("auc_morf", "MoRF AUC [95 % CI]"),
+                                     ("auc_lerf", "LeRF AUC [95 % CI]"), ("top1_hit", "top-1 hit [95 % CI]")],
+                           {"auc_morf": interval, "auc_lerf": interval, "top1_hit": interval}),
+            "## Conservation over seeds",
+            "",
+            markdown_table(model_summary, ["task", "encoding", "seeds", ("accuracy", "accuracy"),
+                                           ("identity_residual_max", "identity residual (max)"),
+                                           ("input_fraction_pa_lrp", "reaches inputs, PA-LRP"),
+                                           ("position_fraction_pa_lrp", "of it positions, PA-LRP"),
+                                           ("input_fraction_lrp", "reaches inputs, plain LRP")],
+                           {"accuracy": interval, "identity_residual_max": ".1e", "input_fraction_pa_lrp": interval,
+                            "position_fraction_pa_lrp": interval, "input_fraction_lrp": interval}),
+            "Identity: the largest |tokens + positions + absorbed - logit| / |logit| over every explained example "
+            "(the ledger balances for both methods; plain LRP books the positional share it drops as absorbed). "
+            "Fractions: mean over examples of sum(relevance) / logit; `reaches inputs` = tokens + positions, the rest "
+            "is the softmax rule's remainder and the stabiliser (and for plain LRP the ignored positions).",
+            "",
+            "## Trained models (one row per seed)",
+            "",
+            markdown_table(models, ["task", "encoding", "seed", "accuracy", "examples", "final_loss",
+                                    "identity_residual_pa_lrp", "input_fraction_pa_lrp", "input_fraction_lrp",
+                                    "position_share", "train_s", "eval_s"], fmt),
+            "`accuracy`: the explained prediction equals the reference (teacher forcing). `position_share`: |sum "
+            "position relevance| / (|sum token| + |sum position|) under PA-LRP.",
+            "",
+            "## Perturbation AUCs per seed",
+            "",
+            markdown_table(rows, ["task", "encoding", "seed", "method", "auc_morf", "auc_lerf", "top1_hit"], fmt),
+            "## PA-LRP against plain LRP per seed",
+            "",
+            markdown_table(verdict, ["task", "encoding", "seed", "pa_minus_lrp_morf", "pa_vs_lrp_morf",
+                                     "pa_minus_lrp_lerf", "pa_vs_lrp_lerf", "best_morf"], fmt),
+            "`better` / `worse` / `tie` (|difference| < 0.001) of PA-LRP against plain LRP on one seed's curves.",
+            "",
+            "Plots: `perturbation_auc.png` (seed means); `heatmap_<task>_<encoding>.png` (token and position relevance "
+            "of one example of the first seed).",
+        ]
+        return "\n".join(body)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--encodings", nargs="+", choices=ENCODINGS, help="shortcut for --set encodings=[...]")
-    parser.add_argument("--tasks", nargs="+", choices=TASKS, help="shortcut for --set tasks=[...]")
-    parser.add_argument("--seeds", nargs="+", type=int, help="shortcut for --set seeds=[...]")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
-    parser.add_argument("--num-explain", type=int, help="examples explained per model (shortcut for --set)")
-    parser.add_argument("--steps", type=int, help="training steps for every task (cosine decay over them for copy)")
-    parser.add_argument("--resume", action="store_true", help="reuse stored runs whose configuration matches")
-    parser.add_argument("--report-only", action="store_true", help="train nothing; report the stored runs")
-    args = parser.parse_args(argv)
-    import torch
+    """The harness's command line for this benchmark (``pe_toolkit.bench.cli.main``)."""
+    from pe_toolkit.bench.cli import main as harness_main
 
-    torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    config = preset_from_args(args, NAME)
-    if args.encodings:
-        config["encodings"] = list(args.encodings)
-    if args.tasks:
-        config["tasks"] = list(args.tasks)
-    if args.seeds is not None:
-        config["seeds"] = list(args.seeds)
-    if args.num_explain is not None:
-        if args.num_explain < 1:
-            parser.error(f"--num-explain must be >= 1, got {args.num_explain}")
-        config["num_explain"] = args.num_explain
-    if args.steps is not None:
-        if args.steps < 1:
-            parser.error(f"--steps must be >= 1, got {args.steps}")
-        config["steps"] = {t: args.steps for t in TASKS}
-        config["decay"] = {t: (args.steps if config["decay"][t] else 0) for t in TASKS}
-    check_config(config)
-    config["device"] = device_options(args)
-    config["threads"] = args.threads
-    config["quick"] = args.quick
-    config["fractions"] = FRACTIONS
-    out_dir = Path(args.out) / NAME
-    runs_dir = out_dir / "runs" / config["preset"]  # quick runs never overwrite full ones
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    todo = [(t, e, s) for t in config["tasks"] for e in config["encodings"] for s in config["seeds"]]
-    progress = Progress(len(todo), NAME)
-    runs = []
-    for task, encoding, seed in todo:
-        path = runs_dir / f"{task}_{encoding}_seed{seed}.json"
-        stored = json.loads(path.read_text()) if path.exists() else None
-        if stored is not None and (args.report_only
-                                   or (args.resume and stored["config"] == run_config(config, task, seed))):
-            runs.append(stored)
-            progress(f"{task} {encoding} seed {seed}: stored run")
-            continue
-        if args.report_only:
-            progress(f"{task} {encoding} seed {seed}: no stored run, skipped")
-            continue
-        run = run_one(task, encoding, seed, config, out_dir)
-        path.write_text(json.dumps(run, indent=1))
-        runs.append(run)
-        by = {r["method"]: r for r in run["rows"]}
-        progress(f"{task} {encoding} seed {seed}: accuracy {run['model']['accuracy']:.2f}, MoRF PA-LRP "
-                 f"{by['pa_lrp']['auc_morf']:.3f} vs LRP {by['lrp']['auc_morf']:.3f} "
-                 f"({run['model']['train_s']:.0f}s + {run['model']['eval_s']:.0f}s)")
-    if not runs:
-        print("no runs to report")
-        return 1
-    seconds = time.perf_counter() - start
-    report(runs, config, seconds, Path(args.out))
-    print(f"wrote {out_dir} in {seconds:.0f} s")
-    return 0
+    # by module:class: the harness's registry does not list this benchmark yet
+    return harness_main(argv, name="pe_toolkit.benchmarks.explain:Explain", prog="python benchmarks/explain.py")
 
 
 if __name__ == "__main__":

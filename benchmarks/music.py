@@ -27,46 +27,31 @@ The fairness rule (``docs/benchmarks.md``), as applied here:
 3. Seeds ``seeds`` (>= 3 in the full and gpu presets); tables show the mean and 95 % Student-t interval.
 4. Verdicts compare intervals (``interval_verdict``): better / worse only when they do not overlap.
 
-    python benchmarks/music.py --quick            # < 2 minutes: a corpus subset, tiny model, pipeline check
+    python benchmarks/music.py --quick            # < 3 minutes: a corpus subset, tiny model, pipeline check
     python benchmarks/music.py --jobs 2           # full CPU preset (see benchmarks/presets/music/full.yaml)
     python benchmarks/music.py --preset gpu --accelerator cuda --jobs 8
+    python benchmarks/music.py --set data.midi_folder=DIR --set encodings=[s_ape,sinusoidal,nope]
 
-Outputs in ``<out>/music/``: ``results.json`` (one row per task x encoding x learning rate x seed),
-``report.md``, ``metrics.png``, ``rolls_<task>.png``, ``midi/<task>/<encoding>_seed<k>_<n>.mid`` and
-``midi/<task>/reference_<n>.mid``. Finished runs are stored in ``runs/<preset>/`` (``RunStore``):
-``--resume`` reuses those whose specification (every option that changes the numbers, device included) is
-equal; ``--report-only`` trains nothing and reports what is stored.
+Outputs in ``<out>/music/``: ``results.json`` (one row per task x encoding x seed at the selected learning
+rate, then every tuning trial, the summaries, verdicts and claims), ``report.md``, ``metrics.png``,
+``rolls_<task>.png``, ``midi/<task>/<encoding>_seed<k>_<n>.mid`` and ``midi/<task>/reference_<n>.mid``.
+Finished runs are stored in ``runs/<preset>/``: ``--resume`` reuses those whose specification (every option
+that changes the numbers, device included) is equal.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
+from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.stats import format_interval, interval_verdict, mean_interval
 
-from common import (  # noqa: E402
-    Progress,
-    RunStore,
-    format_interval,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    nan_if_missing,
-    note_if_empty,
-    quiet,
-    standard_argparser,
-    worker_pool,
-    write_report,
-    write_results,
-)
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
-
-NAME = "music"
 TASKS = ("next_step", "accompaniment")
 STRUCTURED = ("s_ape", "s_rpe", "ns_rpe")
 BASELINES = ("sinusoidal", "nope")
@@ -113,28 +98,60 @@ def encoding_spec(task: str, encoding: str) -> tuple[str, dict[str, Any]]:
     raise ValueError(f"unknown encoding {encoding!r}; allowed: {[*ENCODINGS, *ORACLE]}")
 
 
-def check_config(config: dict[str, Any]) -> None:
-    """Reject a preset that cannot run, naming the key."""
-    for task in config["tasks"]:
-        if task not in TASKS:
-            raise ValueError(f"tasks: unknown task {task!r}; allowed: {list(TASKS)}")
-    for enc in [*config["encodings"], *config["oracle"]]:
-        encoding_spec(TASKS[0], enc)
-    for enc in config["oracle"]:
-        if enc not in ORACLE:
-            raise ValueError(f"oracle: {enc!r} is not an oracle row; allowed: {list(ORACLE)}")
-    seeds = config["seeds"]
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise ValueError(f"seeds must be distinct ints, got {seeds!r}")
-    lrs = config["tuning"]["lrs"]
-    if not lrs or not all(isinstance(x, (int, float)) and x > 0 for x in lrs):
-        raise ValueError(f"tuning.lrs must be positive numbers, got {lrs!r}")
-    if config["tuning"]["seed"] not in seeds:
-        raise ValueError(f"tuning.seed {config['tuning']['seed']!r} must be one of seeds {seeds}")
-    for key in ("steps", "batch_size"):
-        value = config["training"][key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"training.{key} must be a positive int, got {value!r}")
+
+# ------------------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class Data:
+    limit: int | None
+    split_seed: int
+    midi_folder: str | None = None
+
+
+@dataclasses.dataclass
+class Window:
+    length: int
+    stride: int
+
+
+@dataclasses.dataclass
+class Model:
+    dim: int
+    num_heads: int
+    num_layers: int
+    dropout: float
+
+
+@dataclasses.dataclass
+class Training:
+    steps: int
+    batch_size: int
+    warmup_fraction: float
+
+
+@dataclasses.dataclass
+class TuningGrid:
+    lrs: list[float]
+    seed: int
+
+
+@dataclasses.dataclass
+class Generation:
+    windows: int
+    prompt: int
+
+
+@dataclasses.dataclass
+class Config:
+    data: Data
+    window: Window
+    model: Model
+    training: Training
+    tuning: TuningGrid
+    seeds: list[int]
+    tasks: list[str]
+    encodings: list[str]
+    oracle: list[str]
+    generation: Generation
 
 
 def load_pieces(data: dict[str, Any]):
@@ -176,23 +193,19 @@ def _generation(model, task: str, batch: dict, prompt: int, voices: int):
 def _sparse(x) -> list[list[int]]:
     return x.bool().nonzero().tolist()
 
-
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train one model (``spec``: task, encoding, lr, seed, preset parts, device), test it, generate.
 
-    Runs in a spawned worker (or in-process with ``--jobs 0``); returns the row (metrics, and the first test
-    window's generated and reference rolls as sparse index lists for the plots).
+    Returns the row: metrics, the first test window's generated and reference rolls as sparse index lists
+    (``example``, for the plots) and the first two windows' rolls, onsets and labels (``midi``).
     """
-    quiet()
     import lightning as L
     import torch
 
     from pe_toolkit.domains.music import metrics
     from pe_toolkit.domains.music.lightning_module import ChoraleDataModule, PianoRollModule
-    from pe_toolkit.domains.music.midi import roll_to_midi
     from pe_toolkit.domains.music.models import MusicModelConfig
 
-    torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     _, splits = load_pieces(spec["data"])
     task, training, model_opts = spec["task"], spec["training"], spec["model"]
@@ -232,17 +245,11 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     }
     notes = metrics.note_counts(gen_on)  # (windows, generated voices)
     ref_notes = metrics.note_counts(ref_on)
-    if spec.get("midi_dir"):
-        task_dir = Path(spec["midi_dir"]) / task
-        task_dir.mkdir(parents=True, exist_ok=True)
-        full_ref = _reference(task, batch, voices)
-        for n in range(min(2, count)):
-            labels = windows[n]["labels"]
-            roll_to_midi(out[n].cpu().bool(), task_dir / f"{spec['encoding']}_seed{spec['seed']}_{n}.mid",
-                         labels=labels, onsets=out_onsets[n].cpu().bool())
-            reference = task_dir / f"reference_{n}.mid"
-            if not reference.exists():
-                roll_to_midi(full_ref[0][n].bool(), reference, labels=labels, onsets=full_ref[1][n].bool())
+    full_ref = _reference(task, batch, voices)
+    midi = [{"generated": _sparse(out[n]), "generated_onsets": _sparse(out_onsets[n]),
+             "reference": _sparse(full_ref[0][n]), "reference_onsets": _sparse(full_ref[1][n]),
+             "labels": windows[n]["labels"].tolist()}
+            for n in range(min(2, count))]  # written as MIDI files next to the report (write_midi)
     row = {
         "task": task, "encoding": spec["encoding"], "lr": spec["lr"], "seed": spec["seed"],
         "oracle": spec["encoding"] in ORACLE,
@@ -256,12 +263,11 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "positional_parameters": sum(p.numel() for p in model.trunk.encodings.parameters()),
         "train_windows": len(data.train_set), "val_windows": len(data.val_set), "test_windows": len(data.test_set),
         "generated_windows": count,
-        "example": {"generated": _sparse(out[0]), "reference": _sparse(_reference(task, batch, voices)[0][0]),
-                    "length": int(out.shape[1])},
+        "example": {"generated": _sparse(out[0]), "reference": _sparse(full_ref[0][0]), "length": int(out.shape[1])},
+        "midi": midi,
         "train_seconds": train_seconds, "seconds": time.perf_counter() - start,
     }
     return row
-
 
 def _reference(task: str, batch: dict, voices: int):
     """The full reference windows (roll, onsets), each ``(B, T, V, 128)``, as generation lays them out."""
@@ -286,24 +292,6 @@ def _dense(example: dict[str, Any]):
     for t, v, p in example["reference"]:
         ref[t, v, p] = 1.0
     return roll, ref
-
-
-def select_lrs(rows: list[dict[str, Any]], config: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    """Per (task, encoding): the grid learning rate with the lowest validation NLL at the tuning seed."""
-    chosen = {}
-    lrs = sorted(config["tuning"]["lrs"])
-    for task in config["tasks"]:
-        for enc in [*config["encodings"], *config["oracle"]]:
-            trials = {r["lr"]: r["val_nll"] for r in rows if r["task"] == task and r["encoding"] == enc
-                      and r["seed"] == config["tuning"]["seed"] and r["lr"] in lrs}
-            finite = {lr: v for lr, v in trials.items() if v is not None and math.isfinite(v)}
-            if not finite:
-                continue
-            best = min(finite, key=finite.get)
-            edge = len(lrs) > 1 and best in (lrs[0], lrs[-1])
-            chosen[(task, enc)] = {"lr": best, "trials": trials, "at_edge": edge}
-    return chosen
-
 
 def summarize(rows: list[dict[str, Any]], chosen: dict) -> list[dict[str, Any]]:
     """Mean and 95 % interval over seeds per (task, encoding), at the selected learning rate."""
@@ -372,8 +360,7 @@ def claim(lines: list[dict[str, Any]], seeds: int, tasks: list[str]) -> list[dic
                     "worse than one": ", ".join(losses) or "none"})
     return out
 
-
-def plot_metrics(summary: list[dict[str, Any]], path: Path) -> None:
+def plot_metrics(summary: list[dict[str, Any]]) -> Any:
     """Bars per encoding with the 95 % interval (``<metric>_low`` / ``_high``; ``<metric>_std`` if given)."""
     import matplotlib
 
@@ -406,11 +393,10 @@ def plot_metrics(summary: list[dict[str, Any]], path: Path) -> None:
             ax.set_title(f"{task}: {metric}" + (" (lower)" if metric in LOWER_IS_BETTER else ""), fontsize=8)
     fig.suptitle("mean and 95 % interval over seeds; grey: oracle rows (reference labels, upper bound)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_rolls(rolls: dict[str, Any], reference, task: str, path: Path) -> None:
+def plot_rolls(rolls: dict[str, Any], reference, task: str) -> Any:
     """Reference and generated rolls of the first test window, voices in colours, one panel per encoder."""
     import matplotlib
 
@@ -437,184 +423,232 @@ def plot_rolls(rolls: dict[str, Any], reference, task: str, path: Path) -> None:
     axes[-1, 0].set_xlabel("16th-note steps")
     fig.suptitle(f"{task}: first test window (soprano red, alto green, tenor blue, bass purple)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
-def _execute(specs: list[tuple[str, dict]], store: RunStore, jobs: int, progress: Progress) -> list[dict[str, Any]]:
-    rows = []
-    todo = []
-    for key, spec in specs:
-        stored = store.load(key, spec)
-        if stored is not None:
-            rows.append(stored)
-            progress(f"{key}: stored run")
-        else:
-            todo.append((key, spec))
 
-    def done(key: str, spec: dict, row: dict) -> None:
-        store.save(key, spec, row)
-        rows.append(row)
-        progress(f"{key}: val nll {row['val_nll']:.2f}, test nll {row['test_nll']:.2f}, chroma "
-                 f"{row['chroma_similarity']:.1f}, notes/voice {row['notes_per_voice']:.1f} ({row['seconds']:.0f}s)")
+# ------------------------------------------------------------------------------------------------ benchmark
+def roll_examples(result: Result, task: str) -> tuple[dict[str, Any], Any]:
+    """``({encoding: generated roll}, reference roll)`` of the first test window, tuning seed, for ``task``."""
+    summary = [s for s in result.derived if s["kind"] == "summary"]
+    examples, reference = {}, None
+    for s in summary:
+        if s["task"] != task:
+            continue
+        row = next((r for r in result.rows if r["task"] == task and r["encoding"] == s["encoding"]
+                    and r["lr"] == s["lr"] and r["seed"] == result.config.tuning.seed), None)
+        if row is not None:
+            examples[s["encoding"]], reference = _dense(row["example"])
+    return examples, reference
 
-    if jobs <= 0:
-        for key, spec in todo:
-            done(key, spec, run_one(spec))
-    elif todo:
-        import concurrent.futures
 
-        with worker_pool(jobs) as pool:
-            futures = {pool.submit(run_one, spec): (key, spec) for key, spec in todo}
-            for future in concurrent.futures.as_completed(futures):
-                key, spec = futures[future]
-                done(key, spec, future.result())
-    return rows
+def write_midi(rows: list[dict[str, Any]], folder: Path) -> None:
+    """``folder/<task>/<encoding>_seed<k>_<n>.mid`` (generated) and ``reference_<n>.mid`` from the rows' ``midi``."""
+    import torch
+
+    from pe_toolkit.domains.music.midi import roll_to_midi
+
+    def dense(indices: list[list[int]], length: int):
+        roll = torch.zeros(length, 4, 128, dtype=torch.bool)
+        for t, v, p in indices:
+            roll[t, v, p] = True
+        return roll
+
+    for row in rows:
+        task_dir = folder / row["task"]
+        task_dir.mkdir(parents=True, exist_ok=True)
+        length = row["example"]["length"]
+        for n, window in enumerate(row["midi"]):
+            labels = torch.tensor(window["labels"], dtype=torch.long)
+            roll_to_midi(dense(window["generated"], length), task_dir / f"{row['encoding']}_seed{row['seed']}_{n}.mid",
+                         labels=labels, onsets=dense(window["generated_onsets"], length))
+            reference = task_dir / f"reference_{n}.mid"
+            if not reference.exists():
+                roll_to_midi(dense(window["reference"], length), reference, labels=labels,
+                             onsets=dense(window["reference_onsets"], length))
+
+
+class Music(Benchmark):
+    name = "music"
+    title = "Music: structure-informed positional encodings on Bach chorales"
+    description = ("structure-informed PEs on Bach chorales: next-step prediction and accompaniment, NLL and "
+                   "generation metrics (Agarwal et al. 2024)")
+    Config = Config
+    key_fields = ("task", "encoding", "seed")
+
+    def check(self, config: Config) -> None:
+        for task in config.tasks:
+            if task not in TASKS:
+                raise ValueError(f"tasks: unknown task {task!r}; allowed: {list(TASKS)}")
+        for enc in [*config.encodings, *config.oracle]:
+            encoding_spec(TASKS[0], enc)
+        for enc in config.oracle:
+            if enc not in ORACLE:
+                raise ValueError(f"oracle: {enc!r} is not an oracle row; allowed: {list(ORACLE)}")
+        seeds = config.seeds
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct ints, got {seeds!r}")
+        lrs = config.tuning.lrs
+        if not lrs or not all(x > 0 for x in lrs) or len(set(lrs)) != len(lrs):
+            raise ValueError(f"tuning.lrs must be distinct positive numbers, got {lrs!r}")
+        if config.tuning.seed not in seeds:
+            raise ValueError(f"tuning.seed {config.tuning.seed!r} must be one of seeds {seeds}")
+        for key in ("steps", "batch_size"):
+            value = getattr(config.training, key)
+            if value < 1:
+                raise ValueError(f"training.{key} must be a positive int, got {value!r}")
+
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        base = {k: dataclasses.asdict(getattr(config, k)) for k in ("data", "window", "model", "training",
+                                                                     "generation")}
+        seeds = [config.tuning.seed, *(s for s in config.seeds if s != config.tuning.seed)]  # tuned on the first
+        return [{**base, "task": t, "encoding": e, "arm": f"{t}/{e}", "seed": s}
+                for t in config.tasks for e in [*config.encodings, *config.oracle] for s in seeds]
+
+    def tuning(self, config: Config) -> Tuning:
+        # the same grid for every (task, encoding), oracle rows too: the tuning seed tries each lr, validation NLL picks
+        return Tuning(param="lr", values=[float(lr) for lr in config.tuning.lrs], metric="val_nll", maximize=False,
+                      group="arm")
+
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return run_one(spec)
+
+    def progress_label(self, row: dict[str, Any]) -> str:
+        return (f"{row['task']} {row['encoding']} lr {row['lr']:g} seed {row['seed']}: val nll {row['val_nll']:.2f}, "
+                f"test nll {row['test_nll']:.2f}, chroma {row['chroma_similarity']:.1f}, notes/voice "
+                f"{row['notes_per_voice']:.1f} ({row['seconds']:.0f}s)")
+
+    def chosen(self, result: Result) -> dict[tuple[str, str], dict[str, Any]]:
+        """Per (task, encoding) with a finite validation NLL: the selected lr, every trial, whether at a grid edge."""
+        lrs = sorted(result.config.tuning.lrs)
+        out = {}
+        for task in result.config.tasks:
+            for enc in [*result.config.encodings, *result.config.oracle]:
+                trials = {r["lr"]: r["val_nll"] for r in result.trials if r["task"] == task and r["encoding"] == enc}
+                if not any(v is not None and math.isfinite(v) for v in trials.values()):
+                    continue
+                best = result.chosen[f"{task}/{enc}"]
+                out[(task, enc)] = {"lr": best, "trials": trials, "at_edge": len(lrs) > 1 and best in (lrs[0], lrs[-1])}
+        return out
+
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        summary = summarize(result.rows, self.chosen(result))
+        lines = verdicts(summary, result.config.tasks)
+        seeds = min((s["seeds"] for s in summary), default=0)
+        return ([{"kind": "summary", **s} for s in summary] + [{"kind": "verdict", **x} for x in lines]
+                + [{"kind": "claim", **c} for c in claim(lines, seeds, result.config.tasks)])
+
+    def plot(self, result: Result) -> dict[str, Any]:
+        figures = {"metrics.png": plot_metrics([s for s in result.derived if s["kind"] == "summary"])}
+        for task in result.config.tasks:
+            examples, reference = roll_examples(result, task)
+            if examples:
+                figures[f"rolls_{task}.png"] = plot_rolls(examples, reference, task)
+        return figures
+
+    def report(self, result: Result) -> str:
+        config = dataclasses.asdict(result.config)
+        corpus, splits = load_pieces(config["data"])
+        summary = [s for s in result.derived if s["kind"] == "summary"]
+        lines = [{k: v for k, v in x.items() if k != "kind"} for x in result.derived if x["kind"] == "verdict"]
+        claims = [c for c in result.derived if c["kind"] == "claim"]
+        table = []
+        for s in summary:
+            table.append({
+                "task": s["task"], "encoding": s["encoding"] + (" (oracle)" if s["oracle"] else ""),
+                "lr": f"{s['lr']:g}" + (" (edge)" if s["lr_at_edge"] else ""), "seeds": s["seeds"],
+                **{m: format_interval(s[f"{m}_interval"], ".3f" if m in ("test_nll", "test_f1", "gen_f1",
+                                                                          "grooving_similarity",
+                                                                          "note_density_distance") else ".1f")
+                   for m in ("test_nll", "gen_f1", "chroma_similarity", "ssm_distance", "grooving_similarity",
+                             "note_density_distance")},
+                "notes": " / ".join(f"{x:.1f}" for x in s["notes_each"]) + "  (ref " +
+                         " / ".join(f"{x:.1f}" for x in s["reference_notes_each"]) + ")",
+                "drone": f"{s['drone_fraction']:.2f}",
+            })
+        tr = config["training"]
+        folder = config["data"]["midi_folder"]
+        source = f"MIDI folder {folder}" if folder else "four-part Bach chorales of the music21 corpus"
+        body = [
+            f"{len(corpus.pieces)} pieces ({source}; "
+            f"{len(corpus.skipped)} files skipped), split by piece {[len(s) for s in splits]} (train / val / test). "
+            f"Windows of {config['window']['length']} 16th steps (training stride {config['window']['stride']}); each "
+            f"voice and step is a sounding row and an onset row, so repeated notes stay apart. Model: causal "
+            f"Transformer, dim {config['model']['dim']}, {config['model']['num_heads']} heads, "
+            f"{config['model']['num_layers']} layers; {tr['steps']} AdamW steps (warm-up + cosine), batch "
+            f"{tr['batch_size']}. Device: `{result.device}`. Generation on the first "
+            f"{config['generation']['windows']} test windows (greedy per-voice decoding, KV cache; next_step "
+            f"continues from the first {config['generation']['prompt']} steps).\n",
+            "\n## How the fairness rule is met\n\n"
+            f"1. Same tuning budget: every encoding (oracle rows too) is trained at each learning rate of "
+            f"{config['tuning']['lrs']} with seed {config['tuning']['seed']} and the rate with the lowest "
+            "teacher-forced validation NLL (validation chorales, never the test ones) is kept; the other seeds train "
+            "at that rate. `(edge)` marks a rate at the edge of the grid (the optimum may lie beyond it).\n"
+            "2. Nothing from the test target at inference: next_step positions carry only beat and phrase "
+            "(fermatas of the score); accompaniment positions also the given melody and chords inferred from the "
+            "melody alone (`melody_chord`). Rows marked *(oracle)* receive the reference melody / chord labels "
+            "(the harmony to be generated) and are an upper bound, not part of any verdict.\n"
+            f"3. Seeds {config['seeds']}: mean and 95 % Student-t interval, `mean [low, high] (n)`.\n"
+            "4. Verdicts below come from `interval_verdict`: better / worse only where the intervals do not "
+            "overlap.\n",
+            "\n## Results (selected learning rate)\n\n"
+            + markdown_table(table, ["task", "encoding", "lr", "seeds", ("test_nll", "NLL/step ↓"),
+                                     ("gen_f1", "F1 (gen) ↑"), ("chroma_similarity", "chroma ↑"),
+                                     ("ssm_distance", "SSM dist ↓"), ("grooving_similarity", "groove ↑"),
+                                     ("note_density_distance", "ND dist ↓"),
+                                     ("notes", "notes per generated voice"), ("drone", "drone share ↓")]),
+            "\n`notes per generated voice`: mean notes (onsets) per generated voice and window, per voice "
+            "(next_step: S/A/T/B; accompaniment: A/T/B), against the reference; `drone share`: fraction of "
+            "generated voices with at most one note in a window.\n",
+            "\n![metrics](metrics.png)\n",
+            "\n## Verdicts: each fair structure-informed encoding against sinusoidal APE and NoPE\n\n"
+            + (markdown_table(lines, ["task", "metric", "encoding", "value", "vs sinusoidal", "vs nope"])
+               if lines else "Not all encodings were run.\n"),
+            "\n## Paper claim\n\n" + (markdown_table(claims, ["task", "claim", "verdict", "better than both",
+                                                                "worse than one"]) if claims else "Not tested.\n"),
+            "\nThe oracle rows show what the reference labels are worth; they are not evidence for the claim.\n",
+        ]
+        for task in config["tasks"]:
+            if roll_examples(result, task)[0]:
+                body.append(f"\n## Generated piano rolls, {task}\n\n![{task}](rolls_{task}.png)\n\nMIDI files: "
+                            f"`midi/{task}/` (`reference_<n>.mid` and `<encoding>_seed<k>_<n>.mid`).\n")
+        return "".join(body)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--tasks", nargs="+", choices=TASKS, help="shortcut for --set tasks=[...]")
-    parser.add_argument("--encodings", nargs="+", choices=ENCODINGS, help="shortcut for --set encodings=[...]")
-    parser.add_argument("--seeds", nargs="+", type=int, help="shortcut for --set seeds=[...]")
-    parser.add_argument("--jobs", type=int, default=1, help="parallel runs in spawned workers (0: in-process)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
-    parser.add_argument("--resume", action="store_true", help="reuse stored runs whose specification matches")
-    parser.add_argument("--report-only", action="store_true", help="train nothing; report the stored runs")
+    """The harness's command line (``pe_toolkit.bench.cli``); then the MIDI files of the generated windows.
+
+    The harness's ``plot`` hook returns figures only, so the MIDI files are written here (to lift into the
+    harness: a hook for non-figure artefacts).
+    """
+    import shlex
+    import sys
+
+    from pe_toolkit.bench.cli import build_parser
+    from pe_toolkit.bench.config import RunOptions, load_config
+    from pe_toolkit.bench.runner import run
+    from pe_toolkit.quiet import quiet_third_party
+
+    quiet_third_party()
+    prog = "python benchmarks/music.py"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog, Music.name)
     args = parser.parse_args(argv)
-    config = preset_from_args(args, NAME)
-    for key in ("tasks", "encodings", "seeds"):
-        if getattr(args, key):
-            config[key] = list(getattr(args, key))
+    if args.quick and args.preset not in (None, "quick"):
+        parser.error(f"--quick and --preset {args.preset} contradict each other; give one")
+    preset = "quick" if args.quick else (args.preset or "full")
+    benchmark = Music()
     try:
-        check_config(config)
-    except ValueError as error:
+        config, run_section = load_config(benchmark, preset, config_file=args.config, overrides=args.overrides)
+        flags = {k: getattr(args, k) for k in ("executor", "ray_address", "jobs", "threads", "accelerator",
+                                                "devices", "precision", "resume") if getattr(args, k) is not None}
+        options = RunOptions(**{**run_section, **flags})
+    except (ValueError, TypeError) as error:
         parser.error(str(error))
-    start = time.perf_counter()
-    out_dir = Path(args.out) / NAME
-    corpus, splits = load_pieces(config["data"])
-    print(f"{NAME}: {len(corpus.pieces)} pieces ({len(corpus.skipped)} files skipped), split "
-          f"{[len(s) for s in splits]}", flush=True)
-    base = {k: config[k] for k in ("data", "window", "model", "training", "generation")}
-    base.update({"device": device_options(args), "threads": args.threads, "preset": config["preset"],
-                 "midi_dir": str(out_dir / "midi")})
-    store = RunStore(out_dir / "runs" / config["preset"], resume=args.resume or args.report_only)
-    encodings = [*config["encodings"], *config["oracle"]]
-
-    def spec_of(task, enc, lr, seed):
-        return (f"{task}__{enc}__lr{lr:g}__seed{seed}",
-                {**base, "task": task, "encoding": enc, "lr": float(lr), "seed": seed})
-
-    tuning_seed = config["tuning"]["seed"]
-    phase1 = [spec_of(t, e, lr, tuning_seed)
-              for t in config["tasks"] for e in encodings for lr in config["tuning"]["lrs"]]
-    total = len(phase1) + len(config["tasks"]) * len(encodings) * (len(config["seeds"]) - 1)
-    progress = Progress(total, NAME)
-    if args.report_only:
-        phase1 = [s for s in phase1 if store.load(*s) is not None]
-    rows = _execute(phase1, store, 0 if args.report_only else args.jobs, progress)
-    chosen = select_lrs(rows, config)
-    phase2 = [spec_of(t, e, chosen[(t, e)]["lr"], s) for (t, e) in chosen for s in config["seeds"] if s != tuning_seed]
-    if args.report_only:
-        phase2 = [s for s in phase2 if store.load(*s) is not None]
-    rows += _execute(phase2, store, 0 if args.report_only else args.jobs, progress)
-    if not rows:
-        print(f"{NAME}: no finished runs to report", flush=True)
-        return 1
-    for row in rows:
-        row.pop("spec", None)
-    seconds = time.perf_counter() - start
-    report(rows, chosen, config, corpus, splits, seconds, out_dir, args)
-    print(f"{NAME}: done in {seconds:.0f}s -> {out_dir}", flush=True)
+    result = run(benchmark, config, options, preset=preset, out=args.out, command=shlex.join([*prog.split(), *argv]))
+    write_midi(result.rows, args.out / benchmark.name / "midi")
+    print(f"wrote {args.out / benchmark.name}/report.md", flush=True)
     return 0
-
-
-def report(rows, chosen, config, corpus, splits, seconds, out_dir: Path, args) -> None:
-    summary = summarize(rows, chosen)
-    lines = verdicts(summary, config["tasks"])
-    seeds = min((s["seeds"] for s in summary), default=0)
-    claims = claim(lines, seeds, config["tasks"])
-    plot_metrics(summary, out_dir / "metrics.png")
-    for task in config["tasks"]:
-        examples = {}
-        reference = None
-        for s in summary:
-            if s["task"] != task:
-                continue
-            row = next((r for r in rows if r["task"] == task and r["encoding"] == s["encoding"] and r["lr"] == s["lr"]
-                        and r["seed"] == config["tuning"]["seed"]), None)
-            if row is not None:
-                examples[s["encoding"]], reference = _dense(row["example"])
-        if examples:
-            plot_rolls(examples, reference, task, out_dir / f"rolls_{task}.png")
-    public_rows = [{k: v for k, v in r.items() if k != "example"} for r in rows]
-    write_results(NAME, {**config, "device": device_options(args), "threads": args.threads, "jobs": args.jobs,
-                         "pieces": len(corpus.pieces), "skipped_files": len(corpus.skipped),
-                         "split_pieces": [len(s) for s in splits],
-                         "fair_encodings": {t: FAIR[t] for t in config["tasks"]}, "oracle_encodings": ORACLE,
-                         "selected_lr": {f"{t}/{e}": c for (t, e), c in chosen.items()}},
-                  public_rows, seconds, root=args.out)
-    table = []
-    for s in summary:
-        table.append({
-            "task": s["task"], "encoding": s["encoding"] + (" (oracle)" if s["oracle"] else ""),
-            "lr": f"{s['lr']:g}" + (" (edge)" if s["lr_at_edge"] else ""), "seeds": s["seeds"],
-            **{m: format_interval(s[f"{m}_interval"], ".3f" if m in ("test_nll", "test_f1", "gen_f1",
-                                                                      "grooving_similarity",
-                                                                      "note_density_distance") else ".1f")
-               for m in ("test_nll", "gen_f1", "chroma_similarity", "ssm_distance", "grooving_similarity",
-                         "note_density_distance")},
-            "notes": " / ".join(f"{x:.1f}" for x in s["notes_each"]) + "  (ref " +
-                     " / ".join(f"{x:.1f}" for x in s["reference_notes_each"]) + ")",
-            "drone": f"{s['drone_fraction']:.2f}",
-        })
-    tr = config["training"]
-    folder = config["data"].get("midi_folder")
-    source = f"MIDI folder {folder}" if folder else "four-part Bach chorales of the music21 corpus"
-    body = [
-        f"{len(corpus.pieces)} pieces ({source}; "
-        f"{len(corpus.skipped)} files skipped), split by piece {[len(s) for s in splits]} (train / val / test). "
-        f"Windows of {config['window']['length']} 16th steps (training stride {config['window']['stride']}); each "
-        f"voice and step is a sounding row and an onset row, so repeated notes stay apart. Model: causal "
-        f"Transformer, dim {config['model']['dim']}, {config['model']['num_heads']} heads, "
-        f"{config['model']['num_layers']} layers; {tr['steps']} AdamW steps (warm-up + cosine), batch "
-        f"{tr['batch_size']}. Device: `{device_options(args)}`. Generation on the first "
-        f"{config['generation']['windows']} test windows (greedy per-voice decoding, KV cache; next_step "
-        f"continues from the first {config['generation']['prompt']} steps).\n",
-        "\n## How the fairness rule is met\n\n"
-        f"1. Same tuning budget: every encoding (oracle rows too) is trained at each learning rate of "
-        f"{config['tuning']['lrs']} with seed {config['tuning']['seed']} and the rate with the lowest "
-        "teacher-forced validation NLL (validation chorales, never the test ones) is kept; the other seeds train "
-        "at that rate. `(edge)` marks a rate at the edge of the grid (the optimum may lie beyond it).\n"
-        "2. Nothing from the test target at inference: next_step positions carry only beat and phrase "
-        "(fermatas of the score); accompaniment positions also the given melody and chords inferred from the "
-        "melody alone (`melody_chord`). Rows marked *(oracle)* receive the reference melody / chord labels "
-        "(the harmony to be generated) and are an upper bound, not part of any verdict.\n"
-        f"3. Seeds {config['seeds']}: mean and 95 % Student-t interval, `mean [low, high] (n)`.\n"
-        "4. Verdicts below come from `interval_verdict`: better / worse only where the intervals do not "
-        "overlap.\n",
-        "\n## Results (selected learning rate)\n\n"
-        + markdown_table(table, ["task", "encoding", "lr", "seeds", ("test_nll", "NLL/step ↓"),
-                                 ("gen_f1", "F1 (gen) ↑"), ("chroma_similarity", "chroma ↑"),
-                                 ("ssm_distance", "SSM dist ↓"), ("grooving_similarity", "groove ↑"),
-                                 ("note_density_distance", "ND dist ↓"),
-                                 ("notes", "notes per generated voice"), ("drone", "drone share ↓")]),
-        "\n`notes per generated voice`: mean notes (onsets) per generated voice and window, per voice "
-        "(next_step: S/A/T/B; accompaniment: A/T/B), against the reference; `drone share`: fraction of "
-        "generated voices with at most one note in a window.\n",
-        "\n![metrics](metrics.png)\n",
-        "\n## Verdicts: each fair structure-informed encoding against sinusoidal APE and NoPE\n\n"
-        + (markdown_table(lines, ["task", "metric", "encoding", "value", "vs sinusoidal", "vs nope"])
-           if lines else "Not all encodings were run.\n"),
-        "\n## Paper claim\n\n" + (markdown_table(claims, ["task", "claim", "verdict", "better than both",
-                                                            "worse than one"]) if claims else "Not tested.\n"),
-        "\nThe oracle rows show what the reference labels are worth; they are not evidence for the claim.\n",
-    ]
-    for task in config["tasks"]:
-        if (out_dir / f"rolls_{task}.png").exists():
-            body.append(f"\n## Generated piano rolls, {task}\n\n![{task}](rolls_{task}.png)\n\nMIDI files: "
-                        f"`midi/{task}/` (`reference_<n>.mid` and `<encoding>_seed<k>_<n>.mid`).\n")
-    write_report(NAME, "Music: structure-informed positional encodings on Bach chorales", "".join(body), root=args.out)
 
 
 if __name__ == "__main__":

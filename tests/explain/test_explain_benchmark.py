@@ -3,32 +3,41 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT))
+from pe_toolkit.bench import Result
+from pe_toolkit.bench.config import load_config
+from pe_toolkit.bench.report import save_figure, write_report, write_results
+from pe_toolkit.benchmarks import explain as bench
 
-from benchmarks import explain as bench  # noqa: E402
-
-QUICK = __import__("presets").load_preset(bench.NAME, "quick")
+BENCHMARK = bench.Explain()
+QUICK, _ = load_config(BENCHMARK, "quick")
 
 
 def test_presets_load_and_the_full_and_gpu_ones_have_three_seeds():
-    presets = __import__("presets")
     for name in ("quick", "full", "gpu"):
-        config = presets.load_preset(bench.NAME, name)
-        bench.check_config(config)
-        assert set(config["steps"]) == set(bench.TASKS) and set(config["task_options"]) == set(bench.TASKS)
-    assert all(len(presets.load_preset(bench.NAME, n)["seeds"]) >= 3 for n in ("full", "gpu"))
+        config, _ = load_config(BENCHMARK, name)
+        assert set(config.steps) == set(bench.TASKS) and set(config.task_options) == set(bench.TASKS)
+    assert all(len(load_config(BENCHMARK, n)[0].seeds) >= 3 for n in ("full", "gpu"))
     with pytest.raises(ValueError, match="seeds must be a non-empty list of distinct ints"):
-        bench.check_config({**QUICK, "seeds": [0, 0]})
+        load_config(BENCHMARK, "quick", overrides=["seeds=[0, 0]"])
     with pytest.raises(ValueError, match=r"encodings must be a non-empty list"):
-        bench.check_config({**QUICK, "encodings": ["cope"]})
-    with pytest.raises(ValueError, match="preset key 'seed' does not exist"):
-        presets.load_preset(bench.NAME, "quick", overrides=["seed=3"])
+        load_config(BENCHMARK, "quick", overrides=["encodings=[cope]"])
+    with pytest.raises(ValueError, match=r"steps.copy must be a positive int"):
+        load_config(BENCHMARK, "quick", overrides=["steps.copy=0"])
+    with pytest.raises(ValueError, match="config key 'seed' does not exist"):
+        load_config(BENCHMARK, "quick", overrides=["seed=3"])
+
+
+def test_runs_carry_only_their_tasks_settings():
+    specs = BENCHMARK.runs(QUICK)
+    assert [(s["task"], s["encoding"], s["seed"]) for s in specs] == [
+        (t, e, s) for t in QUICK.tasks for e in QUICK.encodings for s in QUICK.seeds]
+    copy = next(s for s in specs if s["task"] == "copy")
+    assert copy["steps"] == QUICK.steps["copy"] and copy["task_options"] == QUICK.task_options["copy"]
+    assert copy["model"] == {"dim": QUICK.model.dim, "num_heads": QUICK.model.num_heads,
+                             "num_layers": QUICK.model.num_layers}
 
 
 def model_row(encoding, seed, lrp_fraction, pa_fraction=0.6):
@@ -87,7 +96,7 @@ def test_compare_and_winner_line():
 def test_explain_set_and_evaluate_on_an_untrained_model(task):
     import pe_toolkit as pet
 
-    generator, vocab = bench.make_task(task, QUICK)
+    generator, vocab = bench.make_task(task, QUICK.task_options[task])
     items = bench.explain_set(task, generator, vocab, 4, seed=0)
     for item in items:
         assert item["index"] == len(item["ids"]) - 1
@@ -110,29 +119,34 @@ def test_explain_set_and_evaluate_on_an_untrained_model(task):
     assert summary["position_fraction_pa_lrp"] != 0.0 and summary["position_fraction_lrp"] == 0.0
 
 
-def test_report_only_from_stored_runs(tmp_path):
-    runs = tmp_path / "explain" / "runs" / "full"
-    runs.mkdir(parents=True)
+def test_analysis_report_and_plots_from_model_rows(tmp_path):
+    """What the runner does with finished runs (no training): comparisons, claims, report and plots."""
+    models = []
     for encoding, pa in (("rope", 0.2), ("nope", 0.3)):
         for seed in (0, 1, 2):
-            run = {"config": {}, "model": {**model_row(encoding, seed, 0.5), "examples": 2},
-                   "rows": [{"task": "copy", "encoding": encoding, "seed": seed, "method": m,
-                             "auc_morf": pa + 0.01 * seed if m == "pa_lrp" else 0.3 + 0.01 * seed,
-                             "auc_lerf": 0.5, "top1_hit": 0.5} for m in bench.METHODS]}
-            (runs / f"copy_{encoding}_seed{seed}.json").write_text(json.dumps(run))
-    argv = ["--report-only", "--tasks", "copy", "--encodings", "rope", "nope", "--out", str(tmp_path)]
-    assert bench.main(argv) == 0
-    result = json.loads((tmp_path / "explain" / "results.json").read_text())
-    assert result["benchmark"] == "explain"
-    comparisons = {(r["encoding"], r["seed"]): r for r in result["rows"] if r.get("kind") == "comparison"}
+            models.append({"kind": "model", **model_row(encoding, seed, 0.5), "examples": 2, "final_loss": 1.0,
+                           "train_s": 1.0, "eval_s": 1.0,
+                           "example": {"ids": [1, 4, 5, 3], "token": [0.1, 0.5, -0.2, 0.3], "plain": [0.1] * 4,
+                                       "grad_x_input": [0.0] * 4, "position_terms": {}, "removable": [1, 2]},
+                           "methods": [{"task": "copy", "encoding": encoding, "seed": seed, "method": m,
+                                        "auc_morf": pa + 0.01 * seed if m == "pa_lrp" else 0.3 + 0.01 * seed,
+                                        "auc_lerf": 0.5, "top1_hit": 0.5} for m in bench.METHODS]})
+    config, _ = load_config(BENCHMARK, "full", overrides=["tasks=[copy]", "encodings=[rope, nope]"])
+    result = Result(config=config, preset="full", rows=models, device={"accelerator": "cpu"})
+    result.derived = BENCHMARK.analyze(result)
+    comparisons = {(r["encoding"], r["seed"]): r for r in result.derived if r["kind"] == "comparison"}
     assert comparisons[("rope", 1)]["pa_vs_lrp_morf"] == "better"
     assert comparisons[("nope", 2)]["pa_vs_lrp_morf"] == "tie"
-    claims = {(r["encoding"], r["claim"]): r["verdict"] for r in result["rows"] if r.get("kind") == "claim"}
+    claims = {(r["encoding"], r["claim"]): r["verdict"] for r in result.derived if r["kind"] == "claim"}
     assert claims[("rope", "PA-LRP more faithful than plain LRP (MoRF)")] == "reproduced"  # -0.1 on every seed
     assert not any(encoding == "nope" for encoding, _ in claims)
-    assert (tmp_path / "explain" / "perturbation_auc.png").exists()
-    assert "PA-LRP against plain LRP" in (tmp_path / "explain" / "report.md").read_text()
-    assert bench.main(["--report-only", "--tasks", "sentiment", "--out", str(tmp_path)]) == 1  # nothing stored
+    figures = BENCHMARK.plot(result)
+    assert sorted(figures) == ["heatmap_copy_nope.png", "heatmap_copy_rope.png", "perturbation_auc.png"]
+    report = BENCHMARK.report(result)
+    assert "PA-LRP against plain LRP" in report and "| copy | rope | 1 | pa_lrp |" in report
+    write_results("explain", {}, result.rows + result.derived, 1.0, root=tmp_path)
+    write_report("explain", BENCHMARK.title, report, root=tmp_path, command="test", quick=False)
+    assert json.loads((tmp_path / "explain" / "results.json").read_text())["benchmark"] == "explain"
 
 
 def test_heatmap_png_is_written(tmp_path):
@@ -143,5 +157,5 @@ def test_heatmap_png_is_written(tmp_path):
                "grad_x_input": [0.0, 0.2, 0.1, 0.0], "position_terms": {"layer0.cos": [0.0, 0.1, -0.1, 0.0]},
                "removable": [1, 2]}
     path = tmp_path / "heatmap.png"
-    bench.plot_heatmap(example, vocab, "demo", path)
+    save_figure(bench.plot_heatmap(example, vocab, "demo"), path, quick=False)
     assert path.stat().st_size > 1000

@@ -1,0 +1,114 @@
+"""benchmarks/music.py: presets, the run list and tuning grid, lr selection, summaries and claims, MIDI export."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pe_toolkit.bench import Result
+from pe_toolkit.bench.config import load_config
+from pe_toolkit.benchmarks import music as bench
+
+BENCHMARK = bench.Music()
+
+
+def test_presets_load_and_bad_entries_are_named():
+    for name in ("quick", "full", "gpu"):
+        config, _ = load_config(BENCHMARK, name)
+        assert config.tuning.seed in config.seeds
+    assert all(len(load_config(BENCHMARK, n)[0].seeds) >= 3 for n in ("full", "gpu"))
+    with pytest.raises(ValueError, match="tuning.seed 5 must be one of seeds"):
+        load_config(BENCHMARK, "quick", overrides=["tuning.seed=5"])
+    with pytest.raises(ValueError, match="oracle: 's_ape' is not an oracle row"):
+        load_config(BENCHMARK, "quick", overrides=["oracle=[s_ape]"])
+    with pytest.raises(ValueError, match="unknown encoding 'cope'"):
+        load_config(BENCHMARK, "quick", overrides=["encodings=[cope]"])
+    with pytest.raises(ValueError, match="training.steps must be a positive int"):
+        load_config(BENCHMARK, "quick", overrides=["training.steps=0"])
+    with pytest.raises(ValueError, match="'window.size' does not exist"):
+        load_config(BENCHMARK, "quick", overrides=["window.size=3"])
+
+
+def test_runs_put_the_tuning_seed_first_and_tune_every_task_and_encoding_alike():
+    config, _ = load_config(BENCHMARK, "quick", overrides=["seeds=[3, 1, 2]", "tuning.seed=1",
+                                                           "oracle=[s_ape-oracle]", "tuning.lrs=[0.01, 0.003]"])
+    specs = BENCHMARK.runs(config)
+    arms = [f"{t}/{e}" for t in config.tasks for e in [*config.encodings, "s_ape-oracle"]]
+    assert [(s["arm"], s["seed"]) for s in specs] == [(a, seed) for a in arms for seed in (1, 3, 2)]
+    assert specs[0]["data"] == {"midi_folder": None, "limit": 40, "split_seed": 0}
+    tuning = BENCHMARK.tuning(config)
+    assert (tuning.param, list(tuning.values), tuning.metric, tuning.maximize, tuning.group) == (
+        "lr", [0.01, 0.003], "val_nll", False, "arm")
+
+
+def _row(task, encoding, seed, lr, value):
+    row = {"task": task, "encoding": encoding, "seed": seed, "lr": lr, "val_nll": value,
+           "reference_notes_per_voice": 2.0, "notes_per_voice_each": [1.0, 2.0, 3.0],
+           "reference_notes_per_voice_each": [2.0, 2.0, 2.0]}
+    return {**row, **{m: value for m in bench.METRICS}}
+
+
+def test_selection_summaries_verdicts_and_claims():
+    config, _ = load_config(BENCHMARK, "quick", overrides=["seeds=[0, 1, 2]", "tasks=[next_step]",
+                                                           "encodings=[s_ape, sinusoidal, nope]",
+                                                           "tuning.lrs=[0.001, 0.003, 0.01]"])
+    trials = [_row("next_step", e, 0, lr, v) for e, best in (("s_ape", 0.003), ("sinusoidal", 0.01), ("nope", 0.01))
+              for lr, v in ((0.001, 5.0), (0.003, 4.0 if best == 0.003 else 6.0), (0.01, 3.0 if best == 0.01 else 7.0))]
+    chosen = {"next_step/s_ape": 0.003, "next_step/sinusoidal": 0.01, "next_step/nope": 0.01}
+    # chroma (higher is better) and SSM distance (lower is better) both favour s_ape with tight intervals
+    rows = []
+    for e, base in (("s_ape", 1.0), ("sinusoidal", 2.0), ("nope", 3.0)):
+        for seed, jitter in ((0, 0.0), (1, 0.01), (2, -0.01)):
+            row = _row("next_step", e, seed, chosen[f"next_step/{e}"], base + jitter)
+            row["chroma_similarity"] = 10.0 - base + jitter
+            rows.append(row)
+    result = Result(config=config, preset="quick", rows=rows, trials=trials, chosen=chosen)
+    selected = BENCHMARK.chosen(result)
+    assert selected[("next_step", "s_ape")]["lr"] == 0.003 and not selected[("next_step", "s_ape")]["at_edge"]
+    assert selected[("next_step", "nope")]["at_edge"]  # 0.01 is the grid's top
+    result.derived = BENCHMARK.analyze(result)
+    summary = {s["encoding"]: s for s in result.derived if s["kind"] == "summary"}
+    assert summary["s_ape"]["test_nll"] == pytest.approx(1.0) and summary["s_ape"]["seeds"] == 3
+    assert summary["s_ape"]["notes_each"] == [1.0, 2.0, 3.0]
+    verdict = {(v["metric"].split()[0], v["encoding"]): v for v in result.derived if v["kind"] == "verdict"}
+    assert verdict[("chroma_similarity", "s_ape")]["vs nope"] == "better"
+    assert verdict[("ssm_distance", "s_ape")]["vs sinusoidal"] == "better"
+    (claim,) = [c for c in result.derived if c["kind"] == "claim"]
+    assert claim["verdict"] == "reproduced"
+    # a (task, encoding) whose every trial diverged has no selection and no summary
+    result.trials = [{**t, "val_nll": math.nan} if t["encoding"] == "nope" else t for t in trials]
+    assert ("next_step", "nope") not in BENCHMARK.chosen(result)
+
+
+def test_write_midi_from_a_rows_sparse_rolls(tmp_path):
+    labels = [[t, 0, t, 0, 0, 0, 0, 0] for t in range(4)]  # time, bar, beat, ... (LABEL_FIELDS)
+    window = {"generated": [[0, 0, 60], [1, 0, 60], [2, 1, 64]], "generated_onsets": [[0, 0, 60], [2, 1, 64]],
+              "reference": [[0, 0, 62]], "reference_onsets": [[0, 0, 62]], "labels": labels}
+    row = {"task": "next_step", "encoding": "s_ape", "seed": 0, "example": {"length": 4}, "midi": [window]}
+    bench.write_midi([row], tmp_path)
+    assert (tmp_path / "next_step" / "s_ape_seed0_0.mid").stat().st_size > 0
+    assert (tmp_path / "next_step" / "reference_0.mid").stat().st_size > 0
+
+
+def test_tiny_run_writes_report_plots_and_midi_then_resumes(tmp_path, monkeypatch):
+    argv = ["--quick", "--out", str(tmp_path), "--accelerator", "cpu", "--set", "data.limit=12",
+            "--set", "training.steps=2", "--set", "seeds=[0]", "--set", "tasks=[accompaniment]",
+            "--set", "encodings=[s_ape, nope]", "--set", "generation.windows=2"]
+    assert bench.main(argv) == 0
+    out = tmp_path / "music"
+    rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
+    assert [(r["task"], r["encoding"], r["seed"]) for r in rows] == [("accompaniment", "s_ape", 0),
+                                                                    ("accompaniment", "nope", 0)]
+    assert (out / "metrics.png").stat().st_size > 0 and (out / "rolls_accompaniment.png").stat().st_size > 0
+    assert (out / "midi" / "accompaniment" / "s_ape_seed0_0.mid").stat().st_size > 0
+    assert "## How the fairness rule is met" in (out / "report.md").read_text()
+
+    def no_training(spec):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(bench, "run_one", no_training)
+    assert bench.main([*argv, "--resume"]) == 0
+    again = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
+    assert [r["test_nll"] for r in again] == [r["test_nll"] for r in rows]
