@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import json
 import subprocess
 import sys
 
 import pytest
 
-from benchmarks import graphs
+from pe_toolkit.bench import load_config
+from pe_toolkit.bench.cli import main
+from pe_toolkit.benchmarks import graphs
 
 SCRIPT = graphs.__file__
 
@@ -90,16 +92,44 @@ def test_rwse_bar_is_checked_against_the_measurement():
 
 
 def test_presets_are_yaml_files_with_the_same_keys():
-    presets = importlib.import_module("presets")
-    assert presets.available_presets("graphs") == ["full", "gpu", "quick"]
-    loaded = {name: presets.load_preset("graphs", name) for name in ("quick", "full", "gpu")}
-    keys = {name: set(p) | {f"precompute.{k}" for k in p["precompute"]} for name, p in loaded.items()}
+    benchmark = graphs.Graphs()
+    assert benchmark.preset_names() == ["full", "gpu", "quick"]
+    loaded = {name: load_config(benchmark, name) for name in ("quick", "full", "gpu")}
+    keys = {name: set(dataclasses.asdict(c)) | {f"precompute.{k}" for k in dataclasses.asdict(c.precompute)}
+            for name, (c, _) in loaded.items()}
     assert keys["quick"] == keys["full"] == keys["gpu"]
-    full = loaded["full"]["precompute"]
-    assert full["sizes"] == [1_000, 10_000, 100_000] and full["walk_length"] == 8 and full["k"] == 8
-    assert set(full["datasets"]) == {"csl", "pattern"}
-    changed = presets.load_preset("graphs", "quick", overrides=["precompute.sizes=[500]"])
-    assert changed["precompute"]["sizes"] == [500]
+    assert {name: run for name, (_, run) in loaded.items()} == {"quick": {"jobs": 2, "threads": 1},
+                                                                "full": {"jobs": 2, "threads": 1},
+                                                                "gpu": {"jobs": 4, "threads": 2}}
+    full = loaded["full"][0].precompute
+    assert full.sizes == [1_000, 10_000, 100_000] and full.walk_length == 8 and full.k == 8
+    assert set(full.datasets) == {"csl", "pattern"}
+    changed, _ = load_config(benchmark, "quick", overrides=["precompute.sizes=[500]"])
+    assert changed.precompute.sizes == [500]
+    with pytest.raises(ValueError, match="'precompute.size' does not exist"):
+        load_config(benchmark, "quick", overrides=["precompute.size=[500]"])
+
+
+def test_runs_put_the_scale_table_first_then_fold_zero_and_sbm():
+    config, _ = load_config(graphs.Graphs(), "quick", overrides=["folds=2", "models=[gin]"])
+    names = [spec["run"] for spec in graphs.Graphs().runs(config)]
+    assert names == ["precompute__1000", "precompute__2000", "precompute__csl", "precompute__pattern",
+                     "csl__none__gin__fold0", "csl__rwse__gin__fold0",
+                     "pattern__none__gin__seed0", "pattern__rwse__gin__seed0",
+                     "cluster__none__gin__seed0", "cluster__rwse__gin__seed0",
+                     "csl__none__gin__fold1", "csl__rwse__gin__fold1"]
+
+
+def test_timing_lock_excludes_training_and_build_lock_excludes_builders(tmp_path):
+    import fcntl
+
+    with graphs._data_lock(tmp_path, "timing", exclusive=True):
+        with open(tmp_path / ".timing.lock", "a") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a training run would wait here
+    with graphs._data_lock(tmp_path, "timing", exclusive=False):
+        with open(tmp_path / ".timing.lock", "a") as other:
+            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)  # training runs share it
+            fcntl.flock(other, fcntl.LOCK_UN)
 
 
 def test_model_table_reports_missing_models():
@@ -121,14 +151,17 @@ def test_random_sparse_graph_is_connected_with_mean_degree_about_six():
 
 def test_precompute_section_in_subprocess(tmp_path):
     # forked children: run in a fresh interpreter so no torch compute has happened before forking
-    cmd = [sys.executable, SCRIPT, "--quick", "--sections", "precompute", "--sizes", "150", "300", "--repeats", "1",
-           "--timeout", "300", "--scale-datasets", "csl", "--out", str(tmp_path)]
+    cmd = [sys.executable, SCRIPT, "--quick", "--set", "sections=[precompute]", "--set", "precompute.sizes=[150, 300]",
+           "--set", "precompute.repeats=1", "--set", "precompute.timeout_s=300", "--set", "precompute.datasets=[csl]",
+           "--set", f"data_root={tmp_path / 'data'}", "--out", str(tmp_path)]
     subprocess.run(cmd, check=True, timeout=900, capture_output=True)  # generous: the machine may be loaded
     out = tmp_path / "graphs"
     document = json.loads((out / "results.json").read_text())
     assert set(document) == {"benchmark", "config", "rows", "environment", "seconds"}
     assert document["config"]["precompute"]["walk_length"] == 8 and document["config"]["preset"] == "quick"
-    rows = document["rows"]
+    inputs = [r for r in document["rows"] if r.get("section") == "precompute"]
+    assert [r["input"] for r in inputs] == ["150", "300", "csl"]
+    rows = [cell for r in inputs for cell in r["measurements"]]
     assert {(r["method"], r["input"]) for r in rows} == {
         (m, n) for m in graphs.PRECOMPUTE_METHODS for n in ("150", "300", "csl")
     }
@@ -139,52 +172,60 @@ def test_precompute_section_in_subprocess(tmp_path):
         if r["method"] in ("lap_pe", "pyg_lap_pe"):
             assert r["max_residual"] < 1e-4
     assert next(r for r in rows if r["input"] == "csl")["graphs"] == 150
+    speedup = [r for r in document["rows"] if r.get("kind") == "speedup"]
+    assert {(r["encoding"], r["input"]) for r in speedup} == {(e, n) for e in ("rwse", "lap_pe")
+                                                              for n in ("150", "300", "csl")}
     report = (out / "report.md").read_text()
     assert "Scale: RWSE and LapPE against PyG" in report and "PyG / toolkit" in report
     assert "| rwse | csl |" in report and "| lap_pe | 300 |" in report
     assert (out / "precompute_time.png").stat().st_size > 0
 
 
-def test_csl_section_tiny_run_and_report_only(tmp_path, capsys):
-    argv = ["--sections", "csl", "--folds", "1", "--epochs", "1", "--pes", "none", "rwse", "--models", "gin",
-            "--jobs", "0", "--out", str(tmp_path)]
-    assert graphs.main(argv) == 0
+def _main(argv):
+    return main(argv, name="pe_toolkit.benchmarks.graphs:Graphs", prog="python benchmarks/graphs.py")
+
+
+def test_csl_section_tiny_run_and_resume(tmp_path):
+    argv = ["--quick", "--set", "sections=[csl]", "--set", "folds=1", "--set", "csl.epochs=1", "--set",
+            "pes=[none, rwse]", "--set", "models=[gin]", "--jobs", "1", "--set", f"data_root={tmp_path / 'data'}",
+            "--out", str(tmp_path)]
+    assert _main(argv) == 0
     out = tmp_path / "graphs"
-    rows = json.loads((out / "results.json").read_text())["rows"]
+    rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
     assert {(r["task"], r["pe"], r["model"], r["fold"]) for r in rows} == {("csl", "none", "gin", 0),
                                                                          ("csl", "rwse", "gin", 0)}
     for r in rows:
         assert r["metric"] == "acc" and 0.0 <= r["test_metric"] <= 1.0
         assert r["test_graphs"] == 30 and r["train_graphs"] == 90
-        assert r["spec"]["device"] == {"accelerator": "auto", "devices": 1, "precision": "32-true"}  # --accelerator
-    assert len(list((out / "runs").glob("*.json"))) == 2
+    stored = sorted((out / "runs" / "quick").glob("*.json"))
+    assert [p.name for p in stored] == ["run=csl__none__gin__fold0.json", "run=csl__rwse__gin__fold0.json"]
+    spec = json.loads(stored[0].read_text())["spec"]
+    assert spec["device"] == {"accelerator": "auto", "devices": 1, "precision": "32-true"}  # --accelerator
     assert (out / "csl_accuracy.png").stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "CSL test accuracy" in report and "| gin | rwse | " in report and "(n=1)" in report
     assert "## How the fairness rule is met" in report
     assert "| RWSE beats no PE (Rampasek et al.) | csl | gin |" in report and "| untested | untested |" in report
     assert "graph_mamba" not in report or "not implemented yet" in report
-    # the stored runs are reported again without training
-    (out / "report.md").unlink()
-    assert graphs.main([*argv, "--report-only"]) == 0
-    assert "| gin | none | " in (out / "report.md").read_text()
-    # another device is another run: the auto-device runs are not reused for --accelerator cpu
-    capsys.readouterr()
-    graphs.main([*argv, "--accelerator", "cpu", "--report-only"])
-    assert "--report-only: not run: ['csl__none__gin__fold0.json', 'csl__rwse__gin__fold0.json']" in \
-        capsys.readouterr().out
+    # the stored runs are reused, row for row
+    before = {p.name: json.loads(p.read_text())["written"] for p in stored}
+    assert _main([*argv, "--resume"]) == 0
+    assert {p.name: json.loads(p.read_text())["written"] for p in stored} == before
+    again = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
+    assert again == rows
 
 
 def test_sbm_section_tiny_run(tmp_path):
-    argv = ["--sections", "sbm", "--epochs", "1", "--sbm-graphs", "10", "--pes", "rfp", "--models", "gin",
-            "--jobs", "0", "--out", str(tmp_path), "--set", "sbm_seeds=[0, 1]"]
-    assert graphs.main(argv) == 0
+    argv = ["--set", "sections=[sbm]", "--set", "sbm.epochs=1", "--set", "sbm_num_graphs={pattern: 10, cluster: 10}",
+            "--set", "pes=[rfp]", "--set", "models=[gin]", "--jobs", "1", "--out", str(tmp_path),
+            "--set", "sbm_seeds=[0, 1]", "--set", f"data_root={tmp_path / 'data'}", "--quick"]
+    assert _main(argv) == 0
     out = tmp_path / "graphs"
-    rows = json.loads((out / "results.json").read_text())["rows"]
+    rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
     assert sorted((r["task"], r["seed"]) for r in rows) == [("cluster", 0), ("cluster", 1), ("pattern", 0),
                                                             ("pattern", 1)]
-    assert sorted(p.name for p in (out / "runs").glob("*.json")) == [
-        f"{t}__rfp__gin__seed{s}.json" for t in ("cluster", "pattern") for s in (0, 1)]
+    assert sorted(p.name for p in (out / "runs" / "quick").glob("*.json")) == [
+        f"run={t}__rfp__gin__seed{s}.json" for t in ("cluster", "pattern") for s in (0, 1)]
     first, second = (next(r for r in rows if r["task"] == "pattern" and r["seed"] == s) for s in (0, 1))
     assert (first["test_metric"], first["train_metric"]) != (second["test_metric"], second["train_metric"])
     assert all(r["metric"] == "weighted_acc" and 0.0 <= r["test_metric"] <= 1.0 for r in rows)
@@ -192,10 +233,21 @@ def test_sbm_section_tiny_run(tmp_path):
     assert "PATTERN / CLUSTER" in (out / "report.md").read_text()
 
 
-@pytest.mark.parametrize("seeds, message", [("[]", "non-empty list"), ("[0, 0]", "distinct"), ("[-1]", "non-negative"),
-                                            ("3", "non-empty list"), ("[0.5]", "ints")])
+@pytest.mark.parametrize("seeds, message", [("[]", "sbm_seeds must be a non-empty list"),
+                                            ("[0, 0]", "sbm_seeds must be distinct"),
+                                            ("[-1]", "sbm_seeds must be a non-empty list of non-negative ints"),
+                                            ("3", "config.sbm_seeds"), ("[0.5]", "config.sbm_seeds")])
 def test_bad_sbm_seeds_are_named(tmp_path, capsys, seeds, message):
     with pytest.raises(SystemExit):
-        graphs.main(["--sections", "sbm", "--out", str(tmp_path), "--set", f"sbm_seeds={seeds}"])
-    err = capsys.readouterr().err
-    assert "sbm_seeds must be" in err and message in err
+        _main(["--set", "sections=[sbm]", "--out", str(tmp_path), "--set", f"sbm_seeds={seeds}"])
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override, message", [("sections=[csl, qm9]", "sections must be a list from"),
+                                               ("pes=[lappe]", "pes must be a list from"),
+                                               ("precompute.datasets=[zinc]", "precompute.datasets must be a list"),
+                                               ("folds=6", "folds must be in [1, 5]")])
+def test_bad_choices_are_named(tmp_path, capsys, override, message):
+    with pytest.raises(SystemExit):
+        _main(["--set", override, "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err
