@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
+import types
 from pathlib import Path
 
 import mkdocs_gen_files
@@ -24,7 +26,10 @@ FIGURE_LINK = re.compile(r"!\[[^\]]*\]\(figures/(?P<name>[\w.-]+\.png)\)")
 
 
 def run_figure_block(code: str, where: str):
-    namespace: dict = {"__name__": "__tutorial__"}
+    # a real module: dataclasses and typing.get_type_hints look a class's module up in sys.modules
+    module = types.ModuleType("__tutorial__")
+    sys.modules[module.__name__] = module
+    namespace = module.__dict__
     previous = os.getcwd()
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)  # a block that writes files leaves nothing in the repository
