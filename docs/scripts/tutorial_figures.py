@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1]
@@ -52,7 +53,10 @@ def read_manifest() -> dict[str, dict[str, str]]:
 
 
 def run_figure_block(code: str, where: str):
-    namespace: dict = {"__name__": "__tutorial__"}
+    # a real module: dataclasses and typing.get_type_hints look a class's module up in sys.modules
+    module = types.ModuleType("__tutorial__")
+    sys.modules[module.__name__] = module
+    namespace = module.__dict__
     previous = os.getcwd()
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)  # a block that writes files leaves nothing in the repository
