@@ -14,9 +14,21 @@ from pe_toolkit.bench.protocol import Benchmark
 __all__ = ["BENCHMARKS", "get_benchmark", "list_benchmarks", "register"]
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
+    "attention_stability": ("pe_toolkit.benchmarks.attention_stability:AttentionStability",
+                            "final loss and attention logits over a base learning-rate sweep: MHA, QK-norm, the "
+                            "Q/K learning-rate rule, MLA, QK-clip (Anson & Aitchison 2025; Kimi K2)"),
+    "explain": ("pe_toolkit.benchmarks.explain:Explain",
+                "faithfulness of PE-aware LRP against plain LRP, gradient x input and rollout: perturbation AUCs "
+                "and conservation (Bakish et al. 2025)"),
     "extreme_inputs": ("pe_toolkit.benchmarks.extreme_inputs:ExtremeInputs",
                        "every sequence encoder at long lengths and far positions, float32 and bfloat16: finite "
                        "outputs, precision loss, memory"),
+    "graphs": ("pe_toolkit.benchmarks.graphs:Graphs",
+               "CSL and PATTERN / CLUSTER accuracy per graph PE x model, and RWSE / LapPE precompute time against "
+               "PyG"),
+    "music": ("pe_toolkit.benchmarks.music:Music",
+              "structure-informed PEs on Bach chorales: next-step prediction and accompaniment, NLL and generation "
+              "metrics (Agarwal et al. 2024)"),
     "recsys": ("pe_toolkit.benchmarks.recsys:Recsys",
                "SASRec with each positional encoding on MovieLens-100k and a contextual-count log: HR/NDCG/MRR"),
     "vision": ("pe_toolkit.benchmarks.vision:Vision",
