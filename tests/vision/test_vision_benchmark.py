@@ -1,18 +1,17 @@
-"""benchmarks/vision.py: a tiny end-to-end run (files, lr chosen on validation, resume) and its verdict logic."""
+"""The vision benchmark on the harness: a tiny end-to-end run (files, lr chosen on validation, resume), its verdicts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import yaml
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "vision.py"
-_SPEC = importlib.util.spec_from_file_location("vision_benchmark", _SCRIPT)
-bench = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench)
+from pe_toolkit.bench.cli import main
+from pe_toolkit.benchmarks import vision as bench
+
+_SCRIPT = Path(bench.__file__).resolve()
 
 TINY = {"seeds": [0, 1], "encodings": ["rope_axial", "learned_2d"],
         "data": {"train_size": 16, "test_sizes": [16, 24], "num_train": 16, "num_val": 8, "num_test": 8},
@@ -34,22 +33,22 @@ def test_presets_share_their_keys():
 def test_tiny_run_writes_results_and_resumes(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
-    args = ["--quick", "--config", str(config), "--accelerator", "cpu", "--out", str(tmp_path)]
-    assert bench.main(args) == 0
+    args = ["vision", "--quick", "--config", str(config), "--accelerator", "cpu", "--out", str(tmp_path)]
+    assert main(args) == 0
     out = tmp_path / "vision"
     results = json.loads((out / "results.json").read_text())
     runs = [r for r in results["rows"] if r["kind"] == "run"]
-    trials = [r for r in results["rows"] if r["kind"] == "lr_trial"]
+    trials = [r for r in results["rows"] if r.get("kind") == "tuning_trial"]
     assert len(runs) == 4 and len(trials) == 4  # 2 encodings x 2 seeds; seed 0 tried both lrs
     for encoding in TINY["encodings"]:
-        chosen = results["config"]["chosen_lr"][encoding]
+        chosen = results["config"]["chosen"][encoding]
         best = max((r for r in trials if r["encoding"] == encoding), key=lambda r: r["val_acc"])
         assert chosen == best["lr"] and {r["lr"] for r in runs if r["encoding"] == encoding} == {chosen}
     assert all(0 <= r["acc_16"] <= 1 and 0 <= r["acc_24"] <= 1 and r["cpu_seconds"] > 0 for r in runs)
     report = (out / "report.md").read_text()
     assert "rope_axial vs learned_2d" in report and (out / "accuracy_vs_resolution.png").stat().st_size > 1000
     assert "## How the fairness rule is met" in report and "same validation scenes" in report
-    assert bench.main(args + ["--resume"]) == 0  # every run reused: same rows again
+    assert main(args + ["--resume"]) == 0  # every run reused: same rows again
     again = json.loads((out / "results.json").read_text())
     assert [r["acc_24"] for r in again["rows"] if r["kind"] == "run"] == [r["acc_24"] for r in runs]
 
