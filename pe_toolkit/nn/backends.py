@@ -74,12 +74,13 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
        one of :data:`FLEX_CPU_DTYPES`.
     3. When the dense bias or mask would exceed :data:`DENSE_BUDGET` elements: ``"tiled"`` on the CPU when
        a gradient is needed, the encoder has a pointwise bias, there is no dropout and the call is not
-       being traced by ``torch.compile``; ``"blocked"`` otherwise. Measured (one causal layer, dim 256,
-       4 heads, fp32, forward + backward, 2 CPU cores): below the budget dense SDPA with the bias is as
-       fast as the tiles (2,048 tokens: tiled 1.8x NoPE's SDPA on one thread, dense 1.6x), above it the
-       tiles train in linear memory where ``"blocked"`` was 5x slower than dense; and the tiled first
-       call compiles its tile steps (see ``docs/concepts.md``), which a training run pays once and a
-       single forward never pays back (without a gradient this rule never picks it).
+       being traced by ``torch.compile``; ``"blocked"`` otherwise. Above the budget the tiles train in
+       linear memory (ALiBi at 16,384 tokens: 289 MiB of RSS growth) where ``"blocked"`` was 5x NoPE's
+       time. Below it the rule keeps dense SDPA: on one thread the tiles were faster at 2,048 tokens
+       (ALiBi 1.71x NoPE's SDPA against 2.49x dense), with two threads on a shared machine slower
+       (4.5-6.5x); see ``docs/concepts.md``. The tiled first call compiles its tile steps (22-27 s),
+       which a training run pays once and a single forward never pays back (without a gradient this
+       rule never picks it).
     4. ``"sdpa"`` otherwise.
     """
     if tile is not None:
