@@ -78,7 +78,7 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
        linear memory (ALiBi at 16,384 tokens: 289 MiB of RSS growth) where ``"blocked"`` was 5x NoPE's
        time. Below it the rule keeps dense SDPA: on one thread the tiles were faster at 2,048 tokens
        (ALiBi 1.71x NoPE's SDPA against 2.49x dense), with two threads on a shared machine slower
-       (4.5-6.5x); see ``docs/concepts.md``. The tiled first call compiles its tile steps (22-27 s),
+       (4.5-11x, against 1.7x dense); see ``docs/concepts.md``. The tiled first call compiles its tile steps (22-27 s),
        which a training run pays once and a single forward never pays back (without a gradient this
        rule never picks it).
     4. ``"sdpa"`` otherwise.
