@@ -59,7 +59,8 @@ class MultiHeadAttention(nn.Module):
         backend: how attention is evaluated (:mod:`pe_toolkit.nn.backends`): ``"sdpa"`` (dense bias
             and mask, the reference), ``"blocked"`` (query tiles whose bias and scores are rebuilt in
             the backward pass: memory linear in the length, for training too), ``"flex"``
-            (FlexAttention with the encoder's pointwise bias; forward only on the CPU) or ``"auto"``
+            (FlexAttention with the encoder's pointwise bias; forward only on the CPU), ``"tiled"`` (a
+            compiled flash-style tile loop with the pointwise bias: trains on the CPU in linear memory) or ``"auto"``
             (default: :func:`~pe_toolkit.nn.backends.choose_backend`). Every backend gives the same
             outputs and gradients.
         query_block_size: the tile size (queries per tile) of the ``"blocked"`` backend; with

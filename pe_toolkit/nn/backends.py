@@ -57,8 +57,6 @@ FLEX_MIN_PAIRS_CPU = 4096 * 4096
 FLEX_CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """Input dtypes of PyTorch's CPU FlexAttention kernel (no float64)."""
 
-TILED_MIN_PAIRS_CPU = 1024 * 1024
-"""``"auto"`` trains a pointwise bias on the CPU with ``"tiled"`` from this many query-key pairs per head."""
 
 
 def flex_supported(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
@@ -71,25 +69,25 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
     """The rule of ``backend="auto"``.
 
     1. ``"blocked"`` when a tile size was given (``query_block_size``).
-    2. ``"tiled"`` on the CPU when a gradient is needed, the encoder has a pointwise bias, there is no
-       dropout, the call is not being traced by ``torch.compile`` and it has at least
-       :data:`TILED_MIN_PAIRS_CPU` query-key pairs per head. Training only: its first call compiles the
-       tile steps (tens of seconds per encoder, see ``docs/concepts.md``), which a training run pays once
-       and a single forward never pays back; without a gradient FlexAttention's fused forward is faster.
-    3. ``"flex"`` when FlexAttention can run the encoder (:func:`flex_supported`), there is no
+    2. ``"flex"`` when FlexAttention can run the encoder (:func:`flex_supported`), there is no
        dropout, and either the tensors are on CUDA or no gradient is needed and the call has at least
        :data:`FLEX_MIN_PAIRS_CPU` query-key pairs per head (its compile time pays off from there) in
        one of :data:`FLEX_CPU_DTYPES`.
-    4. ``"blocked"`` when the dense bias or mask would exceed :data:`DENSE_BUDGET` elements.
-    5. ``"sdpa"`` otherwise.
+    3. When the dense bias or mask would exceed :data:`DENSE_BUDGET` elements: ``"tiled"`` on the CPU when
+       a gradient is needed, the encoder has a pointwise bias, there is no dropout and the call is not
+       being traced by ``torch.compile``; ``"blocked"`` otherwise. Above the budget the tiles train in
+       linear memory (ALiBi at 16,384 tokens: 289 MiB of RSS growth) where ``"blocked"`` was 5x NoPE's
+       time. Below it the rule keeps dense SDPA: on one thread the tiles were faster at 2,048 tokens
+       (ALiBi 1.71x NoPE's SDPA against 2.49x dense), with two threads on a shared machine slower
+       (4.5-11x, against 1.7x dense); see ``docs/concepts.md``. The tiled first call compiles its tile steps (22-27 s),
+       which a training run pays once and a single forward never pays back (without a gradient this
+       rule never picks it).
+    4. ``"sdpa"`` otherwise.
     """
     if tile is not None:
         return "blocked"
     has_bias = type(encoding).bias is not PositionalEncoding.bias
     pairs = mask.q_len * mask.k_len
-    if (has_bias and not q.is_cuda and dropout == 0.0 and pairs >= TILED_MIN_PAIRS_CPU and not tracing()
-            and _needs_grad(q, k, encoding) and flex_supported(encoding, q, k, q_pos, k_pos)):
-        return "tiled"
     cpu_ok = q.dtype in FLEX_CPU_DTYPES and not _needs_grad(q, k, encoding) and pairs >= FLEX_MIN_PAIRS_CPU
     if dropout == 0.0 and (q.is_cuda or cpu_ok):
         if flex_supported(encoding, q, k, q_pos, k_pos):
@@ -100,7 +98,12 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
         materialised = 0  # SDPA's own kernels
     else:
         materialised = q.shape[0] * pairs  # a bool (B, 1, Lq, Lk) mask
-    return "blocked" if materialised > DENSE_BUDGET else "sdpa"
+    if materialised <= DENSE_BUDGET:
+        return "sdpa"
+    if (has_bias and not q.is_cuda and dropout == 0.0 and not tracing() and _needs_grad(q, k, encoding)
+            and flex_supported(encoding, q, k, q_pos, k_pos)):
+        return "tiled"
+    return "blocked"
 
 
 def _needs_grad(q: Tensor, k: Tensor, encoding: PositionalEncoding, v: Tensor | None = None) -> bool:

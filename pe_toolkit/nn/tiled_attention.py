@@ -138,7 +138,8 @@ def bias_inputs(bias_fn: BiasFunction | None) -> list[Tensor]:
     Tensors built before the call (a distance table, a per-query table) are taken as they are; the
     parameters of a module the function holds (e.g. ``self`` of an encoder's ``score``) are read at
     evaluation time. When both occur, only parameters are taken (a table built from them would
-    otherwise count their gradient twice).
+    otherwise count their gradient twice), and the backward pass keeps the built tensors' graph
+    across tiles (``retain_graph``).
     """
     if bias_fn is None:
         return []
@@ -169,6 +170,25 @@ def bias_inputs(bias_fn: BiasFunction | None) -> list[Tensor]:
     return parameters if parameters else built
 
 
+def _closure_tensors(fn: object, seen: set | None = None) -> list[Tensor]:
+    """Every tensor requiring a gradient in ``fn``'s closure and the closures of the functions it holds."""
+    seen = set() if seen is None else seen
+    found = []
+    if id(fn) in seen:
+        return found
+    seen.add(id(fn))
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, Tensor) and value.requires_grad:
+            found.append(value)
+        elif callable(value) and not isinstance(value, nn.Module):
+            found += _closure_tensors(value, seen)
+    return found
+
+
 # ------------------------------------------------------------------------------------ the plan
 @dataclass
 class _Plan:
@@ -188,6 +208,7 @@ class _Plan:
     # (query tile, [(key tile, whether the mask must be evaluated on it)]): the tiles any query sees
     pairs: list[tuple[int, list[tuple[int, bool]]]] = field(default_factory=list)
     leaves: list[Tensor] = field(default_factory=list)
+    retain_graph: bool = False  # the bias reads built tensors whose graph every tile's gradient goes through
 
 
 def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | None, tile: int,
@@ -204,6 +225,8 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
         key_valid=torch.arange(k_tiles * tile, device=device) < k_len,
         leaves=[] if tracing() else bias_inputs(bias_fn),  # traced: ordinary autograd reaches them
     )
+    plan.retain_graph = bool(plan.leaves) and any(isinstance(t, nn.Parameter) for t in plan.leaves) and any(
+        not t.is_leaf for t in _closure_tensors(bias_fn))
     visible = None if tracing() else _visible_tiles(mask, tile, q_tiles, k_tiles)
     by_rows_only = mask.key_padding_mask is None and mask.q_documents is None  # causal / window / nothing
     for qt in range(q_tiles):
@@ -215,7 +238,8 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
                 continue
             # a tile every query of which sees every key needs no mask: inside [key_range(stop - 1), key_range(start))
             lo, hi = kt * tile, (kt + 1) * tile
-            whole = by_rows_only and mask.key_range(stop - 1, stop)[0] <= lo and hi <= mask.key_range(start, start + 1)[1]
+            whole = (by_rows_only and mask.key_range(stop - 1, stop)[0] <= lo
+                     and hi <= mask.key_range(start, start + 1)[1])
             keys.append((kt, plan.mask_fn is not None and not whole))
         plan.pairs.append((qt, keys))
     return plan
@@ -312,7 +336,7 @@ class _TiledAttention(torch.autograd.Function):
                     dv[:, :, ks] += dv_t
                     if leaves:
                         grads = torch.autograd.grad(bias, leaves, ds.sum_to_size(bias.shape), allow_unused=True,
-                                                    retain_graph=False)
+                                                    retain_graph=plan.retain_graph)
                         dleaves = [g if d is None else (d if g is None else d + g) for d, g in zip(dleaves, grads)]
         grads = [None] * (len(ctx.needs_input_grad) - 4)
         if leaves:

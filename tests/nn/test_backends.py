@@ -197,7 +197,8 @@ def test_auto_rule():
         assert choose_backend(alibi, q, q, pos, pos, big, tile=None, dropout=0.1) == "blocked"  # flex: no dropout
         assert choose_backend(rope, q, q, pos, pos, big, tile=None, dropout=0.1) == "sdpa"  # SDPA's causal kernel
     trainable = q.clone().requires_grad_(True)
-    assert choose_backend(alibi, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "blocked"  # CPU: no flex grad
+    assert choose_backend(alibi, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "tiled"  # CPU: no flex grad
+    assert choose_backend(cope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "blocked"  # not pointwise
     padded = _mask(8192, key_padding_mask=torch.ones(1, 8192, dtype=torch.bool))
     # a bool (1, 1, L, L) mask of 2^26 elements is at the budget, not over it
     assert choose_backend(rope, trainable, q, pos, pos, padded, tile=None, dropout=0.0) == "sdpa"
@@ -227,7 +228,7 @@ def test_flex_errors():
 
 
 def test_backend_argument_errors():
-    with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'sdpa', 'blocked', 'flex'\), got 'fast'"):
+    with pytest.raises(ValueError, match=r"one of \('auto', 'sdpa', 'blocked', 'flex', 'tiled'\), got 'fast'"):
         pet.MultiHeadAttention(32, 4, backend="fast")
     with pytest.raises(ValueError, match="query_block_size is the tile size of backend 'blocked'"):
         pet.MultiHeadAttention(32, 4, backend="sdpa", query_block_size=8)
