@@ -32,7 +32,7 @@ EXTRAS: Mapping[str, Mapping[str, str]] = {
     "crossmodal": {},
     "translation": {"sacrebleu": "sacrebleu"},
     "vision": {"PIL": "pillow"},
-    "hf": {"transformers": "transformers"},
+    "hf": {"transformers": "transformers", "peft": "peft"},
     "ray": {"ray": "ray"},
 }
 

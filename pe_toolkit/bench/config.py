@@ -70,8 +70,16 @@ def trainer_options(device: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ YAML and merging
+def _require_config_libraries() -> None:
+    # jsonargparse (and its PyYAML) come with the `train` extra; the toolkit's message before a bare import error
+    from pe_toolkit.extras import require_extra
+
+    require_extra("train", __name__)
+
+
 def read_yaml(path: str | Path, *, what: str) -> dict[str, Any]:
     """The mapping in the YAML file ``path``; ``ValueError`` naming the file when it is not one."""
+    _require_config_libraries()
     import yaml
 
     path = Path(path)
@@ -110,6 +118,7 @@ def parse_override(text: str) -> dict[str, Any]:
         >>> parse_override("seeds=[0, 1, 2]")
         {'seeds': [0, 1, 2]}
     """
+    _require_config_libraries()
     import yaml
 
     if not isinstance(text, str) or "=" not in text:
@@ -158,6 +167,7 @@ def to_dataclass(cls: type, data: Mapping[str, Any]) -> Any:
         ValueError: a key ``cls`` does not have (named, with the allowed ones), a missing required key,
             or a value whose type does not match its field (named, with the expected type).
     """
+    _require_config_libraries()
     from jsonargparse import ArgumentError as JsonArgumentError
     from jsonargparse import ArgumentParser
 
