@@ -187,8 +187,14 @@ def write_report(
         load = "load average {:.2f} / {:.2f} / {:.2f} (1 / 5 / 15 min) when written".format(*os.getloadavg())
     except OSError:
         load = "load average unknown"
+    words = shlex.split(command)
+    quick = "--quick" in words or any(a == "--preset" and b == "quick" for a, b in zip(words, words[1:]))
+    from pe_toolkit.bench.report import QUICK_NOTE
+
+    warning = (f"> **{QUICK_NOTE}**: a tiny preset, one seed, too little training to support any claim; run "
+               "the full or gpu preset for numbers.\n\n") if quick else ""
     header = (
-        f"# {title}\n\n"
+        f"{warning}# {title}\n\n"
         f"Produced by `{command}` on {date} "
         f"({platform.node() or 'unknown host'}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"{load}).\n\n"

@@ -235,17 +235,21 @@ def plot_accuracy(summary: list[dict[str, Any]], sizes: list[int], tune_sizes: l
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    markers = "osD^vP*X"
+    spread = 0.012 * (max(sizes) - min(sizes) if len(sizes) > 1 else 1)  # side by side: no series hides another
     for index, entry in enumerate(summary):
-        colour = f"C{index}"
+        colour, marker = f"C{index}", markers[index % len(markers)]
+        shift = (index - (len(summary) - 1) / 2) * spread
         means = [nan_if_missing(entry[f"acc_{s}"]["mean"]) for s in sizes]
         low = [m - nan_if_missing(entry[f"acc_{s}"]["low"]) for m, s in zip(means, sizes)]
         high = [nan_if_missing(entry[f"acc_{s}"]["high"]) - m for m, s in zip(means, sizes)]
         errors = [[0.0 if v != v else v for v in low], [0.0 if v != v else v for v in high]]
-        ax.errorbar(sizes, means, yerr=errors, marker="o", capsize=3, color=colour, label=entry["encoding"])
+        ax.errorbar([size + shift for size in sizes], means, yerr=errors, marker=marker, capsize=3, color=colour,
+                    label=entry["encoding"])
         if tune_sizes:
             tuned = [nan_if_missing(entry[f"finetuned_acc_{s}"]["mean"]) for s in tune_sizes]
             ax.plot(tune_sizes, tuned, linestyle="none", marker="*", markersize=11, color=colour)
-    ax.axhline(0.25, color="0.6", linestyle=":", linewidth=1)
+    ax.axhline(0.25, color="0.6", linestyle=":", linewidth=1, label="chance (4 classes)")
     ax.set_xticks(sizes)
     ax.set_xlabel("test resolution (pixels; trained at the first)")
     ax.set_ylabel("test accuracy (mean, 95 % interval over seeds)")

@@ -41,7 +41,7 @@ def smoke_run(tmp_path_factory):
         "5",
         "--backend-lengths", "64",
         "--backend-encoders", "alibi", "cope",
-        "--infer-length", "64",
+        "--infer-length", "128",  # compiled CPU flex refuses less than one 128-block
         "--infer-encoders", "alibi",
         "--compile-length", "32",
         "--compile-encoders", "alibi",
