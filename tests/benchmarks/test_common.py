@@ -87,10 +87,20 @@ def test_write_report_states_command_and_date(tmp_path):
     )
     text = path.read_text()
     assert path == tmp_path / "demo" / "report.md"
-    assert text.startswith("# Demo title\n")
+    # a quick run says first that it is a pipeline check, then the title
+    assert text.startswith("> **Quick mode: a pipeline check, not evidence**") and "\n# Demo title\n" in text
     assert "`python benchmarks/demo.py --quick`" in text
     assert time.strftime("%Y-", time.gmtime()) in text and "UTC" in text
     assert text.endswith("| a |\n| --- |\n")
+
+
+def test_full_run_report_starts_with_its_title(tmp_path):
+    for command in ("python benchmarks/demo.py", "python benchmarks/demo.py --preset full"):
+        text = common.write_report("demo", "Demo title", "body", root=tmp_path, command=command).read_text()
+        assert text.startswith("# Demo title\n") and "pipeline check" not in text
+    preset_quick = common.write_report("demo", "Demo title", "body", root=tmp_path,
+                                       command="python benchmarks/demo.py --preset quick").read_text()
+    assert preset_quick.startswith("> **Quick mode")
 
 
 def test_command_line_is_relative_to_repo():
