@@ -169,11 +169,13 @@ def write_report(name: str, title: str, body_markdown: str, *, root: str | os.Pa
 def save_figure(figure: Any, path: Path, *, quick: bool) -> Path:
     """Save a matplotlib figure atomically (quick: its title starts with :data:`QUICK_NOTE`) and close it."""
     import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     if quick:
         existing = figure._suptitle.get_text() if figure._suptitle is not None else ""
         figure.suptitle(f"{QUICK_NOTE}" + (f"\n{existing}" if existing else ""), fontsize=9, color="firebrick")
-        figure.tight_layout()
+        if not isinstance(figure.get_layout_engine(), ConstrainedLayoutEngine):  # constrained: places it itself
+            figure.tight_layout()
     with atomic_write(path, "wb") as handle:
         figure.savefig(handle, dpi=120, format=path.suffix.lstrip(".") or "png")
     plt.close(figure)

@@ -60,6 +60,11 @@ def test_quick_mode_says_it_is_a_pipeline_check(tmp_path):
     save_figure(figure, tmp_path / "quick.png", quick=True)
     assert figure._suptitle.get_text() == QUICK_NOTE
     assert (tmp_path / "quick.png").stat().st_size > 0
+    # a constrained-layout figure with a colorbar (tight_layout would refuse it) keeps its own layout
+    figure, axes = plt.subplots(1, 2, layout="constrained")
+    figure.colorbar(axes[0].imshow([[0.0, 1.0]]), ax=axes)
+    save_figure(figure, tmp_path / "constrained.png", quick=True)
+    assert figure._suptitle.get_text() == QUICK_NOTE and (tmp_path / "constrained.png").stat().st_size > 0
 
 
 def test_the_thread_count_is_in_the_spec_and_reaches_the_run(tmp_path):
