@@ -1,4 +1,5 @@
-"""A tiny end-to-end run of benchmarks/mha2mla.py, and --resume reusing its trained model and conversions."""
+"""The mha2mla benchmark on the harness: presets, the paired claims, a tiny run and its resume, the HF path,
+the decode table."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import json
 
 import pytest
 
-from benchmarks import mha2mla as bench
+from pe_toolkit.bench.cli import main
+from pe_toolkit.bench.config import load_config
+from pe_toolkit.benchmarks import mha2mla as bench
 
+BENCH = bench.Mha2Mla()
 TINY = """
 seeds: [0]
 model: {dim: 16, num_heads: 2, num_layers: 1}
@@ -33,75 +37,94 @@ def tiny(tmp_path):
     return path
 
 
+@pytest.fixture(autouse=True)
+def threads():
+    import torch
+
+    count = torch.get_num_threads()
+    yield
+    torch.set_num_threads(count)  # the harness sets one thread per run; do not leak it into other tests
+
+
 def test_presets_load_and_full_covers_the_decode_lengths_and_seeds():
-    presets = __import__("presets")
-    for name in ("quick", "full", "gpu"):
-        bench.check_preset(presets.load_preset(bench.NAME, name))
     for name in ("full", "gpu"):
-        preset = presets.load_preset(bench.NAME, name)
-        assert len(preset["seeds"]) >= 3
-        assert min(preset["decode_lengths"]) <= 512 and max(preset["decode_lengths"]) >= 4096
+        config, _ = load_config(BENCH, name)
+        assert len(config.seeds) >= 3
+        assert min(config.decode_lengths) <= 512 and max(config.decode_lengths) >= 4096
+    quick, _ = load_config(BENCH, "quick")
+    assert [s["run"] for s in BENCH.runs(quick)] == ["mha__seed0", "decode"]
     with pytest.raises(ValueError, match="conversions entries must be"):
-        bench.check_preset({**presets.load_preset(bench.NAME, "quick"), "conversions": [["mid", "joint", 4, 8]]})
+        load_config(BENCH, "quick", overrides=["conversions=[[mid, joint, 4, 8]]"])
+    with pytest.raises(ValueError, match="conversions"):
+        load_config(BENCH, "quick", overrides=["conversions=[[high, joint, 4]]"])
 
 
-def summary_row(strategy, svd, d, losses, change, cache=80, reduction=0.95):
-    from benchmarks.common import mean_interval
+def _row(strategy, svd, d, changes, cache=80, reduction=0.95, r=4):
+    return [{"model": "mla", "seed": s, "strategy": strategy, "svd": svd, "rope_dim": r, "latent_dim": d,
+             "cache_per_token": cache, "cache_bytes_per_token": 4 * cache, "cache_reduction": reduction,
+             "val_loss_zero_shot": 2.5, "val_loss_finetuned": 2.0 * (1 + c / 100), "loss_change_pct": c}
+            for s, c in enumerate(changes)]
 
-    return {"kind": "summary", "model": "mla", "strategy": strategy, "svd": svd, "rope_dim": 4, "latent_dim": d,
-            "cache_per_token": cache, "cache_reduction": reduction, "seeds": len(losses),
-            "val_loss_finetuned": mean_interval(losses), "loss_change_pct": mean_interval(change)}
+
+def _claims(rows):
+    return {c["name"].split(" (")[0]: c for c in bench.claims(bench.aggregate(rows))}
 
 
-def test_claims_from_intervals():
-    tight = lambda m: [m - 0.001, m, m + 0.001]  # noqa: E731
-    summary = [summary_row("high", "joint", 8, tight(2.0), tight(3.0)),
-               summary_row("uniform", "joint", 8, tight(2.1), tight(8.0)),
-               summary_row("low", "joint", 8, tight(2.2), tight(9.0)),
-               summary_row("2-norm", "joint", 8, tight(2.0), tight(0.5)),
-               summary_row("2-norm", "split", 4, tight(2.3), tight(12.0))]
-    by = {c["claim"].split(" (")[0]: c for c in bench.claims(summary)}
-    assert by[">= 90 % less KV cache for <= 1 % more loss"]["verdict"] == "reproduced"  # 2-norm: +0.5 %
-    assert by["ordering 2-norm >~ high > uniform > low"]["verdict"] == "reproduced"
-    assert by["joint SVD > split SVD at the same cache"]["verdict"] == "reproduced"
-    summary[0] = summary_row("high", "joint", 8, tight(2.15), tight(3.0))  # high no better than uniform
-    by = {c["claim"].split(" (")[0]: c for c in bench.claims(summary)}
-    assert by["ordering 2-norm >~ high > uniform > low"]["verdict"] == "not reproduced"
-    single = [summary_row("2-norm", "joint", 8, [2.0], [0.5])]
-    assert [c["verdict"] for c in bench.claims(single)] == ["untested"]
+def test_claims_are_paired_per_seed():
+    # seeds spread widely, but every conversion of a seed moves with that seed's MHA model
+    spread = lambda m: [m - 2.0, m, m + 2.0]  # noqa: E731
+    rows = (_row("high", "joint", 8, spread(3.0)) + _row("uniform", "joint", 8, spread(8.0))
+            + _row("low", "joint", 8, spread(9.0)) + _row("2-norm", "joint", 8, [0.3, 0.5, 0.4])
+            + _row("2-norm", "split", 4, spread(12.0), cache=80))
+    by = _claims(rows)
+    cache = by[">= 90 % less KV cache for <= 1 % more loss after the same fine-tune"]
+    assert cache["verdict"] == "reproduced" and cache["claim_kind"] == "noninferiority" and cache["margin"] == 1.0
+    assert cache["paired"] and cache["b"]["values"] == [0.0, 0.0, 0.0]
+    assert by["high beats uniform"]["verdict"] == "reproduced" and by["high beats uniform"]["test"].startswith("paired")
+    assert by["uniform beats low"]["verdict"] == "reproduced"
+    assert by["2-norm not worse than high"]["verdict"] == "reproduced"
+    assert by["joint SVD beats split SVD at the same cache"]["verdict"] == "reproduced"
+    # high no better than uniform: not reproduced (here the opposite effect is detected)
+    rows = _row("high", "joint", 8, spread(8.5)) + [r for r in rows if r["strategy"] != "high"]
+    assert _claims(rows)["high beats uniform"]["verdict"] == "contradicted"
+    # a +3 % cost against a 1 % margin, seeds that disagree: neither reproduced nor contradicted
+    assert _claims(_row("2-norm", "joint", 8, [0.0, 3.0, 6.0]))[
+        ">= 90 % less KV cache for <= 1 % more loss after the same fine-tune"]["verdict"] == "inconclusive"
+    single = bench.claims(bench.aggregate(_row("2-norm", "joint", 8, [0.5])))
+    assert [c["verdict"] for c in single] == ["untested"] and "fewer than 3 seeds" in single[0]["reason"]
+    none = bench.claims(bench.aggregate(_row("high", "joint", 8, [0.5] * 3)))
+    assert [c["verdict"] for c in none] == ["untested"] and "no 2-norm / joint" in none[0]["reason"]
 
 
 def test_tiny_run_then_resume(tmp_path, monkeypatch, tiny):
     argv = ["--quick", "--config", str(tiny), "--out", str(tmp_path), "--accelerator", "cpu"]
-    assert bench.main(argv) == 0
+    assert main(argv, name="mha2mla") == 0
     out = tmp_path / "mha2mla"
     every = json.loads((out / "results.json").read_text())["rows"]
-    rows = [r for r in every if "kind" not in r]
-    (decode,) = [r for r in every if r.get("kind") == "decode_step"]
-    assert decode["cache_length"] == 8 and decode["held_tokens"] == 9 and decode["allocated_tokens"] == 9
-    assert decode["allocated_bytes"] == decode["needed_bytes"] > 0  # preallocated exactly, as generate does
+    (seed, decode) = every[:2]
+    (step,) = decode["steps"]
+    assert step["cache_length"] == 8 and step["held_tokens"] == 9 and step["allocated_tokens"] == 9
+    assert step["allocated_bytes"] == step["needed_bytes"] > 0  # preallocated exactly, as generate does
+    rows = bench.model_rows([seed])
     assert [(r["model"], r["strategy"], r["seed"]) for r in rows] == [("mha", None, 0), ("mla", "high", 0),
                                                                       ("mla", "2-norm", 0)]
-    assert {r["verdict"] for r in every if r.get("kind") == "claim"} <= {"untested"}
-    assert sorted(p.name for p in (out / "runs" / "quick").iterdir()) == [
-        "mha__seed0.json", "mha__seed0.pt", "mla__2-norm__split__r2__d4__seed0.json",
-        "mla__high__joint__r2__d4__seed0.json"]
+    assert {r["verdict"] for r in every if r.get("kind") == "claim"} == {"untested"}
+    assert sorted(p.name for p in (out / "runs" / "quick").iterdir()) == ["run=decode.json", "run=mha__seed0.json"]
 
-    # a resumed run trains nothing: the MHA weights, its losses and both conversions are read back
+    # a resumed run trains nothing: the seed's MHA model and its conversions are read back
     def no_training(*args, **kwargs):
         raise AssertionError("trained again")
 
     monkeypatch.setattr(bench, "train_language_model", no_training)
-    assert bench.main([*argv, "--resume"]) == 0
-    assert [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r] == rows
-    # a new conversion on the reused model is fine-tuned (and only it)
+    assert main([*argv, "--resume"], name="mha2mla") == 0
+    assert json.loads((out / "results.json").read_text())["rows"][0] == seed
     more = ["--set", "conversions=[[high, joint, 2, 4], [2-norm, split, 2, 4], [low, joint, 2, 4]]"]
-    with pytest.raises(AssertionError, match="trained again"):
-        bench.main([*argv, "--resume", *more])
+    with pytest.raises(AssertionError, match="trained again"):  # another conversion list: the seed runs again
+        main([*argv, "--resume", *more], name="mha2mla")
 
 
 def test_tiny_hf_run(tmp_path, monkeypatch, tiny):
-    """--hf: the MHA model is an HF LlamaForCausalLM, trained as one, and convert_to_mla receives it as is."""
+    """hf: true: the MHA model is an HF LlamaForCausalLM, trained as one, and convert_to_mla receives it as is."""
     pytest.importorskip("transformers")
     import pe_toolkit.conversion as conversion
 
@@ -113,20 +136,18 @@ def test_tiny_hf_run(tmp_path, monkeypatch, tiny):
         return original(model, **options)
 
     monkeypatch.setattr(conversion, "convert_to_mla", recording)
-    assert bench.main(["--quick", "--config", str(tiny), "--hf", "--out", str(tmp_path), "--accelerator", "cpu"]) == 0
+    argv = ["--quick", "--config", str(tiny), "--set", "hf=true", "--out", str(tmp_path), "--accelerator", "cpu"]
+    assert main(argv, name="mha2mla") == 0
     document = json.loads((tmp_path / "mha2mla" / "results.json").read_text())
     assert document["config"]["hf"] is True
     assert received == ["LlamaForCausalLM", "LlamaForCausalLM"]
-    assert all(r["val_loss_finetuned"] < 10 for r in document["rows"] if "kind" not in r)
-    assert (tmp_path / "mha2mla" / "runs" / "quick-hf" / "mha__seed0.pt").is_file()
+    assert all(r["val_loss_finetuned"] < 10 for r in bench.model_rows(document["rows"]))
+    assert (tmp_path / "mha2mla" / "runs" / "quick" / "run=mha-hf__seed0.json").is_file()
     assert "Hugging Face `LlamaForCausalLM`" in (tmp_path / "mha2mla" / "report.md").read_text()
 
 
 def test_decode_rows_compare_the_two_paths():
     """The decode table: one row per cache length, both paths timed, the same output."""
-    import torch
-
-    rows = bench.decode_rows({"model": {"dim": 16, "num_heads": 2}, "decode_lengths": [8, 32], "decode_rounds": 3},
-                             torch)
+    rows = bench.decode_rows({"model": {"dim": 16, "num_heads": 2}, "decode_lengths": [8, 32], "decode_rounds": 3})
     assert [r["cache_length"] for r in rows] == [8, 32]
     assert all(r["plain_ms"] > 0 and r["absorbed_ms"] > 0 and r["max_abs_diff"] < 1e-5 for r in rows)
