@@ -25,7 +25,8 @@ Evaluation *variants* are derived from the trained weights (see :data:`VARIANTS`
 * the trained bias encoders as they are: ALiBi, T5, KERPLE, FIRE, BAM, BAM-SSMax
   (Bianchessi et al. 2025, arXiv:2505.22842).
 
-Protocol, for every variant, mode and seed:
+One run per (base, mode, seed) trains the base and evaluates every variant of it (the variants share
+its weights, so they are paired per seed). For every variant:
 
 * perplexity at every length of ``evaluation.ppl_lengths`` on the *same* ``evaluation.ppl_tokens``
   held-out bytes (the first ones of the validation split), cut into windows of that length, so every
@@ -37,70 +38,122 @@ Protocol, for every variant, mode and seed:
   decoding on ``evaluation.greedy_samples`` prompts per depth at the training context);
 * the attention entropy at ``evaluation.entropy_multiples`` x the context.
 
-Over the seeds: mean and Student-t 95 % interval (``common.mean_interval``) in every table, and
-each paper claim is stated reproduced / not reproduced / untested from the intervals
-(``common.interval_verdict``: a difference counts only where the intervals separate). Plus the
-peak memory of one BAM attention layer at ``memory.length`` (batch 1, query blocks, forked process).
+Over the seeds: mean and Student-t 95 % interval in every table; each paper claim is decided by
+:func:`pe_toolkit.bench.verdict.decide_claim` (:func:`claims`): paired per-seed differences for
+variants of one model, Welch for different trainings, and a stated margin (:data:`PPL_MARGIN_PCT`)
+for "does not rise" / "at least as well". Plus the peak memory of one BAM attention layer at
+``memory.length`` (batch 1, query blocks, in a fresh process's forked child).
 
-    python benchmarks/extrapolation.py --quick              # under 2 minutes on 2 cores
-    python benchmarks/extrapolation.py --jobs 2             # the full CPU preset, under 2 hours on 2 cores
-    python benchmarks/extrapolation.py --preset gpu --accelerator cuda
+    pe-toolkit bench extrapolation --quick                      # pipeline check
+    pe-toolkit bench extrapolation --jobs 2                     # the full CPU preset
+    pe-toolkit bench extrapolation --preset gpu --accelerator cuda
     python benchmarks/extrapolation.py --set scalings.factor=4 --set seeds=[0,1,2,3,4] --resume
-    python benchmarks/extrapolation.py --variants bam alibi rope rope+yarn --resume
-    python benchmarks/extrapolation.py --memory-only        # only the BAM attention-layer memory
+    python benchmarks/extrapolation.py --set variants=[bam,alibi,rope,rope+yarn] --resume
+    python benchmarks/extrapolation.py --set memory_only=true   # only the BAM attention-layer memory
 
-Presets are the YAML files ``benchmarks/presets/extrapolation/{quick,full,gpu}.yaml`` (their comments
-give the timings they were sized from); ``--config FILE`` and ``--set KEY.PATH=VALUE`` override them
-(``--variants``, ``--steps``, ``--jobs``, ``--memory-length`` are shortcuts for preset keys).
-``--accelerator`` / ``--devices`` / ``--precision`` reach every training and fine-tune run through
-its spec; evaluation runs on the same device in float32.
-
-Every trained model (``runs/<preset>/train__<base>__<mode>__s<seed>.pt``, a ``state_dict`` read back
-with ``torch.load(weights_only=True)``) and every evaluated variant (``eval__<variant>__<mode>__s<seed>.json``)
-is stored under ``results/extrapolation/runs/<preset>/``; ``--resume`` reuses a run only when its
-whole spec matches: model, data, steps, seed, thread count, device and (for evaluations) the spec of
-the model it evaluates.
-
-Outputs: ``results.json`` (rows of kind ``training``, ``variant``, ``memory`` and ``failed``, plus the
-per-seed ``summary`` and the ``claims`` in ``config``), ``report.md``, ``ppl_vs_length.png``,
+Outputs in ``<out>/extrapolation/``: ``results.json`` (rows of kind ``training``, each with its
+``variants``, ``memory``, ``summary`` and ``claim``), ``report.md``, ``ppl_vs_length.png``,
 ``factor_sweep.png``, ``passkey_heatmap.png`` (zero-shot) and ``passkey_heatmap_trained.png``.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import copy
 import dataclasses
 import math
-import sys
 import time
-import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pe_toolkit.bench import Benchmark, Result, trainer_options
+from pe_toolkit.bench.plots import note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.verdict import decide_claim, format_side, untested_claim
+from pe_toolkit.bench.verdict import summarize as side
 
-from common import (  # noqa: E402
-    Progress,
-    RunStore,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    note_if_empty,
-    peak_memory_in_subprocess,
-    quiet,
-    standard_argparser,
-    worker_pool,
-    write_report,
-    write_results,
-)
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
-
-NAME = "extrapolation"
 MODES = ("zero_shot", "trained")
 PASSKEY_DIGIT_CHANCE = 0.1  # one of ten digits
-PASSKEY_ANSWER_BYTES = 6  # " " + 5 digits
 MIB = 2**20
+PPL_MARGIN_PCT = 5.0
+"""The margin of the claims of no rise ("does not rise", "at least as well"): perplexity up by at most 5 %,
+tested on log perplexity (nats per byte) with margin ``log(1.05)``."""
+MIN_SEEDS = 2
+
+
+# ------------------------------------------------------------------------------------------ config
+@dataclass
+class Model:
+    dim: int
+    num_heads: int
+    num_layers: int
+
+
+@dataclass
+class Training:
+    context: int
+    steps: int
+    batch_size: int
+    lr: float
+    warmup_steps: int
+    weight_decay: float
+    passkey_fraction: float
+    passkey_template: str
+    split_seed: int
+    max_bytes: int | None
+    loss_average: str
+
+
+@dataclass
+class Scalings:
+    factor: float
+    sweep_factors: list[float]
+    dynamic_factor: float
+
+
+@dataclass
+class Finetune:
+    multiple: int
+    steps: int
+    batch_size: int
+    lr: float
+    positional_lr: float
+
+
+@dataclass
+class Evaluation:
+    ppl_lengths: list[int]
+    ppl_tokens: int
+    passkey_lengths: list[int]
+    passkey_depths: list[float]
+    passkey_samples: int
+    passkey_batch_tokens: int
+    greedy_samples: int
+    block_size: int
+    entropy_multiples: list[int]
+
+
+@dataclass
+class Memory:
+    length: int
+    dim: int
+    num_heads: int
+    block_size: int
+    encoding: str
+
+
+@dataclass
+class Config:
+    seeds: list[int]
+    passkey_modes: list[str]
+    model: Model
+    training: Training
+    scalings: Scalings
+    finetune: Finetune
+    evaluation: Evaluation
+    memory: Memory
+    variants: list[str]
+    trained_variants: list[str] | None = None
+    memory_only: bool = False
 
 
 # ------------------------------------------------------------------------------------------ variants
@@ -168,93 +221,9 @@ VARIANTS: dict[str, Variant] = {
     "bam_ssmax": Variant("bam_ssmax", description="BAM + Scalable-Softmax, as trained"),
 }
 BASE_ENCODERS = list(dict.fromkeys(v.base for v in VARIANTS.values()))
-FIXED_FACTOR_SCALINGS = ("linear", "ntk", "yarn", "llama3", "longrope")
 # Bases are trained in this order: those whose variants take longest to evaluate first (the bias of
 # bam / fire is rebuilt per query block and layer; rope has the most variants), so the run's tail is short.
 TRAIN_ORDER = ["rope", "fire", "bam_ssmax", "bam", "kerple", "alibi", "nope", "t5"]
-
-
-# ------------------------------------------------------------------------------------------ presets
-def _fail(key: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"extrapolation preset: {key} must be {allowed}, got {value!r}")
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def check_preset(preset: dict[str, Any]) -> dict[str, Any]:
-    """Validate a preset (from YAML, ``--config`` and ``--set``); ``ValueError`` naming the key.
-
-    Returns:
-        ``preset`` (unchanged).
-    """
-    seeds = preset.get("seeds")
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        _fail("seeds", seeds, "a non-empty list of distinct ints >= 0")
-    modes = preset.get("passkey_modes")
-    if not isinstance(modes, list) or not modes or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
-        _fail("passkey_modes", modes, f"a non-empty list of distinct modes from {list(MODES)}")
-    variants = preset.get("variants")
-    if not isinstance(variants, list) or not variants or any(v not in VARIANTS for v in variants):
-        _fail("variants", variants, f"a non-empty list of names from {list(VARIANTS)}")
-    trained_variants = preset.get("trained_variants")
-    if trained_variants is not None and (
-            not isinstance(trained_variants, list) or not trained_variants
-            or any(v not in variants for v in trained_variants)):
-        _fail("trained_variants", trained_variants,
-              f"null (every variant) or a non-empty list from variants {variants}")
-    for key in ("threads", "jobs"):
-        if not _positive_int(preset.get(key)):
-            _fail(key, preset.get(key), "an int >= 1")
-    training = preset["training"]
-    for key in ("context", "steps", "batch_size", "warmup_steps"):
-        if not _positive_int(training.get(key)):
-            _fail(f"training.{key}", training.get(key), "an int >= 1")
-    if not isinstance(training.get("split_seed"), int) or isinstance(training.get("split_seed"), bool):
-        _fail("training.split_seed", training.get("split_seed"), "an int (the document split of every run)")
-    max_bytes = training.get("max_bytes", "missing")
-    if max_bytes is not None and not _positive_int(max_bytes):
-        _fail("training.max_bytes", max_bytes, "null (the whole corpus) or an int >= 1 (a cap on its bytes)")
-    fraction = training.get("passkey_fraction")
-    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
-        _fail("training.passkey_fraction", fraction, "a number in (0, 1] (the trained mode's share of passkey rows)")
-    context = training["context"]
-    scalings = preset["scalings"]
-    for key in ("factor", "dynamic_factor"):
-        value = scalings.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 1:
-            _fail(f"scalings.{key}", value, "a number >= 1")
-    sweep = scalings.get("sweep_factors")
-    if not isinstance(sweep, list) or any(
-            not isinstance(f, (int, float)) or isinstance(f, bool) or f < 1 for f in sweep):
-        _fail("scalings.sweep_factors", sweep, "a list of numbers >= 1 (may be empty)")
-    if not _positive_int(preset["finetune"].get("multiple")):
-        _fail("finetune.multiple", preset["finetune"].get("multiple"), "an int >= 1")
-    evaluation = preset["evaluation"]
-    for key in ("ppl_lengths", "passkey_lengths"):
-        lengths = evaluation.get(key)
-        if not isinstance(lengths, list) or not lengths or not all(_positive_int(n) for n in lengths) \
-                or lengths != sorted(set(lengths)) or lengths[0] != context:
-            _fail(f"evaluation.{key}", lengths,
-                  f"a strictly increasing list of ints starting at the training context {context}")
-    tokens = evaluation.get("ppl_tokens")
-    bad = [n for n in evaluation["ppl_lengths"] if _positive_int(tokens) and tokens % n]
-    if not _positive_int(tokens) or bad:
-        _fail("evaluation.ppl_tokens", tokens,
-              f"an int divisible by every ppl length (so each length scores the same tokens); not by {bad}")
-    depths = evaluation.get("passkey_depths")
-    if not isinstance(depths, list) or not depths or not all(
-            isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d <= 1 for d in depths):
-        _fail("evaluation.passkey_depths", depths, "a non-empty list of numbers in [0, 1]")
-    for key in ("passkey_samples", "greedy_samples", "passkey_batch_tokens", "block_size"):
-        if not _positive_int(evaluation.get(key)):
-            _fail(f"evaluation.{key}", evaluation.get(key), "an int >= 1")
-    multiples = evaluation.get("entropy_multiples")
-    if not isinstance(multiples, list) or not all(_positive_int(m) for m in multiples):
-        _fail("evaluation.entropy_multiples", multiples, "a list of ints >= 1")
-    return preset
 
 
 def longrope_factors(head_dim: int, base: float, factor: float, original_max_position: int) -> dict[str, list[float]]:
@@ -276,7 +245,7 @@ def resolve_options(variant: Variant, preset: dict[str, Any], factor: float | No
 
     Args:
         variant: the variant.
-        preset: the preset (``training.context``, ``scalings``, ``finetune``, ``model``).
+        preset: the config as a dict (``training.context``, ``scalings``, ``finetune``, ``model``).
         factor: for ``factor="scaling"`` variants, a factor other than ``scalings.factor`` (the sweep).
     """
     options = dict(variant.options)
@@ -339,34 +308,6 @@ def set_query_block_size(model, block_size: int | None) -> None:
 
 
 # ------------------------------------------------------------------------------------------- specs
-def train_spec(preset: dict[str, Any], base: str, mode: str, seed: int, device: dict[str, Any]) -> dict[str, Any]:
-    """Everything that changes a trained model: its identity for ``--resume``."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if base not in BASE_ENCODERS:
-        raise ValueError(f"base must be one of {BASE_ENCODERS}, got {base!r}")
-    return {"base": base, "mode": mode, "seed": seed, "model": preset["model"], "training": preset["training"],
-            "threads": preset["threads"], "device": device}
-
-
-def eval_spec(preset: dict[str, Any], name: str, mode: str, seed: int, device: dict[str, Any]) -> dict[str, Any]:
-    """Everything that changes one evaluated variant, the spec of the model it evaluates included."""
-    if name not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {name!r}")
-    v = VARIANTS[name]
-    sweep = []
-    if v.factor == "scaling" and mode == "zero_shot":  # perplexity claims rest on the text-only models
-        sweep = [{"factor": float(f), "options": resolve_options(v, preset, f)}
-                 for f in preset["scalings"]["sweep_factors"]]
-    return {
-        "name": name, "base": v.base, "mode": mode, "seed": seed, "variant": dataclasses.asdict(v),
-        "options": resolve_options(v, preset), "sweep": sweep,
-        "finetune": preset["finetune"] if v.finetune else None, "evaluation": preset["evaluation"],
-        "model": preset["model"], "training": preset["training"], "threads": preset["threads"], "device": device,
-        "trained": train_spec(preset, v.base, mode, seed, device),
-    }
-
-
 def mode_variants(preset: dict[str, Any], mode: str) -> list[str]:
     """The variants evaluated in ``mode``: all of ``variants``, or ``trained_variants`` in the trained mode.
 
@@ -378,15 +319,33 @@ def mode_variants(preset: dict[str, Any], mode: str) -> list[str]:
     return list(preset["variants"])
 
 
-def run_key(kind: str, name: str, mode: str, seed: int) -> str:
-    return f"{kind}__{name}__{mode}__s{seed}"
+def variant_spec(preset: dict[str, Any], name: str, mode: str) -> dict[str, Any]:
+    """What changes one evaluated variant: its definition, resolved options and (zero-shot) factor sweep."""
+    if name not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {name!r}")
+    v = VARIANTS[name]
+    sweep = []
+    if v.factor == "scaling" and mode == "zero_shot":  # perplexity claims rest on the text-only models
+        sweep = [{"factor": float(f), "options": resolve_options(v, preset, f)}
+                 for f in preset["scalings"]["sweep_factors"]]
+    return {"name": name, "variant": dataclasses.asdict(v), "options": resolve_options(v, preset), "sweep": sweep}
 
 
-# ------------------------------------------------------------------------------------ worker helpers
+def run_spec(preset: dict[str, Any], base: str, mode: str, seed: int) -> dict[str, Any]:
+    """One run: train ``base`` in ``mode`` with ``seed``, then evaluate each of its variants in this mode."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    variants = [variant_spec(preset, n, mode) for n in mode_variants(preset, mode) if VARIANTS[n].base == base]
+    return {"run": f"train__{base}__{mode}__s{seed}", "base": base, "mode": mode, "seed": seed,
+            "model": preset["model"], "training": preset["training"], "evaluation": preset["evaluation"],
+            "finetune": preset["finetune"] if any(v["variant"]["finetune"] for v in variants) else None,
+            "variants": variants}
+
+
+# ------------------------------------------------------------------------------------ training
 def _trainer(steps: int, device: dict[str, Any] | None):
     import lightning as L
 
-    quiet()  # also when called in-process (tests), not only in worker_pool's workers
     return L.Trainer(
         max_steps=steps, **trainer_options(device), logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
@@ -436,36 +395,31 @@ def training_data(training: dict[str, Any], mode: str, seed: int, context: int, 
     return data
 
 
-def train_base(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
-    """Train one base encoder at the training context; save its ``state_dict``. Runs in a worker.
+def train_base(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train one base encoder at the training context.
 
     Returns:
-        a ``training`` row: final training loss, parameter counts, seconds, the spec.
+        ``(row, state_dict)``: a ``training`` row (final training loss, parameter counts, seconds) and
+        the trained weights (on the CPU).
     """
     import lightning as L
-    import torch
 
-    quiet()
-    torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     training = spec["training"]
     L.seed_everything(spec["seed"], verbose=False)
     data = training_data(training, spec["mode"], spec["seed"], training["context"], training["batch_size"],
                          training["steps"])
     module = _module(spec, steps=training["steps"], warmup=training["warmup_steps"])
-    trainer = _trainer(training["steps"], spec["device"])
+    trainer = _trainer(training["steps"], spec.get("device"))
     trainer.fit(module, data)
-    torch.save({k: v.cpu() for k, v in module.state_dict().items()}, weights_path)
-    return {
-        "kind": "training",
-        "base": spec["base"],
-        "mode": spec["mode"],
-        "seed": spec["seed"],
+    row = {
+        "kind": "training", "base": spec["base"], "mode": spec["mode"], "seed": spec["seed"],
         "final_train_loss": float(trainer.callback_metrics.get("train/loss", float("nan"))),
         "parameters": module.model.num_parameters(),
         "parameters_without_pe": module.model.num_parameters(exclude_positional=True),
         "seconds": time.perf_counter() - start,
     }
+    return row, {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
 
 def _finetune(module, spec: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -486,7 +440,7 @@ def _finetune(module, spec: dict[str, Any], kind: str) -> dict[str, Any]:
     start = time.perf_counter()
     L.seed_everything(spec["seed"] + 1, verbose=False)
     data = training_data(training, spec["mode"], spec["seed"], context, ft["batch_size"], ft["steps"])
-    trainer = _trainer(ft["steps"], spec["device"])
+    trainer = _trainer(ft["steps"], spec.get("device"))
     trainer.fit(module, data)
     module.model.requires_grad_(True)
     return {
@@ -496,23 +450,24 @@ def _finetune(module, spec: dict[str, Any], kind: str) -> dict[str, Any]:
     }
 
 
-def build_variant(spec: dict[str, Any], weights_path: str):
-    """The trained base model with the variant's encoding swapped in, fine-tuned if the variant says so.
+def build_variant(spec: dict[str, Any], state: dict[str, Any]):
+    """The trained base model (``state``) with the variant's encoding swapped in, fine-tuned if the variant says so.
+
+    ``spec``: the run's spec merged with one of its ``variants`` entries.
 
     Returns:
         ``(module, finetune)``: the ``LanguageModelModule`` and the fine-tune's summary (or ``None``).
     """
-    from pe_toolkit.checkpoint import load_weights
-
     variant = spec["variant"]
     module = _module(spec)
-    module.load_state_dict(load_weights(weights_path))  # a corrupt stored model names its file
+    module.load_state_dict(state)
     if variant["encoding"] is not None:
         swap_encoding(module.model, variant["encoding"], spec["options"], per_layer=variant["per_layer"])
     finetune = _finetune(module, spec, variant["finetune"]) if variant["finetune"] else None
     return module, finetune
 
 
+# ------------------------------------------------------------------------------------ evaluation
 def equal_token_windows(data, lengths: list[int], tokens: int) -> dict[int, Any]:
     """Windows of every length cut from the same ``tokens + 1`` bytes, so each length scores the same targets.
 
@@ -576,8 +531,8 @@ def _passkey_seed(seed: int, length: int) -> int:
     return 1_000_003 * seed + length  # the same prompts for every variant and mode of one seed
 
 
-def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
-    """Load a trained base model, derive the variant (swap / fine-tune), evaluate it. Runs in a worker.
+def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """Derive the variant from the trained weights ``state`` (swap / fine-tune) and evaluate it.
 
     Returns:
         a ``variant`` row: ``ppl`` per length, ``sweep`` (perplexity per swept factor), ``passkey`` per
@@ -589,14 +544,12 @@ def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
     from pe_toolkit.data import COMPACT_TEMPLATE, PAPER_TEMPLATE, passkey_accuracy, passkey_grid, sequential_windows
     from pe_toolkit.nn import attention_entropy
 
-    quiet()
-    torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     variant, training, evaluation = spec["variant"], spec["training"], spec["evaluation"]
     seed, context = spec["seed"], training["context"]
     template = {"compact": COMPACT_TEMPLATE, "paper": PAPER_TEMPLATE}[training["passkey_template"]]
-    module, finetune = build_variant(spec, weights_path)
-    device = eval_device(spec["device"])
+    module, finetune = build_variant(spec, state)
+    device = eval_device(spec.get("device"))
     module.to(device).eval()
     set_query_block_size(module.model, evaluation["block_size"])
     data = training_data(training, spec["mode"], seed, context, 1, 1)
@@ -605,12 +558,8 @@ def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
     batch_tokens = evaluation["passkey_batch_tokens"]
 
     def perplexities() -> list[dict[str, Any]]:
-        out = []
-        for length, w in windows.items():
-            value = module.perplexity(w, batch_size=max(1, batch_tokens // length))
-            out.append({"length": length, "ppl": value, "windows": int(w.shape[0]),
-                        "tokens": int(w[:, 1:].numel())})
-        return out
+        return [{"length": length, "ppl": module.perplexity(w, batch_size=max(1, batch_tokens // length)),
+                 "windows": int(w.shape[0]), "tokens": int(w[:, 1:].numel())} for length, w in windows.items()]
 
     ppl = perplexities()
     sweep = []
@@ -631,11 +580,9 @@ def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
         scores = passkey_scores(module.model, examples, batch_tokens=batch_tokens, device=device)
         for depth in evaluation["passkey_depths"]:
             cell = [s for ex, s in zip(examples, scores) if ex.depth == depth]
-            passkey.append({
-                "length": length, "depth": depth, "samples": len(cell),
-                "digit_accuracy": sum(cell) / len(cell),
-                "exact_match": sum(s == 1.0 for s in cell) / len(cell),
-            })
+            passkey.append({"length": length, "depth": depth, "samples": len(cell),
+                            "digit_accuracy": sum(cell) / len(cell),
+                            "exact_match": sum(s == 1.0 for s in cell) / len(cell)})
     by_length = []
     for length in evaluation["passkey_lengths"]:
         cells = [p for p in passkey if p["length"] == length]
@@ -653,10 +600,8 @@ def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
     with torch.no_grad():
         greedy = passkey_accuracy(module.model.generate, greedy_examples, device=device)
     forced = passkey_scores(module.model, greedy_examples, batch_tokens=batch_tokens, device=device)
-    greedy_check = {
-        "length": context, "examples": len(greedy_examples), "greedy_exact_match": greedy,
-        "teacher_forced_exact_match": sum(s == 1.0 for s in forced) / len(forced),
-    }
+    greedy_check = {"length": context, "examples": len(greedy_examples), "greedy_exact_match": greedy,
+                    "teacher_forced_exact_match": sum(s == 1.0 for s in forced) / len(forced)}
 
     entropy = []
     for multiple in evaluation["entropy_multiples"]:
@@ -664,30 +609,25 @@ def evaluate_variant(spec: dict[str, Any], weights_path: str) -> dict[str, Any]:
         tokens = sequential_windows(data.val_bytes, length, 1)[:, :-1].to(device)
         with torch.no_grad():
             per_head = attention_entropy(module.model, tokens)  # (layers, heads), bits
-        entropy.append({
-            "multiple": multiple, "length": length, "mean_bits": float(per_head.mean()),
-            "per_layer_bits": [float(v) for v in per_head.mean(-1)],
-        })
+        entropy.append({"multiple": multiple, "length": length, "mean_bits": float(per_head.mean()),
+                        "per_layer_bits": [float(v) for v in per_head.mean(-1)]})
 
     return {
-        "kind": "variant",
-        "variant": spec["name"],
-        "base": variant["base"],
-        "mode": spec["mode"],
-        "seed": seed,
-        "encoding": variant["encoding"] or variant["base"],
-        "options": spec["options"],
-        "description": variant["description"],
-        "finetune": finetune,
-        "ppl": ppl,
-        "sweep": sweep,
-        "passkey": passkey,
-        "passkey_by_length": by_length,
-        "greedy_check": greedy_check,
-        "entropy": entropy,
-        "learned": _learned_parameters(module.model),
-        "seconds": time.perf_counter() - start,
+        "kind": "variant", "variant": spec["name"], "base": variant["base"], "mode": spec["mode"], "seed": seed,
+        "encoding": variant["encoding"] or variant["base"], "options": spec["options"],
+        "description": variant["description"], "finetune": finetune, "ppl": ppl, "sweep": sweep,
+        "passkey": passkey, "passkey_by_length": by_length, "greedy_check": greedy_check, "entropy": entropy,
+        "learned": _learned_parameters(module.model), "seconds": time.perf_counter() - start,
     }
+
+
+def train_and_evaluate(spec: dict[str, Any]) -> dict[str, Any]:
+    """One run: train the base, then evaluate each variant from a copy of its weights; the training row
+    with the variant rows under ``"variants"``."""
+    start = time.perf_counter()
+    row, state = train_base(spec)
+    variants = [evaluate_variant({**spec, **entry}, copy.deepcopy(state)) for entry in spec["variants"]]
+    return {**row, "variants": variants, "run_seconds": time.perf_counter() - start}
 
 
 def _learned_parameters(model) -> dict[str, Any]:
@@ -737,8 +677,11 @@ def _attention_warmup(dim: int, heads: int, block_size: int, encoding: str) -> N
 def measure_memory(memory: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
     """Peak RSS growth of one attention layer at ``memory["length"]`` in a forked child.
 
-    The calling process must not have run torch compute (see ``common.peak_memory_in_subprocess``).
+    The calling process must not have run torch compute (see :mod:`pe_toolkit.bench.memory`):
+    :func:`memory_row` calls this in a freshly spawned process.
     """
+    from pe_toolkit.bench.memory import peak_memory_in_subprocess
+
     args = (memory["length"], memory["dim"], memory["num_heads"], memory["block_size"], memory["encoding"])
     row: dict[str, Any] = {
         "kind": "memory", "encoding": memory["encoding"], "length": memory["length"], "batch": 1,
@@ -757,7 +700,20 @@ def measure_memory(memory: dict[str, Any], timeout: float = 1800.0) -> dict[str,
     return row
 
 
+def memory_row(memory: dict[str, Any]) -> dict[str, Any]:
+    """:func:`measure_memory` in a spawned process (a worker that trained a model must not fork)."""
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(measure_memory, memory).result()
+
+
 # --------------------------------------------------------------------------------------- summaries
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def _at(items: list[dict[str, Any]] | None, key: str, value: Any) -> dict[str, Any] | None:
     for item in items or []:
         if item[key] == value:
@@ -765,221 +721,61 @@ def _at(items: list[dict[str, Any]] | None, key: str, value: Any) -> dict[str, A
     return None
 
 
-def summarize(variant_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (variant, mode): every metric as ``mean_interval`` over the seeds.
+def variant_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The variant rows of every training run, in run order."""
+    return [v for r in rows if r.get("kind") == "training" for v in r["variants"]]
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (variant, mode) of the variant rows: every metric's mean and 95 % interval over the seeds.
 
     Returns:
         entries with ``variant``, ``mode``, ``seeds``, ``ppl`` / ``passkey_exact`` /
-        ``passkey_digits`` (``[{"length", "mean", "low", "high", "n"}]``), ``sweep``
-        (``[{"factor", "ppl": [...]}]``), ``passkey_cells`` (mean digit accuracy and exact match per
-        (length, depth)), ``entropy``, ``greedy_agrees`` and the mean fine-tune loss.
+        ``passkey_digits`` (``[{"length", "mean", "low", "high", "n", "n_nonfinite", ...}]``), ``sweep``
+        (``[{"factor", "ppl": [...]}]``), ``passkey_cells`` (digit accuracy and exact match per
+        (length, depth)), ``entropy``, ``greedy_agrees`` and the fine-tune loss.
     """
     order = {name: i for i, name in enumerate(VARIANTS)}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in variant_rows:
+    for row in rows:
         groups.setdefault((row["variant"], row["mode"]), []).append(row)
+    unit = (0.0, 1.0)
     out = []
-    for (name, mode), rows in sorted(groups.items(), key=lambda kv: (MODES.index(kv[0][1]), order.get(kv[0][0], 99))):
-        rows = sorted(rows, key=lambda r: r["seed"])
+    for (name, mode), group in sorted(groups.items(), key=lambda kv: (MODES.index(kv[0][1]), order.get(kv[0][0], 99))):
+        group = sorted(group, key=lambda r: r["seed"])
 
-        def over(items_of, key: str, field_name: str, rows=rows) -> list[dict[str, Any]]:
-            """``[{key: value, **mean_interval}]`` of ``field_name`` over the seeds, for each value of ``key``."""
-            values = [p[key] for p in items_of(rows[0])]
-            return [{key: v, **mean_interval([_at(items_of(r), key, v)[field_name] for r in rows
-                                              if _at(items_of(r), key, v) is not None])}
-                    for v in values]
+        def over(items_of, key: str, field_name: str, bounds=None, group=group) -> list[dict[str, Any]]:
+            """``[{key: value, **interval}]`` of ``field_name`` over the seeds, for each value of ``key``."""
+            return [{key: v, **side([(_at(items_of(r), key, v) or {}).get(field_name) for r in group],
+                                    bounds=bounds).as_dict()}
+                    for v in [p[key] for p in items_of(group[0])]]
 
-        sweep = []
-        for entry in rows[0]["sweep"]:
-            factor = entry["factor"]
-            per_seed = [_at(r["sweep"], "factor", factor) for r in rows]
-            lengths = [p["length"] for p in entry["ppl"]]
-            sweep.append({"factor": factor, "ppl": [
-                {"length": n, **mean_interval([_at(s["ppl"], "length", n)["ppl"] for s in per_seed if s])}
-                for n in lengths]})
+        sweep = [{"factor": e["factor"], "ppl": over(lambda r, f=e["factor"]: _at(r["sweep"], "factor", f)["ppl"],
+                                                     "length", "ppl")} for e in group[0]["sweep"]]
         cells = []
-        for cell in rows[0]["passkey"]:
-            matches = [p for r in rows for p in r["passkey"]
+        for cell in group[0]["passkey"]:
+            matches = [p for r in group for p in r["passkey"]
                        if p["length"] == cell["length"] and p["depth"] == cell["depth"]]
             cells.append({"length": cell["length"], "depth": cell["depth"], "samples": cell["samples"],
-                          "digit_accuracy": mean_interval([p["digit_accuracy"] for p in matches]),
-                          "exact_match": mean_interval([p["exact_match"] for p in matches])})
-        finetune_losses = [r["finetune"]["final_train_loss"] for r in rows if r.get("finetune")]
+                          **{k: side([p[k] for p in matches], bounds=unit).as_dict()
+                             for k in ("digit_accuracy", "exact_match")}})
+        finetune_losses = [r["finetune"]["final_train_loss"] for r in group if r.get("finetune")]
         out.append({
-            "variant": name, "mode": mode, "seeds": [r["seed"] for r in rows],
-            "description": rows[0]["description"],
+            "kind": "summary", "variant": name, "mode": mode, "seeds": [r["seed"] for r in group],
+            "description": group[0]["description"],
             "ppl": over(lambda r: r["ppl"], "length", "ppl"),
             "sweep": sweep,
-            "passkey_exact": over(lambda r: r["passkey_by_length"], "length", "exact_match"),
-            "passkey_digits": over(lambda r: r["passkey_by_length"], "length", "digit_accuracy"),
-            "passkey_samples": rows[0]["passkey"][0]["samples"] if rows[0]["passkey"] else 0,
+            "passkey_exact": over(lambda r: r["passkey_by_length"], "length", "exact_match", unit),
+            "passkey_digits": over(lambda r: r["passkey_by_length"], "length", "digit_accuracy", unit),
+            "passkey_samples": group[0]["passkey"][0]["samples"] if group[0]["passkey"] else 0,
             "passkey_cells": cells,
             "entropy": over(lambda r: r["entropy"], "multiple", "mean_bits"),
             "greedy_agrees": sum(r["greedy_check"]["greedy_exact_match"]
-                                 == r["greedy_check"]["teacher_forced_exact_match"] for r in rows),
-            "greedy_exact": mean_interval([r["greedy_check"]["greedy_exact_match"] for r in rows]),
-            "finetune": rows[0]["finetune"],
-            "finetune_loss": mean_interval(finetune_losses) if finetune_losses else None,
+                                 == r["greedy_check"]["teacher_forced_exact_match"] for r in group),
+            "greedy_exact": side([r["greedy_check"]["greedy_exact_match"] for r in group], bounds=unit).as_dict(),
+            "finetune": group[0]["finetune"],
+            "finetune_loss": side(finetune_losses).as_dict() if finetune_losses else None,
         })
-    return out
-
-
-def _find(summary: list[dict[str, Any]], name: str, mode: str) -> dict[str, Any] | None:
-    return next((s for s in summary if s["variant"] == name and s["mode"] == mode), None)
-
-
-def _interval_at(entry: dict[str, Any] | None, key: str, length: int | None, factor: float | None = None):
-    if entry is None or length is None:
-        return None
-    items = entry[key]
-    if factor is not None:
-        swept = _at(entry["sweep"], "factor", float(factor))
-        if swept is None:
-            return None
-        items = swept["ppl"]
-    found = _at(items, "length", length)
-    return None if found is None or found["n"] == 0 else found
-
-
-def _iv(summary: dict[str, Any] | None, fmt: str = ".2f") -> str:
-    """``mean [low, high]``; ``mean`` alone with one seed; ``-`` for nothing (n is in the table's heading)."""
-    if summary is None or summary["n"] == 0:
-        return "-"
-    if not math.isfinite(summary["mean"]):
-        return "n/a"
-    if not (math.isfinite(summary["low"]) and math.isfinite(summary["high"])):
-        return f"{summary['mean']:{fmt}}"
-    return f"{summary['mean']:{fmt}} [{summary['low']:{fmt}}, {summary['high']:{fmt}}]"
-
-
-def verdict(a: dict[str, Any] | None, b: dict[str, Any] | None, *, higher_is_better: bool,
-            expect: tuple[str, ...]) -> str:
-    """``"reproduced"`` when ``interval_verdict(a, b)`` is one of ``expect``, else ``"not reproduced"``;
-    ``"untested"`` when a side was not measured or has fewer than 2 seeds (no interval)."""
-    if a is None or b is None or a["n"] < 2 or b["n"] < 2:
-        return "untested"
-    return "reproduced" if interval_verdict(a, b, higher_is_better=higher_is_better) in expect else "not reproduced"
-
-
-def claims(summary: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each paper claim tested here: ``{"paper", "claim", "mode", "evidence", "verdict"}``.
-
-    Verdicts come from the seed intervals (:func:`verdict`). Perplexity claims use the ``zero_shot``
-    models (trained on text only, as the papers train) when that mode ran, passkey claims each mode.
-    """
-    context = config["training"]["context"]
-    evaluation = config["evaluation"]
-    ppl_lengths, pk_lengths = evaluation["ppl_lengths"], evaluation["passkey_lengths"]
-    longest, pk_longest = ppl_lengths[-1], pk_lengths[-1]
-    factor = config["scalings"]["factor"]
-    multiple = config["finetune"]["multiple"]
-    modes = config["passkey_modes"]
-    ppl_mode = "zero_shot" if "zero_shot" in modes else modes[0]
-
-    def length_or_none(n: float) -> int | None:
-        n = int(round(n))
-        return n if n in ppl_lengths else None
-
-    ext = length_or_none(factor * context)  # the length a factor-s scaling is meant for
-    ft_len = length_or_none(multiple * context)  # the fine-tune length
-    twice = length_or_none(2 * context)
-    out: list[dict[str, Any]] = []
-
-    def ppl(name: str, length: int | None, swept: float | None = None):
-        return _interval_at(_find(summary, name, ppl_mode), "ppl", length, swept)
-
-    def add(paper: str, text: str, mode: str, a_name: str, a, b_name: str, b, *, higher: bool,
-            expect: tuple[str, ...], metric: str, unlearned: list[str] | None = None) -> None:
-        result = verdict(a, b, higher_is_better=higher, expect=expect)
-        if a is None or b is None:
-            missing = a_name if a is None else b_name
-            evidence = f"{missing} not measured in this run"
-        else:
-            evidence = f"{metric}: {a_name} {_iv(a)} vs {b_name} {_iv(b)}"
-            if result == "untested":
-                evidence += " (fewer than 2 seeds: no interval)"
-            elif unlearned:
-                result = "untested"
-                evidence += (f" ({', '.join(unlearned)}: no passkey retrieved at the training context {context}, "
-                             "so retrieval past it is not a test of extrapolation)")
-        out.append({"paper": paper, "claim": text, "mode": mode, "evidence": evidence, "verdict": result})
-
-    no_rise = ("better", "tie")
-    press = "Press et al. 2022 (ALiBi, arXiv:2108.12409)"
-    at_long, at_ctx = f"PPL at {longest}", f"PPL at {longest} vs at {context}"
-    for name, paper in (("alibi", press), ("kerple", "Chi et al. 2022 (KERPLE, arXiv:2205.09921)"),
-                        ("fire", "Li et al. 2023 (FIRE, arXiv:2310.04418)"),
-                        ("bam", "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)"),
-                        ("bam_ssmax", "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)")):
-        add(paper, f"{name}'s perplexity does not rise past the training context ({longest // context}x)", ppl_mode,
-            f"{name}@{longest}", ppl(name, longest), f"{name}@{context}", ppl(name, context), higher=False,
-            expect=no_rise, metric=at_ctx)
-    add(press, "RoPE's perplexity rises past the training context", ppl_mode, f"rope@{longest}", ppl("rope", longest),
-        f"rope@{context}", ppl("rope", context), higher=False, expect=("worse",), metric=at_ctx)
-    add(press, "ALiBi extrapolates better than RoPE", ppl_mode, "alibi", ppl("alibi", longest), "rope",
-        ppl("rope", longest), higher=False, expect=("better",), metric=at_long)
-    add("Bianchessi et al. 2025 (BAM, arXiv:2505.22842)", "BAM-SSMax extrapolates at least as well as ALiBi",
-        ppl_mode, "bam_ssmax", ppl("bam_ssmax", longest), "alibi", ppl("alibi", longest), higher=False,
-        expect=no_rise, metric=at_long)
-
-    at_ext = f"PPL at {ext} ({factor:g}x, factor {factor:g}, no fine-tune)"
-    for name, paper in (("rope+ntk", "bloc97 2023 (NTK-aware scaling)"),
-                        ("rope+yarn", "Peng et al. 2023 (YaRN, arXiv:2309.00071)"),
-                        ("rope+llama3", "Meta 2024 (Llama 3.1 scaling, arXiv:2407.21783)"),
-                        ("rope+longrope", "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)")):
-        add(paper, f"{name} at inference beats plain RoPE at {factor:g}x the context", ppl_mode, name,
-            ppl(name, ext), "rope", ppl("rope", ext), higher=False, expect=("better",), metric=at_ext)
-    for other in ("rope+linear", "rope+ntk"):
-        add("Peng et al. 2023 (YaRN, arXiv:2309.00071)", f"YaRN beats {other.split('+')[1]} at the same factor "
-            "without fine-tuning", ppl_mode, "rope+yarn", ppl("rope+yarn", ext), other, ppl(other, ext),
-            higher=False, expect=("better",), metric=at_ext)
-    out.append({"paper": "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)",
-                "claim": "searched non-uniform rescale factors beat PI / NTK / YaRN", "mode": ppl_mode,
-                "evidence": "the evolutionary search is not run (long factors taken from NTK-by-parts)",
-                "verdict": "untested"})
-    add("emozilla 2023 (dynamic NTK; HF 'dynamic')", "dynamic NTK at inference beats plain RoPE past the context",
-        ppl_mode, "rope+dynamic", ppl("rope+dynamic", longest), "rope", ppl("rope", longest), higher=False,
-        expect=("better",), metric=f"{at_long} (scale follows the length)")
-    at_ft = f"PPL at {ft_len} (the fine-tune length, {multiple}x)"
-    add("Chen et al. 2023 (PI, arXiv:2306.15595)", "PI with a short fine-tune extends the context past plain RoPE",
-        ppl_mode, "rope+linear+ft", ppl("rope+linear+ft", ft_len), "rope", ppl("rope", ft_len), higher=False,
-        expect=("better",), metric=at_ft)
-    add("Chen et al. 2023 (PI, arXiv:2306.15595)", "PI needs the fine-tune: fine-tuned beats inference-only at the "
-        "same factor", ppl_mode, "rope+linear+ft", ppl("rope+linear+ft", ft_len), f"rope+linear (factor {multiple})",
-        ppl("rope+linear", ft_len, multiple), higher=False, expect=("better",), metric=at_ft)
-    add("Peng et al. 2023 (YaRN, arXiv:2309.00071)", "a short YaRN fine-tune beats YaRN at inference at the same "
-        "factor", ppl_mode, "rope+yarn+ft", ppl("rope+yarn+ft", ft_len), f"rope+yarn (factor {multiple})",
-        ppl("rope+yarn", ft_len, multiple), higher=False, expect=("better",), metric=at_ft)
-
-    wang = "Wang et al. 2024 (NoPE length generalization, arXiv:2404.12224)"
-    add(wang, "NoPE extends past its training context further than RoPE", ppl_mode, "nope", ppl("nope", twice),
-        "rope", ppl("rope", twice), higher=False, expect=("better",), metric=f"PPL at {twice} (2x)")
-    for name in ("nope+temp1.2", "nope+temp1.5", "nope+headscale"):
-        add(wang, f"{name} improves on NoPE past the context", ppl_mode, name, ppl(name, ft_len), "nope",
-            ppl("nope", ft_len), higher=False, expect=("better",), metric=at_ft)
-    uniform = [(n, ppl(n, ft_len)) for n in ("nope+temp1.2", "nope+temp1.5") if ppl(n, ft_len) is not None]
-    best_name, best = min(uniform, key=lambda nv: nv[1]["mean"]) if uniform else ("best uniform scale", None)
-    add(wang, "HeadScale beats the best uniform scale", ppl_mode, "nope+headscale", ppl("nope+headscale", ft_len),
-        best_name, best, higher=False, expect=("better",), metric=at_ft)
-
-    bam = "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)"
-    for mode in modes:
-        def exact(name: str, length: int | None, mode: str = mode):
-            return _interval_at(_find(summary, name, mode), "passkey_exact", length)
-
-        def unlearned(*names: str, mode: str = mode) -> list[str]:
-            """The variants that retrieve no passkey at all at the training context (every seed, prompt)."""
-            return [n for n in names if (at := exact(n, context, mode)) is not None and at["mean"] <= 0]
-
-        metric = f"passkey exact match at {pk_longest} ({pk_longest // context}x)"
-        for other in ("alibi", "rope"):
-            add(bam, f"BAM-SSMax retrieves the passkey past the training context better than {other}", mode,
-                "bam_ssmax", exact("bam_ssmax", pk_longest), other, exact(other, pk_longest), higher=True,
-                expect=("better",), metric=metric, unlearned=unlearned("bam_ssmax", other))
-        pk_ft = ft_len if ft_len in pk_lengths else None
-        add(wang, "HeadScale extends NoPE's passkey retrieval", mode, "nope+headscale",
-            exact("nope+headscale", pk_ft), "nope", exact("nope", pk_ft), higher=True, expect=("better",),
-            metric=f"passkey exact match at {pk_ft}", unlearned=unlearned("nope+headscale", "nope"))
     return out
 
 
@@ -989,11 +785,176 @@ def passkey_learned(summary: list[dict[str, Any]], context: int) -> dict[str, li
     floor = 2 * PASSKEY_DIGIT_CHANCE
     out: dict[str, list[str]] = {}
     for entry in summary:
-        at = _interval_at(entry, "passkey_digits", context)
-        if at is not None:
+        at = _at(entry["passkey_digits"], "length", context)
+        if at is not None and at["n"]:
             high = at["high"] if math.isfinite(at["high"]) else at["mean"]
             if high <= floor:
                 out.setdefault(entry["mode"], []).append(entry["variant"])
+    return out
+
+
+# ------------------------------------------------------------------------------------------ claims
+def per_seed(rows: list[dict[str, Any]], name: str, mode: str, metric: str, length: int | None,
+             factor: float | None = None) -> dict[int, float] | None:
+    """``{seed: value}`` of one variant's metric at ``length`` (``None``: not measured in this run).
+
+    ``metric``: ``"log_ppl"`` (log perplexity, nats per byte; ``factor``: from the factor sweep) or
+    ``"passkey_exact"`` (exact match over the depths).
+    """
+    if length is None:
+        return None
+    out = {}
+    for row in rows:
+        if row["variant"] != name or row["mode"] != mode:
+            continue
+        if metric == "passkey_exact":
+            found = _at(row["passkey_by_length"], "length", length)
+            value = None if found is None else found["exact_match"]
+        else:
+            items = row["ppl"] if factor is None else (_at(row["sweep"], "factor", float(factor)) or {}).get("ppl")
+            found = _at(items, "length", length)
+            value = None if found is None else (math.log(found["ppl"]) if found["ppl"] > 0 else math.nan)
+        if found is not None:
+            out[row["seed"]] = value
+    return out or None
+
+
+def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each paper claim tested here, decided by :func:`pe_toolkit.bench.verdict.decide_claim`.
+
+    Perplexity claims read log perplexity (nats per byte) of the ``zero_shot`` models (trained on text
+    only, as the papers train) when that mode ran; passkey claims read exact match in each mode.
+    Variants of one trained model (a scaling or temperature at inference, a fine-tune from it, two
+    lengths of one model) are compared with paired per-seed differences; different trainings with
+    Welch's test. Claims of no rise are non-inferiority tests with the margin :data:`PPL_MARGIN_PCT`.
+
+    Returns:
+        ``ClaimResult.as_row()`` rows with ``kind: "claim"`` (the claim's kind under ``claim_kind``),
+        ``paper``, ``mode``, ``metric``, and the two sides' names ``a_name`` / ``b_name``.
+    """
+    context = config["training"]["context"]
+    evaluation = config["evaluation"]
+    ppl_lengths, pk_lengths = evaluation["ppl_lengths"], evaluation["passkey_lengths"]
+    longest, pk_longest = ppl_lengths[-1], pk_lengths[-1]
+    factor = config["scalings"]["factor"]
+    multiple = config["finetune"]["multiple"]
+    modes = config["passkey_modes"]
+    ppl_mode = "zero_shot" if "zero_shot" in modes else modes[0]
+    margin = math.log(1 + PPL_MARGIN_PCT / 100)
+
+    def length_or_none(n: float) -> int | None:
+        n = int(round(n))
+        return n if n in ppl_lengths else None
+
+    ext = length_or_none(factor * context)  # the length a factor-s scaling is meant for
+    ft_len = length_or_none(multiple * context)  # the fine-tune length
+    out: list[dict[str, Any]] = []
+
+    def ppl(name: str, length: int | None, swept: float | None = None):
+        return per_seed(rows, name, ppl_mode, "log_ppl", length, swept)
+
+    def add(paper: str, text: str, mode: str, metric: str, a_name: str, a, b_name: str, b, *, paired: bool,
+            higher: bool = False, kind: str = "difference", preconditions=(), bounds=None) -> None:
+        options = dict(kind=kind, higher_is_better=higher, paired=paired, bounds=bounds,
+                       margin=margin if kind != "difference" else None)
+        if a is None or b is None:
+            claim = untested_claim(text, f"{a_name if a is None else b_name} not measured in this run", **options)
+        else:
+            seeds = sorted(set(a) & set(b)) if paired else None
+            va = [a[s] for s in seeds] if paired else [a[s] for s in sorted(a)]
+            vb = [b[s] for s in seeds] if paired else [b[s] for s in sorted(b)]
+            enough = min(len(va), len(vb)) >= MIN_SEEDS
+            claim = decide_claim(va, vb, name=text, preconditions=(
+                (enough, f"fewer than {MIN_SEEDS} seeds per side: no interval"), *preconditions), **options)
+        row = claim.as_row()
+        row["claim_kind"] = row.pop("kind")
+        out.append({"kind": "claim", "paper": paper, "mode": mode, "metric": metric, "a_name": a_name,
+                    "b_name": b_name, **row})
+
+    rise = f"+{PPL_MARGIN_PCT:g} % perplexity"
+    log_ppl = f"log perplexity (nats/byte) at {longest} vs at {context}, paired per seed"
+    press = "Press et al. 2022 (ALiBi, arXiv:2108.12409)"
+    bam = "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)"
+    for name, paper in (("alibi", press), ("kerple", "Chi et al. 2022 (KERPLE, arXiv:2205.09921)"),
+                        ("fire", "Li et al. 2023 (FIRE, arXiv:2310.04418)"), ("bam", bam), ("bam_ssmax", bam)):
+        add(paper, f"{name}'s perplexity does not rise past the training context ({longest // context}x; "
+            f"non-inferiority, margin {rise})", ppl_mode, log_ppl, f"{name}@{longest}", ppl(name, longest),
+            f"{name}@{context}", ppl(name, context), paired=True, kind="noninferiority")
+    add(press, "RoPE's perplexity rises past the training context", ppl_mode, log_ppl, f"rope@{context}",
+        ppl("rope", context), f"rope@{longest}", ppl("rope", longest), paired=True)
+    at_long = f"log perplexity at {longest}"
+    add(press, "ALiBi extrapolates better than RoPE", ppl_mode, at_long, "alibi", ppl("alibi", longest), "rope",
+        ppl("rope", longest), paired=False)
+    add(bam, f"BAM-SSMax extrapolates at least as well as ALiBi (non-inferiority, margin {rise})", ppl_mode, at_long,
+        "bam_ssmax", ppl("bam_ssmax", longest), "alibi", ppl("alibi", longest), paired=False, kind="noninferiority")
+
+    at_ext = f"log perplexity at {ext} ({factor:g}x, factor {factor:g}, no fine-tune), paired per seed"
+    for name, paper in (("rope+ntk", "bloc97 2023 (NTK-aware scaling)"),
+                        ("rope+yarn", "Peng et al. 2023 (YaRN, arXiv:2309.00071)"),
+                        ("rope+llama3", "Meta 2024 (Llama 3.1 scaling, arXiv:2407.21783)"),
+                        ("rope+longrope", "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)")):
+        add(paper, f"{name} at inference beats plain RoPE at {factor:g}x the context", ppl_mode, at_ext, name,
+            ppl(name, ext), "rope", ppl("rope", ext), paired=True)
+    for other in ("rope+linear", "rope+ntk"):
+        add("Peng et al. 2023 (YaRN, arXiv:2309.00071)", f"YaRN beats {other.split('+')[1]} at the same factor "
+            "without fine-tuning", ppl_mode, at_ext, "rope+yarn", ppl("rope+yarn", ext), other, ppl(other, ext),
+            paired=True)
+    longrope = untested_claim("searched non-uniform rescale factors beat PI / NTK / YaRN",
+                              "the evolutionary search is not run (long factors taken from NTK-by-parts)").as_row()
+    longrope["claim_kind"] = longrope.pop("kind")
+    out.append({"kind": "claim", "paper": "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)", "mode": ppl_mode,
+                "metric": "-", "a_name": "rope+longrope (searched)", "b_name": "rope+linear / ntk / yarn", **longrope})
+    add("emozilla 2023 (dynamic NTK; HF 'dynamic')", "dynamic NTK at inference beats plain RoPE past the context",
+        ppl_mode, f"{at_long} (scale follows the length), paired per seed", "rope+dynamic",
+        ppl("rope+dynamic", longest), "rope", ppl("rope", longest), paired=True)
+    at_ft = f"log perplexity at {ft_len} (the fine-tune length, {multiple}x), paired per seed"
+    pi = "Chen et al. 2023 (PI, arXiv:2306.15595)"
+    add(pi, "PI with a short fine-tune extends the context past plain RoPE", ppl_mode, at_ft, "rope+linear+ft",
+        ppl("rope+linear+ft", ft_len), "rope", ppl("rope", ft_len), paired=True)
+    add(pi, "PI needs the fine-tune: fine-tuned beats inference-only at the same factor", ppl_mode, at_ft,
+        "rope+linear+ft", ppl("rope+linear+ft", ft_len), f"rope+linear (factor {multiple})",
+        ppl("rope+linear", ft_len, multiple), paired=True)
+    add("Peng et al. 2023 (YaRN, arXiv:2309.00071)", "a short YaRN fine-tune beats YaRN at inference at the same "
+        "factor", ppl_mode, at_ft, "rope+yarn+ft", ppl("rope+yarn+ft", ft_len), f"rope+yarn (factor {multiple})",
+        ppl("rope+yarn", ft_len, multiple), paired=True)
+
+    wang = "Wang et al. 2024 (NoPE length generalization, arXiv:2404.12224)"
+    # read where the papers' extension is about (8x, 16x the context), not at 2x, where NoPE's in-distribution
+    # perplexity gap to RoPE dominates; the longest length when the preset has neither
+    far = [n for n in (8 * context, 16 * context) if n in ppl_lengths] or [longest]
+    for n in far:
+        add(wang, f"NoPE extends past its training context further than RoPE (read at {n // context}x)", ppl_mode,
+            f"log perplexity at {n} ({n // context}x)", "nope", ppl("nope", n), "rope", ppl("rope", n), paired=False)
+    for name in ("nope+temp1.2", "nope+temp1.5", "nope+headscale"):
+        add(wang, f"{name} improves on NoPE past the context", ppl_mode, at_ft, name, ppl(name, ft_len), "nope",
+            ppl("nope", ft_len), paired=True)
+    uniform = [(n, ppl(n, ft_len)) for n in ("nope+temp1.2", "nope+temp1.5") if ppl(n, ft_len) is not None]
+    best_name, best = min(uniform, key=lambda nv: math.fsum(nv[1].values()) / len(nv[1])) if uniform else (
+        "best uniform scale", None)
+    add(wang, "HeadScale beats the best uniform scale (chosen by its mean here)", ppl_mode, at_ft, "nope+headscale",
+        ppl("nope+headscale", ft_len), best_name, best, paired=True)
+
+    unit = (0.0, 1.0)
+    for mode in modes:
+        def exact(name: str, length: int | None, mode: str = mode):
+            return per_seed(rows, name, mode, "passkey_exact", length)
+
+        def learned(*names: str, mode: str = mode) -> tuple[bool, str]:
+            """Precondition: every side retrieves some passkey at the training context (any seed, prompt)."""
+            none = [n for n in names if (at := exact(n, context, mode)) is not None and max(at.values()) <= 0]
+            return (not none, f"{', '.join(none)}: no passkey retrieved at the training context {context}, so "
+                              "retrieval past it is not a test of extrapolation")
+
+        metric = f"passkey exact match at {pk_longest} ({pk_longest // context}x)"
+        for other in ("alibi", "rope"):
+            add(bam, f"BAM-SSMax retrieves the passkey past the training context better than {other}", mode, metric,
+                "bam_ssmax", exact("bam_ssmax", pk_longest), other, exact(other, pk_longest), higher=True,
+                paired=False, bounds=unit, preconditions=[learned("bam_ssmax", other)])
+        pk_ft = ft_len if ft_len in pk_lengths else None
+        add(wang, "HeadScale extends NoPE's passkey retrieval", mode,
+            f"passkey exact match at {pk_ft}, paired per seed", "nope+headscale", exact("nope+headscale", pk_ft),
+            "nope", exact("nope", pk_ft), higher=True, paired=True, bounds=unit,
+            preconditions=[learned("nope+headscale", "nope")])
     return out
 
 
@@ -1011,13 +972,20 @@ def _errorbar(ax, entries: list[dict[str, Any]], key: str, **style) -> None:
     ax.errorbar(xs, ys, yerr=[low, high], capsize=2, **style)
 
 
-def plot_ppl(summary: list[dict[str, Any]], mode: str, context: int, path: Path) -> None:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_ppl(summary: list[dict[str, Any]], mode: str, context: int):
+    """Perplexity vs length of every variant of ``mode``: a figure."""
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
+    plt = _pyplot()
     entries = [s for s in summary if s["mode"] == mode]
     fig, ax = plt.subplots(figsize=(9, 5))
     colors = plt.get_cmap("tab10").colors
@@ -1053,16 +1021,12 @@ def plot_ppl(summary: list[dict[str, Any]], mode: str, context: int, path: Path)
     if not empty:
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
-def plot_sweep(summary: list[dict[str, Any]], context: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot_sweep(summary: list[dict[str, Any]], context: int):
+    """Perplexity vs length per swept factor of each fixed-factor scaling: a figure."""
+    plt = _pyplot()
     entries = [s for s in summary if s["sweep"]]
     count = max(1, len(entries))
     fig, axes = plt.subplots(1, count, figsize=(3.6 * count, 3.4), squeeze=False, sharey=True)
@@ -1071,7 +1035,7 @@ def plot_sweep(summary: list[dict[str, Any]], context: int, path: Path) -> None:
         for i, swept in enumerate(entry["sweep"]):
             _errorbar(ax, swept["ppl"], "length", marker="o", markersize=3,
                       color=cmap(i / max(1, len(entry["sweep"]) - 1)), label=f"factor {swept['factor']:g}")
-        rope = _find(summary, "rope", entry["mode"])
+        rope = next((s for s in summary if s["variant"] == "rope" and s["mode"] == entry["mode"]), None)
         if rope is not None:
             _errorbar(ax, rope["ppl"], "length", color="black", linestyle="--", label="rope (no scaling)")
         ax.set_xscale("log", base=2)
@@ -1086,17 +1050,14 @@ def plot_sweep(summary: list[dict[str, Any]], context: int, path: Path) -> None:
     fig.suptitle("Fixed-factor RoPE scalings at inference, by factor (zero-shot models, mean and 95 % interval)",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int):
+    """Passkey digit accuracy per (length, depth), one panel per variant of ``mode``: a figure."""
     import numpy as np
 
+    plt = _pyplot()
     entries = [s for s in summary if s["mode"] == mode]
     count = max(1, len(entries))
     columns = min(4, count)
@@ -1132,11 +1093,26 @@ def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int, path: P
         fig.colorbar(image, ax=axes, shrink=0.8, label="passkey digit accuracy (mean over seeds)")
     fig.suptitle(f"Passkey retrieval, {mode} models (teacher-forced digit accuracy, chance 0.1); training context "
                  f"{context}", fontsize=10)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 # ------------------------------------------------------------------------------------------ report
+MODE_TITLES = {"zero_shot": "zero-shot models (trained on text only)",
+               "trained": "passkey-trained models (passkey rows in training)"}
+
+
+def _iv(summary: dict[str, Any] | None, fmt: str = ".2f") -> str:
+    """``mean [low, high]``; ``mean`` alone with one seed; ``-`` for nothing (n is in the table's heading)."""
+    if summary is None or summary["n"] == 0:
+        return "-"
+    if not math.isfinite(summary["mean"]):
+        return "n/a"
+    extra = f" ({summary['n_nonfinite']} non-finite)" if summary.get("n_nonfinite") else ""
+    if not (math.isfinite(summary["low"]) and math.isfinite(summary["high"])):
+        return f"{summary['mean']:{fmt}}{extra}"
+    return f"{summary['mean']:{fmt}} [{summary['low']:{fmt}}, {summary['high']:{fmt}}]{extra}"
+
+
 def _memory_text(row: dict[str, Any] | None) -> str:
     if row is None:
         return ""
@@ -1150,39 +1126,47 @@ def _memory_text(row: dict[str, Any] | None) -> str:
     return "## Memory\n\n" + head + table
 
 
-MODE_TITLES = {"zero_shot": "zero-shot models (trained on text only)",
-               "trained": "passkey-trained models (passkey rows in training)"}
-
-
 def _length_table(entries: list[dict[str, Any]], key: str, lengths: list[int], context: int, fmt: str) -> str:
     columns = [f"x{n // context}" if n % context == 0 else str(n) for n in lengths]
-    rows = []
-    for entry in entries:
-        row = {"variant": entry["variant"], "n": len(entry["seeds"])}
-        for n, column in zip(lengths, columns):
-            row[column] = _iv(_at(entry[key], "length", n), fmt)
-        rows.append(row)
+    rows = [{"variant": e["variant"], "n": len(e["seeds"]),
+             **{c: _iv(_at(e[key], "length", n), fmt) for n, c in zip(lengths, columns)}} for e in entries]
     return markdown_table(rows, ["variant", ("n", "seeds"), *columns])
 
 
-def build_report(config: dict[str, Any], rows: list[dict[str, Any]], summary: list[dict[str, Any]],
-                 claim_list: list[dict[str, Any]], seconds: float) -> str:
-    context = config["training"]["context"]
+def _claim_evidence(claim: dict[str, Any]) -> str:
+    if claim["verdict"] == "untested":
+        sides = "" if not claim["a"]["n"] else (f"{claim['a_name']} {format_side(claim['a'])} vs {claim['b_name']} "
+                                               f"{format_side(claim['b'])}; ")
+        return sides + claim["reason"]
+    d = claim["difference"]
+    text = (f"{claim['metric']}: {claim['a_name']} {format_side(claim['a'])} vs {claim['b_name']} "
+            f"{format_side(claim['b'])}; difference (positive: the paper's direction) {d['mean']:+.3f} "
+            f"[{d['low']:+.3f}, {d['high']:+.3f}], {claim['test']}: {claim['reason']}")
+    if claim.get("min_detectable_effect"):
+        text += f" (smallest effect this n detects: {claim['min_detectable_effect']:.3f})"
+    return text
+
+
+def build_report(config: Config, rows: list[dict[str, Any]], derived: list[dict[str, Any]]) -> str:
+    preset = dataclasses.asdict(config)
+    context = config.training.context
     training_rows = [r for r in rows if r["kind"] == "training"]
-    failed = [r for r in rows if r["kind"] == "failed"]
     memory = next((r for r in rows if r["kind"] == "memory"), None)
-    model, training, ft = config["model"], config["training"], config["finetune"]
-    evaluation, scalings = config["evaluation"], config["scalings"]
-    parameters = training_rows[0]["parameters_without_pe"] if training_rows else None
+    summary = [d for d in derived if d["kind"] == "summary"]
+    claim_list = [d for d in derived if d["kind"] == "claim"]
+    model, training, ft = preset["model"], preset["training"], preset["finetune"]
+    evaluation, scalings = preset["evaluation"], preset["scalings"]
+    if not training_rows:
+        return _memory_text(memory)
+    parameters = training_rows[0]["parameters_without_pe"]
     body = (
-        f"Preset `{config['preset']}`. Model: byte-level decoder, {model} (same trunk for every encoder; "
-        + (f"{parameters:,} parameters without the PE" if parameters else "parameters n/a")
-        + f"), trained {training['steps']} steps of batch {training['batch_size']} x {context} bytes, AdamW lr "
-        f"{training['lr']}, on the standard-library corpus; seeds {config['seeds']} (model initialisation and "
-        f"training windows; one document split, split seed {training['split_seed']}, for all), "
-        f"{config['threads']} thread(s) per run, device {config['device']}. Passkey modes: "
-        f"{', '.join(config['passkey_modes'])} (zero-shot: no passkey rows in training; trained: "
-        + (f"only {', '.join(config['trained_variants'])}, " if config.get("trained_variants") else "")
+        f"Model: byte-level decoder, {model} (same trunk for every encoder; {parameters:,} parameters without the "
+        f"PE), trained {training['steps']} steps of batch {training['batch_size']} x {context} bytes, AdamW lr "
+        f"{training['lr']}, on the standard-library corpus; seeds {config.seeds} (model initialisation and "
+        f"training windows; one document split, split seed {training['split_seed']}, for all). One run per "
+        "(base, mode, seed) trains the base and evaluates all its variants from its weights. Passkey modes: "
+        f"{', '.join(config.passkey_modes)} (zero-shot: no passkey rows in training; trained: "
+        + (f"only {', '.join(config.trained_variants)}, " if config.trained_variants else "")
         + f"{training['passkey_fraction']:.0%} of each batch passkey prompts, {training['passkey_template']} template, "
         f"loss on the answer only, averaged per row). Fine-tunes: {ft['steps']} steps of batch {ft['batch_size']} at "
         f"{ft['multiple']}x the context (lr {ft['lr']} for every weight, {ft['positional_lr']} for HeadScale alone), "
@@ -1196,57 +1180,55 @@ def build_report(config: dict[str, Any], rows: list[dict[str, Any]], summary: li
         "keys, scored teacher-forced (exact match = all 5 digits right = what greedy decoding gives). Every cell: "
         "mean over seeds [Student-t 95 % interval].\n\n"
     )
-    if failed:
-        body += "**Failed runs:** " + "; ".join(f"{r['name']}: {r['error']}" for r in failed) + "\n\n"
-    if training_rows:
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for r in training_rows:
-            groups.setdefault((r["base"], r["mode"]), []).append(r)
-        table = [{"base": b, "mode": m, "n": len(rs),
-                  "loss": _iv(mean_interval([r["final_train_loss"] for r in rs]), ".3f"),
-                  "seconds": statistics_mean([r["seconds"] for r in rs])}
-                 for (b, m), rs in groups.items()]
-        body += "## Training\n\n" + markdown_table(
-            table, ["base", "mode", ("n", "seeds"), ("loss", "final loss (nats/byte)"), ("seconds", "seconds (mean)")],
-            {"seconds": ".0f"})
-    claim_rows = [{"verdict": f"**{c['verdict']}**", **{k: c[k] for k in ("paper", "claim", "mode", "evidence")}}
-                  for c in claim_list]
-    if claim_rows:
-        counts = {v: sum(c["verdict"] == v for c in claim_list) for v in ("reproduced", "not reproduced", "untested")}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in training_rows:
+        groups.setdefault((r["base"], r["mode"]), []).append(r)
+    table = [{"base": b, "mode": m, "n": len(rs), "seconds": math.fsum(r["seconds"] for r in rs) / len(rs),
+              "loss": _iv(side([r["final_train_loss"] for r in rs]).as_dict(), ".3f")} for (b, m), rs in groups.items()]
+    body += "## Training\n\n" + markdown_table(
+        table, ["base", "mode", ("n", "seeds"), ("loss", "final loss (nats/byte)"), ("seconds", "seconds (mean)")],
+        {"seconds": ".0f"})
+    if claim_list:
+        counts = {v: sum(c["verdict"] == v for c in claim_list)
+                  for v in ("reproduced", "contradicted", "inconclusive", "untested")}
+        claim_rows = [{"verdict": f"**{c['verdict']}**", "evidence": _claim_evidence(c),
+                       **{k: c[k] for k in ("paper", "name", "mode")}} for c in claim_list]
         body += (
             "\n## Against the papers' claims\n\n"
-            "A claim is *reproduced* when the intervals over seeds separate in the claimed direction (for 'does not "
-            "rise': when the longer length is not separated above the training context), *not reproduced* "
-            "otherwise, *untested* when a side was not measured, has fewer than 2 seeds, or (passkey) retrieves no "
-            "passkey at the training context. "
-            f"Here: {counts['reproduced']} reproduced, {counts['not reproduced']} not reproduced, "
-            f"{counts['untested']} untested.\n\n"
-            + markdown_table(claim_rows, ["paper", "claim", "mode", "verdict", "evidence"])
+            "Decided by `pe_toolkit.bench.verdict.decide_claim` from the 95 % interval of the difference (log "
+            "perplexity: nats per byte; passkey: exact match): *reproduced* when it lies on the paper's side of 0, "
+            "*contradicted* when on the other, *inconclusive* otherwise. Variants of one trained model (a scaling or "
+            "temperature at inference, a fine-tune from it, two lengths of one model) are paired per seed; different "
+            f"trainings use Welch's test. Claims of no rise are non-inferiority tests with a margin of "
+            f"{PPL_MARGIN_PCT:g} % perplexity (log {1 + PPL_MARGIN_PCT / 100:g}): reproduced only when the 90 % "
+            "interval shows a rise below it. *Untested*: a side not measured, fewer than "
+            f"{MIN_SEEDS} seeds, a non-finite run, or (passkey) no passkey retrieved at the training context. "
+            "NoPE against RoPE (Wang et al.) is read at 8x and 16x the context where the preset has them (at 2x "
+            "NoPE's in-distribution gap dominates). "
+            f"Here: {counts['reproduced']} reproduced, {counts['contradicted']} contradicted, "
+            f"{counts['inconclusive']} inconclusive, {counts['untested']} untested.\n\n"
+            + markdown_table(claim_rows, ["paper", ("name", "claim"), "mode", "verdict", "evidence"])
         )
     unlearned = passkey_learned(summary, context)
-    for mode in config["passkey_modes"]:
+    for mode in config.passkey_modes:
         entries = [s for s in summary if s["mode"] == mode]
         if not entries:
             continue
         body += (f"\n## Validation perplexity (bytes) by length, {MODE_TITLES[mode]}, as a multiple of the training "
-                 f"context {context}\n\n"
-                 + _length_table(entries, "ppl", evaluation["ppl_lengths"], context, ".2f"))
+                 f"context {context}\n\n" + _length_table(entries, "ppl", evaluation["ppl_lengths"], context, ".2f"))
         if mode == "zero_shot":
             body += "\n![perplexity vs length](ppl_vs_length.png)\n"
         swept = [s for s in entries if s["sweep"]]
         if swept:
             lengths = evaluation["ppl_lengths"]
-            sweep_rows = []
-            for s in swept:
-                for entry in s["sweep"]:
-                    sweep_rows.append({"variant": s["variant"], "factor": f"{entry['factor']:g}",
-                                       **{f"x{n // context}": _iv(_at(entry["ppl"], "length", n)) for n in lengths}})
+            sweep_rows = [{"variant": s["variant"], "factor": f"{entry['factor']:g}",
+                           **{f"x{n // context}": _iv(_at(entry["ppl"], "length", n)) for n in lengths}}
+                          for s in swept for entry in s["sweep"]]
             body += ("\n### Factor sweep of the fixed-factor scalings at inference (perplexity)\n\n"
                      + markdown_table(sweep_rows, ["variant", "factor", *[f"x{n // context}" for n in lengths]])
                      + "\n![factor sweep](factor_sweep.png)\n")
-        samples = entries[0]["passkey_samples"]
         body += (f"\n## Passkey retrieval, {MODE_TITLES[mode]}: exact match by length (mean over depths; "
-                 f"{samples} prompts per length and depth per seed)\n\n"
+                 f"{entries[0]['passkey_samples']} prompts per length and depth per seed)\n\n"
                  + _length_table(entries, "passkey_exact", evaluation["passkey_lengths"], context, ".2f")
                  + f"\nDigit accuracy (chance {PASSKEY_DIGIT_CHANCE}):\n\n"
                  + _length_table(entries, "passkey_digits", evaluation["passkey_lengths"], context, ".2f"))
@@ -1261,203 +1243,125 @@ def build_report(config: dict[str, Any], rows: list[dict[str, Any]], summary: li
         body += ("\nGreedy decoding check at the training context (greedy exact match, and the seeds where it "
                  "equals the teacher-forced exact match):\n\n"
                  + markdown_table(greedy, ["variant", ("greedy", "greedy exact match"), ("agree", "agrees")]))
-        entropy_cols = [f"x{m}" for m in evaluation["entropy_multiples"]]
         entropy_rows = [{"variant": s["variant"], **{f"x{e['multiple']}": _iv(e) for e in s["entropy"]}}
                         for s in entries]
         body += (f"\nAttention entropy (bits, mean over layers, heads and queries), {mode}; rising entropy past the "
                  "training context is the 'distraction' of Wang et al. 2024:\n\n"
-                 + markdown_table(entropy_rows, ["variant", *entropy_cols]))
+                 + markdown_table(entropy_rows, ["variant", *[f"x{m}" for m in evaluation["entropy_multiples"]]]))
         tuned = [{"variant": s["variant"], "kind": s["finetune"]["kind"], "context": s["finetune"]["context"],
                   "steps": s["finetune"]["steps"], "loss": _iv(s["finetune_loss"], ".3f")}
                  for s in entries if s["finetune"]]
         if tuned:
             body += f"\nFine-tunes ({mode}):\n\n" + markdown_table(
                 tuned, ["variant", "kind", "context", "steps", ("loss", "final loss")])
-    body += "\n" + _memory_text(memory)
-    body += f"\nTotal wall time {seconds:.0f} s.\n"
-    return body
+    return body + "\n" + _memory_text(memory)
 
 
-def statistics_mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
+# ------------------------------------------------------------------------------------------ benchmark
+class Extrapolation(Benchmark):
+    name = "extrapolation"
+    title = "Context-length extrapolation: perplexity and passkey retrieval"
+    description = ("perplexity vs length and passkey retrieval past the training context: NoPE temperatures, RoPE "
+                   "scalings (PI, NTK, YaRN, Llama 3.1, LongRoPE, dynamic), ALiBi, T5, KERPLE, FIRE, BAM")
+    Config = Config
+    key_fields = ("run",)
 
+    def check(self, config: Config) -> None:
+        def fail(key: str, value: Any, allowed: str) -> None:
+            raise ValueError(f"extrapolation config: {key} must be {allowed}, got {value!r}")
 
-# -------------------------------------------------------------------------------------------- main
-def load_preset_from_args(args, parser) -> dict[str, Any]:
-    """The preset (``--preset``/``--quick``, ``--config``, ``--set``) with the shortcut flags applied."""
-    try:
-        preset = preset_from_args(args, NAME)
-    except ValueError as error:
-        parser.error(str(error))
-    if args.variants is not None:
-        preset["variants"] = list(args.variants)
-    if args.steps is not None:
-        if args.steps < 1:
-            parser.error(f"--steps must be >= 1, got {args.steps}")
-        preset["training"]["steps"] = args.steps
-        preset["training"]["warmup_steps"] = max(1, min(preset["training"]["warmup_steps"], args.steps // 10))
-    if args.jobs is not None:
-        if args.jobs < 1:
-            parser.error(f"--jobs must be >= 1, got {args.jobs}")
-        preset["jobs"] = args.jobs
-    if args.memory_length is not None:
-        if args.memory_length < 1:
-            parser.error(f"--memory-length must be >= 1, got {args.memory_length}")
-        preset["memory"]["length"] = args.memory_length
-    try:
-        return check_preset(preset)
-    except ValueError as error:
-        parser.error(str(error))
+        seeds = config.seeds
+        if not seeds or len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
+            fail("seeds", seeds, "a non-empty list of distinct ints >= 0")
+        modes = config.passkey_modes
+        if not modes or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
+            fail("passkey_modes", modes, f"a non-empty list of distinct modes from {list(MODES)}")
+        if not config.variants or any(v not in VARIANTS for v in config.variants):
+            fail("variants", config.variants, f"a non-empty list of names from {list(VARIANTS)}")
+        trained = config.trained_variants
+        if trained is not None and (not trained or any(v not in config.variants for v in trained)):
+            fail("trained_variants", trained, f"null (all) or a non-empty list from variants {config.variants}")
+        training, evaluation = config.training, config.evaluation
+        for key in ("context", "steps", "batch_size", "warmup_steps"):
+            if getattr(training, key) < 1:
+                fail(f"training.{key}", getattr(training, key), "an int >= 1")
+        if training.max_bytes is not None and training.max_bytes < 1:
+            fail("training.max_bytes", training.max_bytes, "null (the whole corpus) or an int >= 1")
+        if not 0 < training.passkey_fraction <= 1:
+            fail("training.passkey_fraction", training.passkey_fraction, "a number in (0, 1]")
+        for key in ("factor", "dynamic_factor"):
+            if getattr(config.scalings, key) < 1:
+                fail(f"scalings.{key}", getattr(config.scalings, key), "a number >= 1")
+        if any(f < 1 for f in config.scalings.sweep_factors):
+            fail("scalings.sweep_factors", config.scalings.sweep_factors, "a list of numbers >= 1 (may be empty)")
+        if config.finetune.multiple < 1:
+            fail("finetune.multiple", config.finetune.multiple, "an int >= 1")
+        for key in ("ppl_lengths", "passkey_lengths"):
+            lengths = getattr(evaluation, key)
+            if not lengths or lengths != sorted(set(lengths)) or lengths[0] != training.context:
+                fail(f"evaluation.{key}", lengths,
+                     f"a strictly increasing list of ints starting at the training context {training.context}")
+        bad = [n for n in evaluation.ppl_lengths if evaluation.ppl_tokens % n]
+        if evaluation.ppl_tokens < 1 or bad:
+            fail("evaluation.ppl_tokens", evaluation.ppl_tokens,
+                 f"an int divisible by every ppl length (so each length scores the same tokens); not by {bad}")
+        if not evaluation.passkey_depths or any(not 0 <= d <= 1 for d in evaluation.passkey_depths):
+            fail("evaluation.passkey_depths", evaluation.passkey_depths, "a non-empty list of numbers in [0, 1]")
+        for key in ("passkey_samples", "greedy_samples", "passkey_batch_tokens", "block_size"):
+            if getattr(evaluation, key) < 1:
+                fail(f"evaluation.{key}", getattr(evaluation, key), "an int >= 1")
+        if any(m < 1 for m in evaluation.entropy_multiples):
+            fail("evaluation.entropy_multiples", evaluation.entropy_multiples, "a list of ints >= 1")
 
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        memory = dataclasses.asdict(config.memory)
+        specs = [{"run": f"memory__{memory['encoding']}_L{memory['length']}", "memory": memory}]
+        if config.memory_only:
+            return specs
+        preset = dataclasses.asdict(config)
+        modes, seeds = config.passkey_modes, config.seeds
+        bases = {(VARIANTS[n].base, m) for m in modes for n in mode_variants(preset, m)}
+        order = sorted(((b, m, s) for b, m in bases for s in seeds),
+                       key=lambda k: (seeds.index(k[2]), TRAIN_ORDER.index(k[0]), modes.index(k[1])))
+        return specs + [run_spec(preset, b, m, s) for b, m, s in order]
 
-def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--variants", nargs="+", help=f"subset of {list(VARIANTS)} (preset key variants)")
-    parser.add_argument("--steps", type=int, help="training steps per base model (preset key training.steps)")
-    parser.add_argument("--jobs", type=int, help="runs in parallel, each with the preset's threads (preset key jobs)")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs whose whole spec matches")
-    parser.add_argument("--memory-only", action="store_true", help="only measure the BAM attention layer's memory")
-    parser.add_argument("--memory-length", type=int, help="sequence length of the memory measurement "
-                        "(preset key memory.length)")
-    args = parser.parse_args(argv)
-    preset = load_preset_from_args(args, parser)
-    device = device_options(args)
-    jobs = preset["jobs"]
-    out_dir = Path(args.out) / NAME
-    store = RunStore(out_dir / "runs" / preset["preset"], resume=args.resume)  # presets never overwrite each other
-    start = time.perf_counter()
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return memory_row(spec["memory"]) if "memory" in spec else train_and_evaluate(spec)
 
-    memory_key = f"memory__{preset['memory']['encoding']}_L{preset['memory']['length']}"
+    def progress_label(self, row: dict[str, Any]) -> str:
+        if row["kind"] == "memory":
+            return f"memory {row['encoding']} L={row['length']}: {row.get('peak_mib')} MiB ({row['status']})"
+        parts = []
+        for v in row["variants"]:
+            first, last = v["ppl"][0], v["ppl"][-1]
+            parts.append(f"{v['variant']} ppl {first['ppl']:.2f}@{first['length']}->{last['ppl']:.3g}@{last['length']}")
+        return (f"{row['base']} {row['mode']} seed {row['seed']}: loss {row['final_train_loss']:.3f}; "
+                + "; ".join(parts) + f" ({row['run_seconds']:.0f}s)")
 
-    def memory_row() -> dict[str, Any]:
-        stored = store.load(memory_key, preset["memory"])
-        if stored is not None:
-            return stored
-        print(f"{NAME}: measuring one {preset['memory']['encoding']} attention layer at "
-              f"L={preset['memory']['length']} in a forked process", flush=True)
-        row = measure_memory(preset["memory"])  # this process has run no torch compute: forking is safe
-        if row["status"] == "ok":
-            store.save(memory_key, preset["memory"], row)
-        return row
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        rows = variant_rows(result.rows)
+        if not rows:
+            return []
+        return summarize(rows) + claims(rows, dataclasses.asdict(result.config))
 
-    if args.memory_only:
-        row = memory_row()
-        seconds = time.perf_counter() - start
-        write_results(NAME, {"preset": preset["preset"], "memory_only": True, "memory": preset["memory"]}, [row],
-                      seconds, root=args.out)
-        write_report(NAME, "Extrapolation benchmark: attention memory only", _memory_text(row)
-                     + f"\nTotal wall time {seconds:.0f} s.\n", root=args.out)
-        print(f"{NAME}: memory {row.get('peak_mib')} MiB, {row.get('seconds')} s ({row['status']})", flush=True)
-        return 0 if row["status"] == "ok" else 1
+    def plot(self, result: Result) -> dict[str, Any]:
+        config = result.config
+        summary = [d for d in result.derived if d["kind"] == "summary"]
+        if not summary:
+            return {}
+        context, modes = config.training.context, config.passkey_modes
+        figures = {"ppl_vs_length.png": plot_ppl(summary, "zero_shot" if "zero_shot" in modes else modes[0], context),
+                   "factor_sweep.png": plot_sweep(summary, context)}
+        for mode in modes:
+            name = "passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"
+            figures[name] = plot_passkey(summary, mode, context)
+        return figures
 
-    variants, modes, seeds = preset["variants"], preset["passkey_modes"], preset["seeds"]
-    bases = list(dict.fromkeys(VARIANTS[v].base for v in variants))
-    evals = {(n, m, s): eval_spec(preset, n, m, s, device)
-             for m in modes for n in mode_variants(preset, m) for s in seeds}
-    trainings = {(VARIANTS[n].base, m, s): train_spec(preset, VARIANTS[n].base, m, s, device) for n, m, s in evals}
-    weights = {k: store.runs_dir / (run_key("train", *k) + ".pt") for k in trainings}
-
-    rows: list[dict[str, Any]] = []
-    trained: set[tuple[str, str, int]] = set()
-    train_todo, eval_todo = [], dict(evals)
-    for key, spec in trainings.items():
-        stored = store.load(run_key("train", *key), spec)
-        if stored is not None and weights[key].exists():
-            rows.append(stored)
-            trained.add(key)
-        else:
-            train_todo.append(key)
-    for key, spec in evals.items():
-        stored = store.load(run_key("eval", *key), spec)
-        if stored is not None and (spec["base"], key[1], key[2]) in trained:
-            rows.append(stored)
-            del eval_todo[key]
-    reused = len(rows)
-    total = len(train_todo) + len(eval_todo)
-    print(f"{NAME}: preset {preset['preset']}: {len(trainings)} trained models (bases x modes x {len(seeds)} seeds), "
-          f"{len(evals)} evaluations ({reused} runs reused), {jobs} in parallel", flush=True)
-    progress = Progress(total, NAME)
-    with worker_pool(jobs) as pool:
-        futures: dict[concurrent.futures.Future, tuple[str, tuple]] = {}
-
-        def submit_evals(train_key: tuple[str, str, int]) -> None:
-            base, mode, seed = train_key
-            for key, spec in list(eval_todo.items()):
-                if spec["base"] == base and key[1] == mode and key[2] == seed:
-                    futures[pool.submit(evaluate_variant, spec, str(weights[train_key]))] = ("eval", key)
-                    del eval_todo[key]
-
-        def order(key: tuple[str, str, int]) -> tuple:
-            base, mode, seed = key
-            return (seeds.index(seed), TRAIN_ORDER.index(base) if base in TRAIN_ORDER else len(TRAIN_ORDER),
-                    modes.index(mode))
-
-        for key in sorted(train_todo, key=order):
-            futures[pool.submit(train_base, trainings[key], str(weights[key]))] = ("train", key)
-        for key in trained:
-            submit_evals(key)
-        while futures:
-            done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in done:
-                kind, key = futures.pop(future)
-                label = f"{kind} {key[0]} {key[1]} seed {key[2]}"
-                try:
-                    row = future.result()
-                except Exception as error:  # noqa: BLE001  (report it, keep the other runs going)
-                    message = "".join(traceback.format_exception_only(type(error), error)).strip()
-                    rows.append({"kind": "failed", "name": label, "error": message[-300:]})
-                    progress(f"{label}: FAILED {message.splitlines()[-1][:200]}")
-                    if kind == "train":  # its variants cannot run
-                        for eval_key in [k for k, s in eval_todo.items()
-                                         if s["base"] == key[0] and k[1] == key[1] and k[2] == key[2]]:
-                            rows.append({"kind": "failed", "name": f"eval {eval_key[0]} {key[1]} seed {key[2]}",
-                                         "error": f"base model {key[0]} failed"})
-                            del eval_todo[eval_key]
-                    continue
-                if kind == "train":
-                    store.save(run_key("train", *key), trainings[key], row)
-                    rows.append({**row, "spec": trainings[key]})
-                    progress(f"trained {key[0]} ({key[1]}, seed {key[2]}): loss {row['final_train_loss']:.3f} "
-                             f"({row['seconds']:.0f}s)")
-                    submit_evals(key)
-                else:
-                    store.save(run_key("eval", *key), evals[key], row)
-                    rows.append({**row, "spec": evals[key]})
-                    first, last = row["ppl"][0], row["ppl"][-1]
-                    pk = row["passkey_by_length"]
-                    progress(f"{label}: ppl {first['ppl']:.2f} @{first['length']} -> {last['ppl']:.3g} "
-                             f"@{last['length']}; passkey exact {pk[0]['exact_match']:.2f} @{pk[0]['length']}, "
-                             f"{pk[-1]['exact_match']:.2f} @{pk[-1]['length']} ({row['seconds']:.0f}s)")
-
-    rows.append(memory_row())
-    order_of = {name: i for i, name in enumerate(VARIANTS)}
-    kinds = {"training": 0, "variant": 1, "memory": 2, "failed": 3}
-    rows.sort(key=lambda r: (kinds[r["kind"]], BASE_ENCODERS.index(r["base"]) if r["kind"] == "training" else 0,
-                             order_of.get(r.get("variant"), 0), MODES.index(r["mode"]) if "mode" in r else 0,
-                             r.get("seed", 0)))
-    variant_rows = [r for r in rows if r["kind"] == "variant"]
-    summary = summarize(variant_rows)
-    config = {
-        "preset": preset["preset"], "variants": variants, "trained_variants": preset.get("trained_variants"),
-        "bases": bases, "seeds": seeds, "passkey_modes": modes,
-        "model": preset["model"], "training": preset["training"], "scalings": preset["scalings"],
-        "finetune": preset["finetune"], "evaluation": preset["evaluation"], "memory": preset["memory"],
-        "threads": preset["threads"], "jobs": jobs, "device": device,
-    }
-    claim_list = claims(summary, config)
-    seconds = time.perf_counter() - start
-    write_results(NAME, {**config, "summary": summary, "claims": claim_list}, rows, seconds, root=args.out)
-    context = preset["training"]["context"]
-    plot_ppl(summary, "zero_shot" if "zero_shot" in modes else modes[0], context, out_dir / "ppl_vs_length.png")
-    plot_sweep(summary, context, out_dir / "factor_sweep.png")
-    for mode in modes:
-        name = "passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"
-        plot_passkey(summary, mode, context, out_dir / name)
-    write_report(NAME, "Context-length extrapolation: perplexity and passkey retrieval",
-                 build_report(config, rows, summary, claim_list, seconds), root=args.out)
-    print(f"{NAME}: wrote {out_dir} in {seconds:.0f} s", flush=True)
-    return 1 if any(r["kind"] == "failed" for r in rows) else 0
+    def report(self, result: Result) -> str:
+        return build_report(result.config, result.rows, result.derived) + f"\nTotal wall time {result.seconds:.0f} s.\n"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="extrapolation", prog="python benchmarks/extrapolation.py"))

@@ -20,12 +20,18 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "explain": ("pe_toolkit.benchmarks.explain:Explain",
                 "faithfulness of PE-aware LRP against plain LRP, gradient x input and rollout: perturbation AUCs "
                 "and conservation (Bakish et al. 2025)"),
+    "extrapolation": ("pe_toolkit.benchmarks.extrapolation:Extrapolation",
+                      "perplexity vs length and passkey retrieval past the training context: NoPE temperatures, "
+                      "RoPE scalings (PI, NTK, YaRN, Llama 3.1, LongRoPE, dynamic), ALiBi, T5, KERPLE, FIRE, BAM"),
     "extreme_inputs": ("pe_toolkit.benchmarks.extreme_inputs:ExtremeInputs",
                        "every sequence encoder at long lengths and far positions, float32 and bfloat16: finite "
                        "outputs, precision loss, memory"),
     "graphs": ("pe_toolkit.benchmarks.graphs:Graphs",
                "CSL and PATTERN / CLUSTER accuracy per graph PE x model, and RWSE / LapPE precompute time against "
                "PyG"),
+    "mha2mla": ("pe_toolkit.benchmarks.mha2mla:Mha2Mla",
+                "MHA -> MLA conversion per partial-RoPE strategy and latent size: KV-cache reduction against "
+                "validation loss, and absorbed vs plain decoding (Ji et al. 2025)"),
     "music": ("pe_toolkit.benchmarks.music:Music",
               "structure-informed PEs on Bach chorales: next-step prediction and accompaniment, NLL and generation "
               "metrics (Agarwal et al. 2024)"),

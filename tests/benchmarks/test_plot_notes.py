@@ -135,38 +135,57 @@ def _no_value() -> dict:
     return mean_interval([])
 
 
-def test_extrapolation_passkey_with_no_accuracy(tmp_path, saved):
-    from benchmarks import extrapolation
+def _empty() -> dict:
+    from pe_toolkit.bench.verdict import summarize
+
+    return summarize([]).as_dict()
+
+
+def _panels(figure) -> list[list[str]]:
+    return [_notes(a) for a in figure.axes if a.get_label() != "<colorbar>"]
+
+
+def _saved(figure, path) -> None:
+    from pe_toolkit.bench.report import save_figure
+
+    save_figure(figure, path, quick=False)
+    assert path.stat().st_size > 0
+
+
+def test_extrapolation_passkey_with_no_accuracy(tmp_path):
+    from pe_toolkit.benchmarks import extrapolation
 
     rows = [{"variant": v, "mode": "zero_shot", "passkey_cells": [
-        {"length": n, "depth": d, "digit_accuracy": _no_value()} for n in (64, 128) for d in (0.0, 0.5)]}
+        {"length": n, "depth": d, "digit_accuracy": _empty()} for n in (64, 128) for d in (0.0, 0.5)]}
         for v in ("rope", "alibi", "nope")]
-    extrapolation.plot_passkey(rows, "zero_shot", 64, tmp_path / "passkey.png")
-    path, panels = saved[0]
-    assert path.exists()
-    assert [len(p) for p in panels] == [1, 1, 1]  # one note per variant's panel (no colorbar, nothing to scale)
-    assert "passkey digit accuracy" in panels[0][0]
+    figure = extrapolation.plot_passkey(rows, "zero_shot", 64)
+    # one note per variant's panel (no colorbar, nothing to scale)
+    assert [len(p) for p in _panels(figure)] == [1, 1, 1]
+    assert "passkey digit accuracy" in _panels(figure)[0][0]
+    _saved(figure, tmp_path / "passkey.png")
 
 
-def test_extrapolation_passkey_mixed(tmp_path, saved):
-    from benchmarks import extrapolation
-    from benchmarks.common import mean_interval
+def test_extrapolation_passkey_mixed(tmp_path):
+    from pe_toolkit.bench.verdict import summarize
+    from pe_toolkit.benchmarks import extrapolation
 
     rows = [{"variant": "rope", "mode": "trained",
-             "passkey_cells": [{"length": 64, "depth": 0.5, "digit_accuracy": mean_interval([0.4, 0.5])}]},
+             "passkey_cells": [{"length": 64, "depth": 0.5, "digit_accuracy": summarize([0.4, 0.5]).as_dict()}]},
             {"variant": "nope", "mode": "trained",
-             "passkey_cells": [{"length": 64, "depth": 0.5, "digit_accuracy": _no_value()}]}]
-    extrapolation.plot_passkey(rows, "trained", 64, tmp_path / "passkey.png")
-    assert [len(p) for p in saved[0][1]] == [0, 1]
+             "passkey_cells": [{"length": 64, "depth": 0.5, "digit_accuracy": _empty()}]}]
+    figure = extrapolation.plot_passkey(rows, "trained", 64)
+    assert [len(p) for p in _panels(figure)] == [0, 1]
+    _saved(figure, tmp_path / "passkey.png")
 
 
-def test_extrapolation_ppl_with_no_perplexity(tmp_path, saved):
-    from benchmarks import extrapolation
+def test_extrapolation_ppl_with_no_perplexity(tmp_path):
+    from pe_toolkit.benchmarks import extrapolation
 
     rows = [{"variant": "rope", "mode": "zero_shot", "seeds": [0, 1, 2],
-             "ppl": [{"length": n, **_no_value()} for n in (64, 128)]}]
-    extrapolation.plot_ppl(rows, "zero_shot", 64, tmp_path / "ppl.png")
-    _assert_all_panels_noted(saved)
+             "ppl": [{"length": n, **_empty()} for n in (64, 128)]}]
+    figure = extrapolation.plot_ppl(rows, "zero_shot", 64)
+    assert [len(p) for p in _panels(figure)] == [1]
+    _saved(figure, tmp_path / "ppl.png")
 
 
 def test_detection_map_with_no_map(tmp_path, saved):
@@ -233,15 +252,16 @@ def test_attention_stability_all_nan(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
 
 
-def test_mha2mla_all_nan(tmp_path, saved):
-    from benchmarks import mha2mla
-    from benchmarks.common import mean_interval
+def test_mha2mla_all_nan(tmp_path):
+    from pe_toolkit.bench.verdict import summarize
+    from pe_toolkit.benchmarks import mha2mla
 
-    rows = [{"val_loss_zero_shot": mean_interval([NAN]), "val_loss_finetuned": mean_interval([])},
-            {"cache_reduction": 0.5, "strategy": "high", "svd": "joint", "val_loss_zero_shot": mean_interval([NAN]),
-             "val_loss_finetuned": mean_interval([])}]
-    mha2mla._plot(rows, tmp_path)
-    _assert_all_panels_noted(saved)
+    rows = [{"val_loss_zero_shot": summarize([NAN]).as_dict(), "val_loss_finetuned": _empty()},
+            {"cache_reduction": 0.5, "strategy": "high", "svd": "joint",
+             "val_loss_zero_shot": summarize([NAN]).as_dict(), "val_loss_finetuned": _empty()}]
+    figure = mha2mla.plot(rows)
+    assert [len(p) for p in _panels(figure)] == [1, 1]
+    _saved(figure, tmp_path / "mha2mla.png")
 
 
 def test_length_generalization_no_counts(tmp_path, saved):
