@@ -63,7 +63,9 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, PositiveInt, restricted_number_type
 
 from pe_toolkit.bench import Benchmark, Result, trainer_options
 from pe_toolkit.bench.plots import note_if_empty
@@ -81,79 +83,69 @@ MIN_SEEDS = 2
 
 
 # ------------------------------------------------------------------------------------------ config
+AtLeastOne = restricted_number_type("AtLeastOne", float, (">=", 1))
+Fraction = restricted_number_type("Fraction", float, [(">", 0), ("<=", 1)], join="and")
+
+
 @dataclass
 class Model:
-    dim: int
-    num_heads: int
-    num_layers: int
+    dim: PositiveInt
+    num_heads: PositiveInt
+    num_layers: PositiveInt
 
 
 @dataclass
 class Training:
-    context: int
-    steps: int
-    batch_size: int
+    context: PositiveInt
+    steps: PositiveInt
+    batch_size: PositiveInt
     lr: float
-    warmup_steps: int
+    warmup_steps: PositiveInt
     weight_decay: float
-    passkey_fraction: float
-    passkey_template: str
+    passkey_fraction: Fraction
+    """The trained mode's share of passkey rows (the zero-shot mode trains with none)."""
+    passkey_template: Literal["compact", "paper"]
     split_seed: int
-    max_bytes: int | None
+    max_bytes: PositiveInt | None
     loss_average: str
 
 
 @dataclass
 class Scalings:
-    factor: float
-    sweep_factors: list[float]
-    dynamic_factor: float
+    factor: AtLeastOne
+    sweep_factors: list[AtLeastOne]
+    dynamic_factor: AtLeastOne
 
 
 @dataclass
 class Finetune:
-    multiple: int
-    steps: int
-    batch_size: int
+    multiple: PositiveInt
+    steps: PositiveInt
+    batch_size: PositiveInt
     lr: float
     positional_lr: float
 
 
 @dataclass
 class Evaluation:
-    ppl_lengths: list[int]
-    ppl_tokens: int
-    passkey_lengths: list[int]
-    passkey_depths: list[float]
-    passkey_samples: int
-    passkey_batch_tokens: int
-    greedy_samples: int
-    block_size: int
-    entropy_multiples: list[int]
+    ppl_lengths: list[PositiveInt]
+    ppl_tokens: PositiveInt
+    passkey_lengths: list[PositiveInt]
+    passkey_depths: list[ClosedUnitInterval]
+    passkey_samples: PositiveInt
+    passkey_batch_tokens: PositiveInt
+    greedy_samples: PositiveInt
+    block_size: PositiveInt
+    entropy_multiples: list[PositiveInt]
 
 
 @dataclass
 class Memory:
-    length: int
-    dim: int
-    num_heads: int
-    block_size: int
+    length: PositiveInt
+    dim: PositiveInt
+    num_heads: PositiveInt
+    block_size: PositiveInt
     encoding: str
-
-
-@dataclass
-class Config:
-    seeds: list[int]
-    passkey_modes: list[str]
-    model: Model
-    training: Training
-    scalings: Scalings
-    finetune: Finetune
-    evaluation: Evaluation
-    memory: Memory
-    variants: list[str]
-    trained_variants: list[str] | None = None
-    memory_only: bool = False
 
 
 # ------------------------------------------------------------------------------------------ variants
@@ -224,6 +216,23 @@ BASE_ENCODERS = list(dict.fromkeys(v.base for v in VARIANTS.values()))
 # Bases are trained in this order: those whose variants take longest to evaluate first (the bias of
 # bam / fire is rebuilt per query block and layer; rope has the most variants), so the run's tail is short.
 TRAIN_ORDER = ["rope", "fire", "bam_ssmax", "bam", "kerple", "alibi", "nope", "t5"]
+
+
+@dataclass
+class Config:
+    seeds: list[NonNegativeInt]
+    passkey_modes: list[Literal[MODES]]
+    model: Model
+    training: Training
+    scalings: Scalings
+    finetune: Finetune
+    evaluation: Evaluation
+    memory: Memory
+    variants: list[Literal[tuple(VARIANTS)]]
+    trained_variants: list[Literal[tuple(VARIANTS)]] | None = None
+    """The variants of the trained passkey mode (``None``: every variant)."""
+    memory_only: bool = False
+    """Only measure the attention layer's memory."""
 
 
 def longrope_factors(head_dim: int, base: float, factor: float, original_max_position: int) -> dict[str, list[float]]:
@@ -1267,51 +1276,24 @@ class Extrapolation(Benchmark):
     key_fields = ("run",)
 
     def check(self, config: Config) -> None:
-        def fail(key: str, value: Any, allowed: str) -> None:
-            raise ValueError(f"extrapolation config: {key} must be {allowed}, got {value!r}")
+        """What the types do not say (they are checked already): ``ValueError`` naming the key."""
+        def require(holds: bool, key: str, value: Any, allowed: str) -> None:
+            if not holds:
+                raise ValueError(f"extrapolation config: {key} must be {allowed}, got {value!r}")
 
-        seeds = config.seeds
-        if not seeds or len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
-            fail("seeds", seeds, "a non-empty list of distinct ints >= 0")
-        modes = config.passkey_modes
-        if not modes or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
-            fail("passkey_modes", modes, f"a non-empty list of distinct modes from {list(MODES)}")
-        if not config.variants or any(v not in VARIANTS for v in config.variants):
-            fail("variants", config.variants, f"a non-empty list of names from {list(VARIANTS)}")
-        trained = config.trained_variants
-        if trained is not None and (not trained or any(v not in config.variants for v in trained)):
-            fail("trained_variants", trained, f"null (all) or a non-empty list from variants {config.variants}")
-        training, evaluation = config.training, config.evaluation
-        for key in ("context", "steps", "batch_size", "warmup_steps"):
-            if getattr(training, key) < 1:
-                fail(f"training.{key}", getattr(training, key), "an int >= 1")
-        if training.max_bytes is not None and training.max_bytes < 1:
-            fail("training.max_bytes", training.max_bytes, "null (the whole corpus) or an int >= 1")
-        if not 0 < training.passkey_fraction <= 1:
-            fail("training.passkey_fraction", training.passkey_fraction, "a number in (0, 1]")
-        for key in ("factor", "dynamic_factor"):
-            if getattr(config.scalings, key) < 1:
-                fail(f"scalings.{key}", getattr(config.scalings, key), "a number >= 1")
-        if any(f < 1 for f in config.scalings.sweep_factors):
-            fail("scalings.sweep_factors", config.scalings.sweep_factors, "a list of numbers >= 1 (may be empty)")
-        if config.finetune.multiple < 1:
-            fail("finetune.multiple", config.finetune.multiple, "an int >= 1")
+        for key in ("seeds", "passkey_modes", "variants", "trained_variants"):
+            value = getattr(config, key)
+            require(value is None or (value and len(set(value)) == len(value)), key, value, "a non-empty distinct list")
+        trained = config.trained_variants or []
+        require(set(trained) <= set(config.variants), "trained_variants", trained, f"a subset of {config.variants}")
+        evaluation, context = config.evaluation, config.training.context
         for key in ("ppl_lengths", "passkey_lengths"):
             lengths = getattr(evaluation, key)
-            if not lengths or lengths != sorted(set(lengths)) or lengths[0] != training.context:
-                fail(f"evaluation.{key}", lengths,
-                     f"a strictly increasing list of ints starting at the training context {training.context}")
+            require(lengths == sorted(set(lengths)) and lengths[:1] == [context], f"evaluation.{key}", lengths,
+                    f"a strictly increasing list starting at the training context {context}")
         bad = [n for n in evaluation.ppl_lengths if evaluation.ppl_tokens % n]
-        if evaluation.ppl_tokens < 1 or bad:
-            fail("evaluation.ppl_tokens", evaluation.ppl_tokens,
-                 f"an int divisible by every ppl length (so each length scores the same tokens); not by {bad}")
-        if not evaluation.passkey_depths or any(not 0 <= d <= 1 for d in evaluation.passkey_depths):
-            fail("evaluation.passkey_depths", evaluation.passkey_depths, "a non-empty list of numbers in [0, 1]")
-        for key in ("passkey_samples", "greedy_samples", "passkey_batch_tokens", "block_size"):
-            if getattr(evaluation, key) < 1:
-                fail(f"evaluation.{key}", getattr(evaluation, key), "an int >= 1")
-        if any(m < 1 for m in evaluation.entropy_multiples):
-            fail("evaluation.entropy_multiples", evaluation.entropy_multiples, "a list of ints >= 1")
+        require(not bad, "evaluation.ppl_tokens", evaluation.ppl_tokens,
+                f"divisible by every ppl length (so each length scores the same tokens); not by {bad}")
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         memory = dataclasses.asdict(config.memory)

@@ -48,7 +48,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Literal
+
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
@@ -64,28 +66,28 @@ DECODE_LATENT = 16
 
 @dataclasses.dataclass
 class Model:
-    dim: int
-    num_heads: int
-    num_layers: int
+    dim: PositiveInt
+    num_heads: PositiveInt
+    num_layers: PositiveInt
 
 
 @dataclasses.dataclass
 class Config:
-    seeds: list[int]
+    seeds: list[NonNegativeInt]
     model: Model
-    context: int
-    batch_size: int
-    train_steps: int
+    context: PositiveInt
+    batch_size: PositiveInt
+    train_steps: PositiveInt
     lr: float
-    finetune_steps: int
+    finetune_steps: PositiveInt
     finetune_lr: float
-    max_bytes: int
-    val_windows: int
-    calibration_windows: int
-    conversions: list[tuple[str, str, int, int]]
+    max_bytes: PositiveInt
+    val_windows: PositiveInt
+    calibration_windows: PositiveInt
+    conversions: list[tuple[Literal[STRATEGIES], Literal["joint", "split"], PositiveInt, PositiveInt]]
     """``[strategy, svd, kept rotary dims r, latent size d_kv]`` per conversion."""
-    decode_lengths: list[int]
-    decode_rounds: int
+    decode_lengths: list[PositiveInt]
+    decode_rounds: PositiveInt
     hf: bool = False
     """Start from a tiny Hugging Face ``LlamaForCausalLM`` (the ``hf`` extra) instead of a pe_toolkit Transformer."""
 
@@ -368,19 +370,9 @@ class Mha2Mla(Benchmark):
     key_fields = ("run",)
 
     def check(self, config: Config) -> None:
-        seeds = config.seeds
-        if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
-        for key in ("train_steps", "finetune_steps", "context", "batch_size", "max_bytes", "val_windows",
-                    "calibration_windows", "decode_rounds"):
-            if getattr(config, key) < 1:
-                raise ValueError(f"{key} must be a positive int, got {getattr(config, key)!r}")
-        for item in config.conversions:
-            if item[0] not in STRATEGIES or item[1] not in ("joint", "split"):
-                raise ValueError(f"conversions entries must be [strategy in {STRATEGIES}, 'joint' | 'split', "
-                                 f"rope_dim, latent_dim], got {list(item)!r}")
-        if not config.decode_lengths or any(n < 1 for n in config.decode_lengths):
-            raise ValueError(f"decode_lengths must be a non-empty list of positive ints, got {config.decode_lengths!r}")
+        for key in ("seeds", "decode_lengths"):
+            if not getattr(config, key) or len(set(getattr(config, key))) != len(getattr(config, key)):
+                raise ValueError(f"{key} must be a non-empty list of distinct values, got {getattr(config, key)!r}")
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         common = {k: v for k, v in dataclasses.asdict(config).items()

@@ -53,10 +53,11 @@ def test_presets_load_and_full_covers_the_decode_lengths_and_seeds():
         assert min(config.decode_lengths) <= 512 and max(config.decode_lengths) >= 4096
     quick, _ = load_config(BENCH, "quick")
     assert [s["run"] for s in BENCH.runs(quick)] == ["mha__seed0", "decode"]
-    with pytest.raises(ValueError, match="conversions entries must be"):
-        load_config(BENCH, "quick", overrides=["conversions=[[mid, joint, 4, 8]]"])
-    with pytest.raises(ValueError, match="conversions"):
-        load_config(BENCH, "quick", overrides=["conversions=[[high, joint, 4]]"])
+    for bad in ("[[mid, joint, 4, 8]]", "[[high, joint, 4]]", "[[high, joint, 0, 8]]"):
+        with pytest.raises(ValueError, match="config.conversions"):
+            load_config(BENCH, "quick", overrides=[f"conversions={bad}"])
+    with pytest.raises(ValueError, match="seeds must be a non-empty list of distinct values"):
+        load_config(BENCH, "quick", overrides=["seeds=[1, 1]"])
 
 
 def _row(strategy, svd, d, changes, cache=80, reduction=0.95, r=4):
