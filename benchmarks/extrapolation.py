@@ -822,7 +822,8 @@ def per_seed(rows: list[dict[str, Any]], name: str, mode: str, metric: str, leng
         else:
             items = row["ppl"] if factor is None else (_at(row["sweep"], "factor", float(factor)) or {}).get("ppl")
             found = _at(items, "length", length)
-            value = None if found is None else (math.log(found["ppl"]) if found["ppl"] > 0 else math.nan)
+            ppl = None if found is None else found["ppl"]
+            value = math.log(ppl) if ppl is not None and ppl > 0 else math.nan  # NaN / None: counted, not dropped
         if found is not None:
             out[row["seed"]] = value
     return out or None

@@ -379,6 +379,11 @@ def test_claims_are_decided_from_the_difference_paired_for_one_model():
     # Wang et al.: read at 8x (512); the preset has no 16x
     wang = [c for c in found.values() if c["name"].startswith("NoPE extends")]
     assert [c["name"] for c in wang] == ["NoPE extends past its training context further than RoPE (read at 8x)"]
+    diverged = [{**r, "ppl": [*r["ppl"][:3], {"length": 512, "ppl": math.nan}]}
+                if r["variant"] == "rope" and r["seed"] == 1 else r for r in rows]
+    rises = _by_name(ext.claims(diverged, _config()))["RoPE's perplexity rises past the training context"]
+    assert rises["verdict"] == "untested" and "non-finite runs" in rises["reason"]  # counted, never dropped
+    assert rises["b"]["n"] == 2 and rises["b"]["n_nonfinite"] == 1
     one_seed = _by_name(ext.claims([r for r in rows if r["seed"] == 0], _config()))
     assert one_seed["RoPE's perplexity rises past the training context"]["verdict"] == "untested"
     assert "fewer than 2 seeds" in one_seed["RoPE's perplexity rises past the training context"]["reason"]
