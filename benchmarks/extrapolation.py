@@ -212,7 +212,6 @@ VARIANTS: dict[str, Variant] = {
     "bam": Variant("bam", description="BAM (generalized-Gaussian prior), as trained"),
     "bam_ssmax": Variant("bam_ssmax", description="BAM + Scalable-Softmax, as trained"),
 }
-BASE_ENCODERS = list(dict.fromkeys(v.base for v in VARIANTS.values()))
 # Bases are trained in this order: those whose variants take longest to evaluate first (the bias of
 # bam / fire is rebuilt per query block and layer; rope has the most variants), so the run's tail is short.
 TRAIN_ORDER = ["rope", "fire", "bam_ssmax", "bam", "kerple", "alibi", "nope", "t5"]
