@@ -24,11 +24,11 @@ from torch import Tensor, nn
 from pe_toolkit.encoders.base import (
     BiasFunction,
     PositionalEncoding,
+    PositionCheck,
     bias_on_grid,
     check_choice,
     check_float,
     check_int,
-    require,
 )
 from pe_toolkit.encoders.rotary import apply_rope
 from pe_toolkit.registry import register_encoder
@@ -278,6 +278,16 @@ class EdgeAwareGraphEncoding(PositionalEncoding):
 
     bias_reads_key_indices = True  # column j of a query's edge row is key j of the whole graph
 
+    def position_checks(self, positions: Tensor, name: str = "positions") -> list[PositionCheck]:
+        """Every node is its own neighbour: the diagonal of the edge lengths is ``>= 0`` (else a query sees no
+        key). Run once by the entry point, not in each layer's :meth:`bias_function`."""
+        if positions.dim() not in (2, 3) or positions.shape[-1] != 2 + positions.shape[-2]:
+            return []  # the hooks raise the shape error
+        edges = positions[..., 2:]
+        return [((edges.diagonal(dim1=-2, dim2=-1) >= 0).all(),
+                 f"edge_aware_graph: the diagonal of the edge-length matrix ({name}[..., 2:]) must be >= 0 "
+                 "(self loops)", None)]
+
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """The edge term on every (query, key) pair, ``(B, H, L, L)``: :meth:`bias_function` on the full grid."""
         return bias_on_grid(self.bias_function(q, k, q_pos, k_pos), q.shape[0], q.shape[1], (0, q.shape[-2]),
@@ -293,8 +303,6 @@ class EdgeAwareGraphEncoding(PositionalEncoding):
         if k_pos.shape != q_pos.shape or q.shape[-2] != k.shape[-2]:
             raise ValueError(f"edge_aware_graph: self-attention only (same nodes for queries and keys), got q_pos "
                              f"{tuple(q_pos.shape)} and k_pos {tuple(k_pos.shape)}")
-        require((edges.diagonal(dim1=-2, dim2=-1) >= 0).all(),
-                "edge_aware_graph: the diagonal of the edge-length matrix must be >= 0 (self loops)")
         compute = torch.float64 if q.dtype == torch.float64 else torch.float32
         edges = (edges if edges.dim() == 3 else edges.unsqueeze(0)).to(compute)  # (B or 1, L, L)
         batched = edges.shape[0] > 1 or q_pos.dim() == 3

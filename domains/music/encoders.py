@@ -430,18 +430,6 @@ def relative_logits_skew(q: Tensor, table: Tensor, q_start: int, k_start: int, k
     return flat[..., lq - 1: lq - 1 + lq * m].reshape(b, h, lq, m)[..., :k_len]
 
 
-def _contiguous_start(pos: Tensor) -> int | None:
-    """The first position if ``pos`` is ``start + arange(L)`` (in every batch row, the same); else None."""
-    if pos.is_floating_point() or pos.numel() == 0:
-        return None
-    first = pos[..., :1]
-    if not bool((pos == first + torch.arange(pos.shape[-1], device=pos.device)).all()):
-        return None
-    if pos.dim() == 2 and not bool((first == first[0]).all()):
-        return None
-    return int(first.reshape(-1)[0])
-
-
 @register_encoder("music_relative", relative=True, domain="music",
                   reference="Huang et al. 2018, Music Transformer, arXiv:1809.04281",
                   example_options={"max_distance": 64})
@@ -449,9 +437,12 @@ class MusicRelativeAttention(PositionalEncoding):
     """Music Transformer relative attention: ``softmax((Q K^T + S_rel) / sqrt(hd))`` (Huang et al. 2018).
 
     ``S_rel[i, j] = q_i . E[clip(j - i, -D, D)]`` with learned relative embeddings ``E`` (one table per head
-    unless ``share_heads``), initialised ``N(0, hd^-1/2)`` as in Tensor2Tensor. Contiguous integer positions
-    (training, KV-cache decoding) use the memory-efficient skew (:func:`relative_logits_skew`); any other
-    integer positions use :func:`relative_logits_gather` (same values).
+    unless ``share_heads``), initialised ``N(0, hd^-1/2)`` as in Tensor2Tensor. The bias is
+    :func:`relative_logits_gather`: ``Q E^T`` then one gather, never the ``(Lq, Lk, hd)`` tensor, for any integer
+    positions. It equals the paper's skewing (:func:`relative_logits_skew`, kept as the reference) to the bit
+    and was faster at every size measured (one thread: 0.10x the skew's time at L = 512 with D = 64, 0.46x with
+    D = 512, 0.01x for one decoded query over 4,096 keys); the skew also needs to know on the host that the
+    positions are contiguous, a device read in every layer.
 
     Options:
         max_distance: ``D``, distances beyond are clipped (Shaw et al. 2018); default 512.
@@ -474,12 +465,7 @@ class MusicRelativeAttention(PositionalEncoding):
         for name, pos in (("q_pos", q_pos), ("k_pos", k_pos)):
             if pos.is_floating_point():
                 raise TypeError(f"music_relative: {name} must be integer positions, got dtype {pos.dtype}")
-        q_start, k_start = _contiguous_start(q_pos), _contiguous_start(k_pos)
-        if q_start is not None and k_start is not None:
-            logits = relative_logits_skew(q, self.table, q_start, k_start, k.shape[-2], self.max_distance)
-        else:
-            logits = relative_logits_gather(q, self.table, q_pos, k_pos, self.max_distance)
-        return logits / math.sqrt(self.head_dim)
+        return relative_logits_gather(q, self.table, q_pos, k_pos, self.max_distance) / math.sqrt(self.head_dim)
 
     def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction:
         """Pointwise: ``x[b, h, i, clip(k_pos[j] - q_pos[i], -D, D) + D]`` with the per-query table

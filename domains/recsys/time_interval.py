@@ -11,7 +11,15 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import BiasFunction, PositionalEncoding, check_int, position_lookup
+from pe_toolkit.encoders.base import (
+    BiasFunction,
+    PositionalEncoding,
+    PositionCheck,
+    check_int,
+    position_lookup,
+    require_all,
+    takes_checked,
+)
 from pe_toolkit.registry import register_encoder
 
 __all__ = ["EXAMPLE_GAPS", "TimeIntervalBias", "clipped_intervals"]
@@ -92,20 +100,28 @@ class TimeIntervalBias(PositionalEncoding):
             )
         return positions[..., 0], positions[..., 1]
 
-    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+    def position_checks(self, positions: Tensor, name: str = "positions") -> list[PositionCheck]:
+        """With an absolute table: the index column holds whole numbers in ``[0, max_len)``."""
+        if self.table is None or positions.dim() not in (2, 3) or positions.shape[-1] != 2 or not positions.numel():
+            return []
+        index = positions[..., 0]
+        checks = []
+        if index.is_floating_point():
+            checks.append(((index == index.round()).all(),
+                           f"time_interval: index positions ({name}[..., 0]) must be whole numbers", None))
+        checks.append((((index >= 0) & (index < self.max_len)).all(),
+                       f"time_interval: index positions must lie in [0, max_len={self.max_len})",
+                       lambda: f", got [{int(index.min())}, {int(index.max())}]"))
+        return checks
+
+    @takes_checked
+    def embed(self, x: Tensor, positions: Tensor, *, checked: bool = False) -> Tensor:
         index, _ = self._split("positions", positions)
         if self.table is None:
             return x
-        if index.is_floating_point():
-            if not torch.equal(index, index.round()):
-                raise ValueError("time_interval: index positions (positions[..., 0]) must be whole numbers")
-        index = index.long()
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.max_len):
-            raise ValueError(
-                f"time_interval: index positions must lie in [0, max_len={self.max_len}), got "
-                f"[{int(index.min())}, {int(index.max())}]"
-            )
-        return x + self.table(index).to(x.dtype)
+        if not checked:
+            require_all(self.position_checks(positions))
+        return x + self.table(index.long()).to(x.dtype)
 
     def example_positions(self, length: int) -> Tensor:
         """``(index, time)`` of one user's window of ``length`` interactions, ``(length, 2)`` float64 as SASRec passes.

@@ -27,7 +27,15 @@ from torch import Tensor, nn
 
 from pe_toolkit.domains.translation.btg import btg_tree_from_alignment, cross_lingual_positions
 from pe_toolkit.encoders.absolute import sinusoidal_table
-from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int, tracing
+from pe_toolkit.encoders.base import (
+    PositionalEncoding,
+    PositionCheck,
+    check_choice,
+    check_float,
+    check_int,
+    require_all,
+    takes_checked,
+)
 from pe_toolkit.registry import register_encoder
 
 __all__ = ["CrossLingualPositionEncoding", "EXAMPLE_CLAUSE", "STRATEGIES", "example_alignment"]
@@ -50,11 +58,8 @@ def example_alignment(length: int) -> list[tuple[int, int]]:
     return [(i, 7 * (i // 5) + EXAMPLE_CLAUSE[i % 5]) for i in range(length)]
 
 
-def _check_pair_positions(positions: Tensor, name: str = "positions") -> None:
-    """Shape ``(L, 2)`` / ``(B, L, 2)``; the cross-lingual column integral and in ``[0, L)`` (a reordered index).
-
-    The value check reads the tensor (a host sync), so it is skipped while ``torch.compile`` traces.
-    """
+def _check_pair_shape(positions: Tensor, name: str = "positions") -> None:
+    """Shape ``(L, 2)`` / ``(B, L, 2)`` of numbers (no value is read)."""
     if not isinstance(positions, Tensor):
         raise TypeError(f"xl_pe: {name} must be a tensor, got {type(positions).__name__}")
     if positions.dim() not in (2, 3) or positions.shape[-1] != 2:
@@ -62,19 +67,25 @@ def _check_pair_positions(positions: Tensor, name: str = "positions") -> None:
             f"xl_pe: {name} must have shape (L, 2) or (B, L, 2) holding (position, cross-lingual position), "
             f"got {tuple(positions.shape)}"
         )
-    if tracing() or positions.dtype == torch.bool:
-        if positions.dtype == torch.bool:
-            raise ValueError(f"xl_pe: {name} must be numbers, got dtype {positions.dtype}")
-        return
+    if positions.dtype == torch.bool:
+        raise ValueError(f"xl_pe: {name} must be numbers, got dtype {positions.dtype}")
+
+
+def pair_position_checks(positions: Tensor, name: str = "positions") -> list[PositionCheck]:
+    """The cross-lingual column holds integers in ``[0, L)`` (a reordered index), as unread checks."""
+    if positions.dim() not in (2, 3) or positions.shape[-1] != 2 or positions.dtype == torch.bool:
+        return []  # the hooks raise the shape error
     xl = positions[..., 1]
     length = positions.shape[-2]
-    if xl.is_floating_point() and not bool(torch.isfinite(xl).all() and (xl == xl.round()).all()):
-        bad = xl[~(torch.isfinite(xl) & (xl == xl.round()))][0]
-        raise ValueError(f"xl_pe: {name}[..., 1] (cross-lingual positions) must be integers, got {float(bad)!r}")
+    checks = []
+    if xl.is_floating_point():
+        whole = torch.isfinite(xl) & (xl == xl.round())
+        checks.append((whole.all(), f"xl_pe: {name}[..., 1] (cross-lingual positions) must be integers",
+                       lambda: f", got {float(xl[~whole][0])!r}"))
     outside = (xl < 0) | (xl >= length)
-    if bool(outside.any()):
-        raise ValueError(f"xl_pe: {name}[..., 1] (cross-lingual positions) must lie in [0, {length}) for "
-                         f"{length} tokens, got {xl[outside][0].item()!r}")
+    checks.append(((~outside).all(), f"xl_pe: {name}[..., 1] (cross-lingual positions) must lie in [0, {length}) "
+                   f"for {length} tokens", lambda: f", got {xl[outside][0].item()!r}"))
+    return checks
 
 
 @register_encoder(
@@ -123,8 +134,15 @@ class CrossLingualPositionEncoding(PositionalEncoding):
         pe = sinusoidal_table(positions, self.dim, self.base, dtype)
         return pe if pe.dim() == 3 else pe.unsqueeze(0)
 
-    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        _check_pair_positions(positions)
+    def position_checks(self, positions: Tensor, name: str = "positions") -> list[PositionCheck]:
+        """The cross-lingual positions are integers in ``[0, L)`` (:func:`pair_position_checks`)."""
+        return pair_position_checks(positions, name)
+
+    @takes_checked
+    def embed(self, x: Tensor, positions: Tensor, *, checked: bool = False) -> Tensor:
+        _check_pair_shape(positions)
+        if not checked:
+            require_all(self.position_checks(positions))
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
         pe = self._table(positions[..., 0], dtype)
         if self.strategy == "input":
@@ -140,8 +158,8 @@ class CrossLingualPositionEncoding(PositionalEncoding):
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         if self.strategy != "head":
             return q, k
-        _check_pair_positions(q_pos, "q_pos")
-        _check_pair_positions(k_pos, "k_pos")
+        _check_pair_shape(q_pos, "q_pos")  # values: checked once by the entry (position_checks), not per layer
+        _check_pair_shape(k_pos, "k_pos")
         if q.shape[1] != self.num_heads or k.shape[1] != self.num_heads:
             raise ValueError(f"xl_pe: strategy='head' needs {self.num_heads} query and key heads, got "
                              f"{q.shape[1]} and {k.shape[1]}")

@@ -23,7 +23,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pe_toolkit.domains.vision.positions import mrope_positions, raster_grid_positions
-from pe_toolkit.encoders.base import PositionalEncoding, check_choice, check_float, check_int, require
+from pe_toolkit.encoders.base import (
+    PositionalEncoding,
+    PositionCheck,
+    check_choice,
+    check_float,
+    check_int,
+    require_all,
+    takes_checked,
+)
 from pe_toolkit.encoders.multi_axis import (
     AXIAL_LAYOUTS,
     MultiAxisRotary,
@@ -387,20 +395,31 @@ class Learned2D(PositionalEncoding):
         self.table = nn.Parameter(torch.empty(dim, *self.grid_size))  # (dim, rows, columns), image layout
         nn.init.trunc_normal_(self.table, std=self.init_std, a=-2 * self.init_std, b=2 * self.init_std)
 
-    def lookup(self, positions: Tensor) -> Tensor:
-        """Bicubic samples of the table at positions ``(L, 2)`` / ``(B, L, 2)``: ``(1 or B, L, dim)``."""
+    def position_checks(self, positions: Tensor, name: str = "positions") -> list[PositionCheck]:
+        """The positions lie within the table (outside it nothing was learned; ``grid_sample`` would clamp)."""
+        if positions.dim() not in (2, 3) or positions.shape[-1] != 2 or positions.dtype == torch.bool:
+            return []  # the hook raises the shape error
+        rows, cols = self.grid_size
+        p = positions.to(self.table.dtype)
+        inside = (p >= -0.5).all() & (p[..., 0] <= rows - 0.5).all() & (p[..., 1] <= cols - 0.5).all()
+        return [(inside,
+                 f"learned_2d: {name} must lie within the table, rows in [-0.5, {rows - 0.5}] and columns in "
+                 f"[-0.5, {cols - 0.5}] (grid_size {self.grid_size}); resample them onto it "
+                 "(patch_positions(layout='resample'))",
+                 lambda: f", got rows in [{float(p[..., 0].min())}, {float(p[..., 0].max())}] and columns in "
+                         f"[{float(p[..., 1].min())}, {float(p[..., 1].max())}]")]
+
+    def lookup(self, positions: Tensor, *, checked: bool = False) -> Tensor:
+        """Bicubic samples of the table at positions ``(L, 2)`` / ``(B, L, 2)``: ``(1 or B, L, dim)``.
+
+        ``checked``: the caller ran :meth:`position_checks` (otherwise they run here, one host read)."""
         _check_vector_positions("learned_2d", positions, 2)
+        if not checked:
+            require_all(self.position_checks(positions))
         rows, cols = self.grid_size
         p = positions.to(self.table.dtype)
         if p.dim() == 2:
             p = p.unsqueeze(0)
-        inside = (p >= -0.5).all() & (p[..., 0] <= rows - 0.5).all() & (p[..., 1] <= cols - 0.5).all()
-        require(inside,
-                f"learned_2d: positions must lie within the table, rows in [-0.5, {rows - 0.5}] and columns in "
-                f"[-0.5, {cols - 0.5}] (grid_size {self.grid_size}); resample them onto it "
-                "(patch_positions(layout='resample'))",
-                lambda: f", got rows in [{float(p[..., 0].min())}, {float(p[..., 0].max())}] and columns in "
-                        f"[{float(p[..., 1].min())}, {float(p[..., 1].max())}]")
         # grid_sample's (x, y) = (column, row), normalised so that -1 / +1 are the table's outer edges
         grid = torch.stack([(2 * p[..., 1] + 1) / cols - 1, (2 * p[..., 0] + 1) / rows - 1], dim=-1)
         table = self.table.unsqueeze(0).expand(grid.shape[0], -1, -1, -1)
@@ -418,10 +437,11 @@ class Learned2D(PositionalEncoding):
         out = F.interpolate(self.table.unsqueeze(0), size=(rows, columns), mode="bicubic", align_corners=False)
         return out[0].permute(1, 2, 0)
 
-    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+    @takes_checked
+    def embed(self, x: Tensor, positions: Tensor, *, checked: bool = False) -> Tensor:
         _check_vector_positions("learned_2d", positions, 2)
         _check_embed_input("learned_2d", self.dim, x, positions)
-        return x + self.lookup(positions).to(x.dtype)
+        return x + self.lookup(positions, checked=checked).to(x.dtype)
 
     def example_positions(self, length: int) -> Tensor:
         """``length`` patches of a near-square grid resampled onto the table (``"resample"``), ``(length, 2)``."""

@@ -17,7 +17,6 @@ Shapes:
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 from collections.abc import Callable
@@ -126,6 +125,44 @@ def require(condition: Tensor, message: str, detail: Callable[[], str] | None = 
         torch._assert_async(condition, message)
     elif not bool(condition):
         raise ValueError(message + (detail() if detail is not None else ""))
+
+
+PositionCheck = tuple[Tensor, str, "Callable[[], str] | None"]
+"""One value check of positions: ``(condition, message, detail)``, a 0-d bool device tensor not yet read, the
+error message and (eager only) a function adding the offending values; see
+:meth:`PositionalEncoding.position_checks`."""
+
+
+def require_all(checks: list[PositionCheck]) -> None:
+    """:func:`require` for several checks with one host synchronisation: the first failed one raises."""
+    if not checks:
+        return
+    if tracing():
+        for condition, message, _ in checks:
+            torch._assert_async(condition, message)
+        return
+    held = torch.stack([condition.reshape(()).to(torch.bool) for condition, _, _ in checks]).tolist()
+    raise_failed(checks, held)
+
+
+def raise_failed(checks: list[PositionCheck], held: list) -> None:
+    """Raise the ``ValueError`` of the first check whose read value in ``held`` is false."""
+    for (_, message, detail), ok in zip(checks, held, strict=True):
+        if not ok:
+            raise ValueError(message + (detail() if detail is not None else ""))
+
+
+def takes_checked(method: Callable) -> Callable:
+    """Mark a hook (``embed``) that accepts ``checked=True`` from a caller that already ran the encoder's
+    :meth:`~PositionalEncoding.position_checks` on these positions (in its own single host read); without
+    it the hook runs them itself."""
+    method.takes_checked = True
+    return method
+
+
+def hook_takes_checked(encoding: PositionalEncoding, hook: str) -> bool:
+    """Whether ``encoding``'s ``hook`` (its class's own method) is marked with :func:`takes_checked`."""
+    return getattr(getattr(type(encoding), hook), "takes_checked", False)
 
 
 def require_finite(name: str, x: Tensor) -> None:
@@ -371,6 +408,19 @@ class PositionalEncoding(nn.Module):
         """
         return None
 
+    def position_checks(self, positions: Tensor, name: str = "positions") -> list[PositionCheck]:
+        """The value checks this encoder needs on ``positions`` (beyond shape, dtype and finiteness), not read.
+
+        Each is a :data:`PositionCheck`: a 0-d bool device tensor, the message of its ``ValueError`` and an
+        optional detail. The public entry points (``Transformer``, a bare ``MultiHeadAttention``,
+        :meth:`positional_pattern`) add them to the one host read of their own checks, before any layer
+        runs or a cache is written; the ``rotate`` / ``bias`` hooks then read nothing from the device, and an
+        ``embed`` marked :func:`takes_checked` is told. None here; an encoder whose positions index a table
+        or must satisfy a precondition (a graph's self loops) overrides it. ``name`` names the argument in
+        the messages.
+        """
+        return []
+
     def example_positions(self, length: int) -> Tensor:
         """Positions of a small example input of ``length`` tokens: ``arange(length)`` here.
 
@@ -419,6 +469,7 @@ class PositionalEncoding(nn.Module):
             raise TypeError(f"positions must hold integer or float values, got dtype {positions.dtype}")
         elif positions.is_floating_point():
             require_finite("positions", positions)
+        require_all(self.position_checks(positions, "positions"))
         modes = [(module, module.training) for module in self.modules()]
         self.eval()  # no dropout, and normalisation layers read (not update) their running statistics
         try:
@@ -530,11 +581,6 @@ class PositionBiasEncoding(PositionalEncoding):
             return self.score(h, query(b, i), key(b, j), dtype, num_keys)
 
         return function
-
-    def forward_scope(self) -> contextlib.AbstractContextManager:
-        """A no-op, kept for callers written against the old per-encoder bias cache (there is none now:
-        the bias of one forward is built by the ``Transformer`` / attention layer and passed down)."""
-        return contextlib.nullcontext(self)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
              span: tuple[int, int] | None = None) -> Tensor:

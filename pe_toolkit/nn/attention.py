@@ -14,7 +14,9 @@ from pe_toolkit.encoders.base import (
     check_positions,
     default_positions,
     hook_takes_bounds,
+    raise_failed,
     require,
+    require_all,
     tracing,
 )
 from pe_toolkit.nn.backends import BACKENDS, attend
@@ -33,6 +35,7 @@ def positional_logits(
 
     Shapes: q ``(B, H, Lq, d)``, k ``(B, H, Lk, d)`` -> ``(B, H, Lq, Lk)``.
     """
+    require_all(encoding.position_checks(q_pos, "q_pos") + encoding.position_checks(k_pos, "k_pos"))
     q, k = encoding.rotate(q, k, q_pos, k_pos)
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     bias = encoding.bias(q, k, q_pos, k_pos)
@@ -160,7 +163,9 @@ class MultiHeadAttention(nn.Module):
         ``state``: the :class:`~pe_toolkit.nn.position_state.PositionState` of the ``Transformer``
         forward this layer is part of (positions and masks checked at its entry, the bias built once for
         all layers). Without it the layer checks its own inputs, with one host read for the value
-        checks, and builds what it needs itself. Every check runs before ``cache`` is written.
+        checks, and builds what it needs itself. Every check runs before ``cache`` is written, and a failure
+        after the append (in the encoder's bias, the attention kernel or the output projection) restores
+        ``cache`` to what it held before the call.
         """
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
@@ -241,15 +246,23 @@ class MultiHeadAttention(nn.Module):
                 facts["key_padding_mask"] = key_padding_mask.any(-1).all()
         if cache is not None:
             cache.check_update((b, self.num_kv_heads, source.shape[1], self.head_dim), k_pos, vector_dims=vector_dims)
-        if facts and tracing():  # compiled: the value checks become assertions in the graph
+        checks = []
+        if not validated:  # the encoder's own value checks (a table's range, a graph's self loops)
+            checks = encoding.position_checks(q_pos, "q_pos")
+            if k_pos is not q_pos:
+                checks += encoding.position_checks(k_pos, "k_pos")
+        if (facts or checks) and tracing():  # compiled: the value checks become assertions in the graph
             for name in ("q_pos", "k_pos"):
                 if f"{name}.finite" in facts:
                     require(facts[f"{name}.finite"], f"{name} contains NaN or inf")
             if "key_padding_mask" in facts:
                 require(facts["key_padding_mask"], "key_padding_mask: every row needs at least one real key (True)")
-        elif facts:  # a bare call: its value checks in one host read
+            require_all(checks)
+        elif facts or checks:  # a bare call: its value checks in one host read
+            facts.update({f"check.{i}": condition for i, (condition, _, _) in enumerate(checks)})
             values = read_facts(facts)
             check_facts(values, {"key_padding_mask": key_padding_mask})
+            raise_failed(checks, [values[f"check.{i}"] for i in range(len(checks))])
             q_bounds = _bounds_of(values, "q_pos") if q_bounds is None and "q_pos.lo" in values else q_bounds
             if "k_pos.lo" in values:
                 k_bounds = _bounds_of(values, "k_pos")
@@ -263,18 +276,25 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k = encoding.rotate(q, k, q_pos, k_pos)
         all_k_bounds = k_bounds
+        snapshot = None
         if cache is not None:
+            snapshot = cache.snapshot()  # references only: restored if anything after the append raises
             cache.claim(self)
             all_k_bounds = union(cache.bounds, k_bounds) if cache.held else k_bounds
             k, v, k_pos = cache.update(k, v, k_pos, vector_dims=vector_dims, bounds=k_bounds)
-        k_len = k.shape[-2]
-        if state is None or not is_self:
-            state = PositionState(q_pos, q_bounds, all_k_bounds, validated=True)
-        mask = AttentionMask(q_len, k_len, causal=self.causal and is_self, key_padding_mask=key_padding_mask,
-                             q_documents=runs, k_documents=runs, window=self.window if is_self else None)
-        out = attend(q, k, v, q_pos, k_pos, encoding, mask, backend=self.backend, tile=self.query_block_size,
-                     dropout=self.dropout if self.training else 0.0, vector_dims=vector_dims, state=state)
-        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
+        try:
+            k_len = k.shape[-2]
+            if state is None or not is_self:
+                state = PositionState(q_pos, q_bounds, all_k_bounds, validated=True)
+            mask = AttentionMask(q_len, k_len, causal=self.causal and is_self, key_padding_mask=key_padding_mask,
+                                 q_documents=runs, k_documents=runs, window=self.window if is_self else None)
+            out = attend(q, k, v, q_pos, k_pos, encoding, mask, backend=self.backend, tile=self.query_block_size,
+                         dropout=self.dropout if self.training else 0.0, vector_dims=vector_dims, state=state)
+            return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.dim))
+        except BaseException:
+            if snapshot is not None:
+                cache.restore(snapshot)
+            raise
 
     def check_encoding(self, encoding: PositionalEncoding) -> None:
         """ValueError when ``encoding`` was built for another number of heads or head size than this layer."""

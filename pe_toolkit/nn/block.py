@@ -138,9 +138,9 @@ class TransformerBlock(nn.Module):
         state: PositionState | None = None,
     ) -> Tensor:
         """``state``: the forward's :class:`~pe_toolkit.nn.position_state.PositionState` (see
-        :meth:`MultiHeadAttention.forward`); passed to a ``"mha"`` self-attention."""
+        :meth:`MultiHeadAttention.forward`); passed to the self-attention (MHA or MLA)."""
         extra = {} if document_ids is None else {"document_ids": document_ids}  # MLA takes no documents
-        if state is not None and isinstance(self.attn, MultiHeadAttention):
+        if state is not None:
             extra["state"] = state
         h = self.attn(
             self.attn_norm(x), q_pos=positions, key_padding_mask=padding_mask, cache=cache, encoding=encoding,

@@ -49,12 +49,18 @@ from pe_toolkit.encoders.base import (
     check_int,
     check_positions,
     default_positions,
+    raise_failed,
+    require,
+    require_all,
     require_finite,
+    tracing,
 )
 from pe_toolkit.encoders.rotary import RotaryEncoding, apply_rope, rope_inverse_frequencies
+from pe_toolkit.nn.attention import _bounds_of, _position_facts, check_facts
 from pe_toolkit.nn.backends import dense_attention_mask
 from pe_toolkit.nn.kv_cache import KVCache
 from pe_toolkit.nn.masks import AttentionMask
+from pe_toolkit.nn.position_state import Bounds, PositionState, read_facts, union
 
 
 class LatentKVCache(KVCache):
@@ -77,10 +83,12 @@ class LatentKVCache(KVCache):
 
 
 def update_latent_cache(
-    cache: KVCache, latent: Tensor, rope_key: Tensor, positions: Tensor
+    cache: KVCache, latent: Tensor, rope_key: Tensor, positions: Tensor, *, bounds: tuple[int, int] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Append ``latent (B, L, d_c)``, ``rope_key (B, H_r, L, d_R)`` and positions; return all cached so far."""
-    latents, rope_keys, positions = cache.update(latent.unsqueeze(1), rope_key, positions)
+    """Append ``latent (B, L, d_c)``, ``rope_key (B, H_r, L, d_R)`` and positions; return all cached so far.
+
+    ``bounds``: the positions' exact ``(min, max)`` when known on the host (see :meth:`KVCache.update`)."""
+    latents, rope_keys, positions = cache.update(latent.unsqueeze(1), rope_key, positions, bounds=bounds)
     return latents[:, 0], rope_keys, positions
 
 
@@ -292,6 +300,7 @@ class MultiHeadLatentAttention(nn.Module):
         cache: KVCache | None = None,
         encoding: PositionalEncoding | None = None,
         absorb: bool | None = None,
+        state: PositionState | None = None,
     ) -> Tensor:
         """Self-attention output ``(B, L, dim)``.
 
@@ -300,49 +309,122 @@ class MultiHeadLatentAttention(nn.Module):
         :data:`ABSORB_MAX_QUERIES` queries (decoding steps, where rebuilding every cached key per step
         dominates) and takes the plain path otherwise (training, prefill). Both give the same output.
         ``cache`` (a :class:`LatentKVCache` or :class:`KVCache`) receives only the latents and rope keys.
+
+        ``state``: the :class:`~pe_toolkit.nn.position_state.PositionState` of the ``Transformer`` forward this
+        layer is part of (inputs checked at its entry, a position-only bias built once for all layers). Without
+        it the layer checks its own inputs with one host read. As :class:`MultiHeadAttention`: every check runs
+        before ``cache`` is written, and a failure after the append restores it; a cache serves one layer.
         """
         if context is not None:
             raise ValueError("MultiHeadLatentAttention is self-attention only: context must be None")
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, L, {self.dim}), got {tuple(x.shape)}")
-        require_finite("MultiHeadLatentAttention: x", x)
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
         bias_encoding = self._check_encoding(encoding)
         b, q_len, _ = x.shape
-        if cache is not None and cache.window is not None:
-            raise ValueError("MultiHeadLatentAttention has no sliding window: use a KVCache without window")
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+            if cache.window is not None:
+                raise ValueError("MultiHeadLatentAttention has no sliding window: use a KVCache without window")
+            cache.check_owner(self)
         past = cache.length if cache is not None else 0
-        q_pos = default_positions(q_len, past, x.device) if q_pos is None else q_pos
-        check_positions("q_pos", q_pos, q_len, b)
-        k_pos = q_pos if k_pos is None else k_pos
-        check_positions("k_pos", k_pos, q_len, b)
+        validated = state is not None and state.validated
+        facts: dict[str, Tensor] = {}
+        if not validated and not tracing():
+            facts["x.finite"] = torch.isfinite(x).all()
+        q_bounds: Bounds | None = None
+        if q_pos is None:
+            q_pos = default_positions(q_len, past, x.device)
+            q_bounds = (past, past + q_len - 1) if q_len else None
+        else:
+            check_positions("q_pos", q_pos, q_len, b, values=False)
+            if state is not None and q_pos is state.q_pos:
+                q_bounds = state.q_bounds
+            elif not validated:
+                _position_facts(facts, "q_pos", q_pos, 0)
+        k_bounds = q_bounds
+        if k_pos is None:
+            k_pos = q_pos
+        else:
+            check_positions("k_pos", k_pos, q_len, b, values=False)
+            k_bounds = None
+            if not validated:
+                _position_facts(facts, "k_pos", k_pos, 0)
+        held = cache.held if cache is not None else 0
+        if key_padding_mask is not None:
+            if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+                got = (key_padding_mask.dtype if isinstance(key_padding_mask, Tensor)
+                       else type(key_padding_mask).__name__)
+                raise TypeError(f"key_padding_mask must be bool (True = real token), got {got}")
+            if tuple(key_padding_mask.shape) != (b, held + q_len):
+                raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected "
+                                 f"({b}, {held + q_len}) ({held} cached + {q_len} new keys)")
+            if not validated:
+                facts["key_padding_mask"] = key_padding_mask.any(-1).all()
+        checks = []
+        if bias_encoding is not None and not validated:
+            checks = bias_encoding.position_checks(q_pos, "q_pos")
+            if k_pos is not q_pos:
+                checks += bias_encoding.position_checks(k_pos, "k_pos")
+        if cache is not None:
+            latent_width = self.latent_dim + (self.value_latent_dim or 0)
+            cache.check_update((b, 1, q_len, latent_width), k_pos)
+        if tracing():  # compiled: the value checks become assertions in the graph
+            require_finite("MultiHeadLatentAttention: x", x)
+            for name in ("q_pos", "k_pos"):
+                if f"{name}.finite" in facts:
+                    require(facts[f"{name}.finite"], f"{name} contains NaN or inf")
+            if "key_padding_mask" in facts:
+                require(facts["key_padding_mask"], "key_padding_mask: every row needs at least one real key (True)")
+            require_all(checks)
+        elif facts or checks:  # the value checks of a bare call in one host read (none inside a Transformer)
+            facts.update({f"check.{i}": condition for i, (condition, _, _) in enumerate(checks)})
+            values = read_facts(facts)
+            if values.get("x.finite", 1.0) == 0.0:
+                raise ValueError(f"MultiHeadLatentAttention: x holds NaN or inf values "
+                                 f"({int((~torch.isfinite(x)).sum())} of {x.numel()} entries)")
+            check_facts(values, {"key_padding_mask": key_padding_mask})
+            raise_failed(checks, [values[f"check.{i}"] for i in range(len(checks))])
+            if "q_pos.lo" in values:
+                q_bounds = _bounds_of(values, "q_pos")
+                k_bounds = q_bounds if k_pos is q_pos else k_bounds
+            if "k_pos.lo" in values:
+                k_bounds = _bounds_of(values, "k_pos")
 
         q_nope, q_rope = self._queries(x, q_pos)
         c_k, c_v = self._latents(x)
         latent = c_k if self.v_down is None else torch.cat((c_k, c_v), dim=-1)
         k_rope = self._rope_keys(x, k_pos)
-        if cache is not None:
-            latent, k_rope, k_pos = update_latent_cache(cache, latent, k_rope, k_pos)
-        k_len = latent.shape[1]
-        if key_padding_mask is not None:
-            if key_padding_mask.dtype != torch.bool:
-                raise TypeError(f"key_padding_mask must be bool (True = real token), got {key_padding_mask.dtype}")
-            if tuple(key_padding_mask.shape) != (b, k_len):
-                raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected ({b}, {k_len})")
-        bias = None
-        if bias_encoding is not None:
-            bias = bias_encoding.bias(q_rope, k_rope, q_pos, k_pos)
-        visibility = AttentionMask(q_len, k_len, causal=self.causal, key_padding_mask=key_padding_mask)
-        mask, is_causal = dense_attention_mask(bias, visibility, 0, q_len, q_rope.dtype, x.device)
-        c_k, c_v = self._split_latent(latent)
-        if absorb is None:
-            absorb = cache is not None and q_len <= ABSORB_MAX_QUERIES
-        if absorb:
-            out = self._attend_absorbed(q_nope, q_rope, c_k, c_v, k_rope, mask, is_causal)
-        else:
-            out = self._attend_plain(q_nope, q_rope, c_k, c_v, k_rope, mask, is_causal)
-        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.num_heads * self.value_head_dim))
+        all_k_bounds = k_bounds
+        snapshot = None
+        if cache is not None:  # every check ran above; a failure from here on restores the cache
+            snapshot = cache.snapshot()
+            cache.claim(self)
+            all_k_bounds = union(cache.bounds, k_bounds) if cache.held else k_bounds
+            latent, k_rope, k_pos = update_latent_cache(cache, latent, k_rope, k_pos, bounds=k_bounds)
+        try:
+            k_len = latent.shape[1]
+            bias = None
+            if bias_encoding is not None:
+                if state is None:
+                    state = PositionState(q_pos, q_bounds, all_k_bounds)
+                bias = state.bias(bias_encoding, q_rope, k_rope, q_pos, k_pos)
+            visibility = AttentionMask(q_len, k_len, causal=self.causal, key_padding_mask=key_padding_mask)
+            mask, is_causal = dense_attention_mask(bias, visibility, 0, q_len, q_rope.dtype, x.device)
+            c_k, c_v = self._split_latent(latent)
+            if absorb is None:
+                absorb = cache is not None and q_len <= ABSORB_MAX_QUERIES
+            if absorb:
+                out = self._attend_absorbed(q_nope, q_rope, c_k, c_v, k_rope, mask, is_causal)
+            else:
+                out = self._attend_plain(q_nope, q_rope, c_k, c_v, k_rope, mask, is_causal)
+            return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.num_heads * self.value_head_dim))
+        except BaseException:
+            if snapshot is not None:
+                cache.restore(snapshot)
+            raise
 
     def _attend_plain(
         self, q_nope: Tensor, q_rope: Tensor, c_k: Tensor, c_v: Tensor, k_rope: Tensor, mask: Tensor | None,

@@ -25,7 +25,10 @@ from pe_toolkit.encoders.base import (
     check_positions,
     default_positions,
     hook_takes_bounds,
+    hook_takes_checked,
+    raise_failed,
     require,
+    require_all,
     tracing,
 )
 from pe_toolkit.nn.attention import check_document_ids, check_facts
@@ -259,18 +262,23 @@ class Transformer(nn.Module):
                 raise ValueError(f"padding_mask has shape {tuple(padding_mask.shape)}, expected ({batch}, "
                                  f"{held + length}) ({held} cached + {length} new keys)")
             facts["padding_mask"] = padding_mask.any(-1).all()
+        # the encoders' own value checks of the positions (a table's range, a graph's self loops), in the same read
+        checks = [check for enc in self.encodings for check in enc.position_checks(positions, "positions")]
         if tracing():  # compiled: the value checks become assertions in the graph
             if "positions.finite" in facts:
                 require(facts["positions.finite"], "positions contains NaN or inf")
             if "padding_mask" in facts:
                 require(facts["padding_mask"], "padding_mask: every row needs at least one real key (True)")
+            require_all(checks)
         else:
+            facts.update({f"check.{i}": condition for i, (condition, _, _) in enumerate(checks)})
             values = read_facts(facts)
             if values.get("x.finite", 1.0) == 0.0:
                 raise ValueError(f"x holds NaN or inf values ({int((~torch.isfinite(x)).sum())} of {x.numel()} "
                                  "entries)")
             self._raise_failed(values)
             check_facts(values, {"padding_mask": padding_mask})
+            raise_failed(checks, [values[f"check.{i}"] for i in range(len(checks))])
             if "positions.lo" in values:
                 q_bounds = int(values["positions.lo"]), int(values["positions.hi"])
         k_bounds = q_bounds
@@ -284,10 +292,10 @@ class Transformer(nn.Module):
                 for block, c in zip(self.blocks, cache, strict=True):
                     c.claim(block.attn)
             first = self.encodings[0]
+            told = {"checked": True} if hook_takes_checked(first, "embed") else {}
             if q_bounds is not None and hook_takes_bounds(first, "embed"):
-                x = first.embed(x, positions, bounds=q_bounds)
-            else:
-                x = first.embed(x, positions)
+                told["bounds"] = q_bounds
+            x = first.embed(x, positions, **told)
             x = self.dropout(x)
             for i, block in enumerate(self.blocks):
                 x = block(

@@ -94,8 +94,7 @@ def test_bias_keeps_no_state_between_calls():
         second = enc.bias(q, k, pos, pos)
     torch.testing.assert_close(second, first + 1.0, rtol=0, atol=0)
     assert not hasattr(enc, "_cache_entry") and not hasattr(enc, "bias_builds")
-    with enc.forward_scope() as scoped:  # kept as a no-op for older callers
-        assert scoped is enc
+    assert not hasattr(enc, "forward_scope")  # no scope to open: nothing outlives a call
 
 
 def test_span_known_on_the_host_gives_the_same_bias():

@@ -125,7 +125,10 @@ def test_edge_aware_with_rope2d_and_bad_positions():
     with pytest.raises(ValueError, match=r"\(L, 2 \+ L\)"):
         enc.bias(torch.zeros(2, 4, 3, 8), torch.zeros(2, 4, 3, 8), torch.zeros(2, 3, 2), torch.zeros(2, 3, 2))
     bad = _graph_positions(torch.zeros(1, 2, 2), -torch.ones(1, 2, 2))
+    # the per-layer bias reads nothing from the device: the attention's entry checks the self loops, once
+    with pytest.raises(ValueError, match=r"diagonal of the edge-length matrix \(q_pos\[\.\.\., 2:\]\)"):
+        attn(torch.randn(1, 2, 32), q_pos=bad)
     with pytest.raises(ValueError, match="diagonal"):
-        enc.bias(torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8), bad, bad)
+        enc.positional_pattern(2, positions=bad[0])
     with pytest.raises(ValueError, match="object_pe"):
         EdgeAwareGraphEncoding(32, 4, object_pe="fourier")

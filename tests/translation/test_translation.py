@@ -306,10 +306,13 @@ def test_xl_pe_rejects_bad_cross_lingual_positions():
         with pytest.raises(ValueError, match=match):
             enc.embed(x, torch.stack((plain.to(xl.dtype), xl), dim=-1))
     head = pet.get_encoder("xl_pe", 8, 2, strategy="head")
-    q = torch.randn(1, 2, 3, 4)
     bad = torch.stack((plain, torch.tensor([0, 1, 3])), dim=-1)
-    with pytest.raises(ValueError, match=r"q_pos\[\.\.\., 1\]"):
-        head.rotate(q, q, bad, torch.stack((plain, plain), dim=-1))
+    # the per-layer rotate reads nothing from the device: the attention's entry checks the values, once
+    layer = pet.MultiHeadAttention(8, 2, encoding=head)
+    with pytest.raises(ValueError, match=r"q_pos\[\.\.\., 1\].*\[0, 3\) for 3 tokens, got 3"):
+        layer(x, q_pos=bad)
+    with pytest.raises(ValueError, match=r"k_pos\[\.\.\., 1\].*\[0, 3\) for 3 tokens, got 3"):
+        layer(x, q_pos=torch.stack((plain, plain), dim=-1), k_pos=bad)
     # integral floats are positions too (interpolated index positions may be float)
     out = enc.embed(x, torch.stack((plain, torch.tensor([2, 0, 1])), dim=-1).double())
     assert out.shape == x.shape

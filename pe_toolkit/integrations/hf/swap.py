@@ -82,7 +82,7 @@ require_extra("hf", __name__)
 
 import transformers  # noqa: E402
 
-from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding, tracing  # noqa: E402
+from pe_toolkit.encoders.base import PositionalEncoding  # noqa: E402
 from pe_toolkit.nn.attention import check_backend  # noqa: E402
 from pe_toolkit.nn.backends import attend  # noqa: E402
 from pe_toolkit.nn.masks import AttentionMask  # noqa: E402
@@ -178,9 +178,8 @@ class PositionalSwap(nn.Module):
     and, for a model whose layer types carry their own rope settings, ``by_layer_type`` (one encoder per
     ``config.layer_types`` entry). Installs the base model's forward hooks: the pre-hook reads
     positions, the 2D ``attention_mask`` and packed-document markers (see the module docstring), adds
-    an ``embed`` hook's output to the input embeddings, and opens the bias encoder's
-    :meth:`~pe_toolkit.encoders.base.PositionBiasEncoding.forward_scope` (one bias per forward, shared
-    by the layers); the post-hook closes it (also when the forward raises).
+    an ``embed`` hook's output to the input embeddings. Nothing is kept between forwards: each attention
+    call builds its bias from the current parameters.
     """
 
     def __init__(self, encoding: PositionalEncoding, name: str, options: dict[str, Any], *, backend: str,
@@ -194,7 +193,6 @@ class PositionalSwap(nn.Module):
         self.backend = backend
         self.query_block_size = query_block_size
         self.seed = seed
-        self._scopes: list[Any] = []
         self._parameter_names: list[str] | None = None
 
     @property
@@ -221,7 +219,6 @@ class PositionalSwap(nn.Module):
         self._parameter_names = [p.name for p in signature.parameters.values()
                                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         base.register_forward_pre_hook(self._before, with_kwargs=True)
-        base.register_forward_hook(self._after, with_kwargs=True, always_call=True)
         rotaries = [m for m in base.modules() if type(m).__name__.endswith("RotaryEmbedding")]
         for module in rotaries:
             module.register_forward_hook(_identity_rotation)
@@ -241,9 +238,7 @@ class PositionalSwap(nn.Module):
         batch, length, device = reference.shape[0], reference.shape[1], reference.device
         use_cache = kwargs.get("use_cache")
         use_cache = getattr(base.config, "use_cache", False) if use_cache is None else use_cache
-        # HF gradient checkpointing recomputes each layer in the backward pass, where a bias shared by the
-        # layers would be rebuilt per layer (a different recomputed graph): then every layer builds its own.
-        # It also runs without a cache.
+        # HF gradient checkpointing recomputes each layer in the backward pass and runs without a cache.
         checkpointed = torch.is_grad_enabled() and any(
             getattr(module, "gradient_checkpointing", False) and module.training for module in base.modules())
         if cache is None and use_cache and not checkpointed:
@@ -288,15 +283,7 @@ class PositionalSwap(nn.Module):
                 embeds = base.get_input_embeddings()(ids)
             kwargs["inputs_embeds"] = encoding.embed(embeds, positions)
             kwargs["input_ids"] = None
-        if isinstance(encoding, PositionBiasEncoding) and not checkpointed and not tracing():  # compiled: no reuse
-            scope = encoding.forward_scope()
-            scope.__enter__()
-            self._scopes.append(scope)
         return args, kwargs
-
-    def _after(self, base: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if self._scopes:
-            self._scopes.pop().__exit__(None, None, None)
 
     def extra_repr(self) -> str:
         text = f"name={self.name!r}, backend={self.backend!r}"
