@@ -9,6 +9,8 @@
 * :mod:`.checkpoint`: a swapped model as its own HF model type (``pe_toolkit_<family>``), registered
   here with ``AutoConfig`` / ``AutoModelForCausalLM`` so ``from_pretrained`` opens swapped checkpoints;
   atomic saving (:func:`save_swapped`).
+* :mod:`.legacy`: checkpoints saved before that (the family's ``model_type`` and a ``pe_toolkit``
+  config entry): a warning when a config of one is built, :func:`migrate_checkpoint` to rewrite them.
 * :mod:`.logits`: :class:`CausalLMLogits`, an HF causal LM as ``model(input_ids) -> logits`` for the
   training modules and benchmarks.
 """
@@ -28,6 +30,7 @@ _EXPORTS = {
     "rope_options_from_hf": "rope_config", "rope_config_to_hf": "rope_config",
     "swap_positional_encoding": "swap", "load_swapped": "swap", "swapped_encoding": "swap", "save_swapped": "swap",
     "CausalLMLogits": "logits",
+    "migrate_checkpoint": "legacy", "LegacySwappedCheckpointWarning": "legacy",
 }
 __all__ = sorted(_EXPORTS)
 

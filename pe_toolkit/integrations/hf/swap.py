@@ -70,6 +70,7 @@ import copy
 import inspect
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -609,7 +610,7 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
             ``seed``; a ``state_dict`` that does not fit (its keys named); ``name=None`` without
             ``config.pe_toolkit``.
     """
-    from pe_toolkit.integrations.hf import checkpoint
+    from pe_toolkit.integrations.hf import checkpoint, legacy
 
     check_model(model)
     checkpoint.check_swappable(model)
@@ -619,6 +620,8 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
         if not isinstance(spec, dict) or not isinstance(spec.get("encoding"), str):
             raise ValueError(f"name=None reads model.config.{CONFIG_KEY} (written by swap_positional_encoding), but "
                              f"this {type(model).__name__}'s config has {spec!r}: pass the encoder's name")
+        if legacy.is_legacy_spec(spec):  # saved before swapped models had their own type: build what it built
+            spec = legacy.current_spec(config, spec, family_of(model))
         name = spec["encoding"]
         options = {**dict(spec.get("options") or {}), **options}
         backend = spec.get("backend", backend)
@@ -673,9 +676,9 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
         setattr(base, MODULE_NAME, new)
         new.attach(base)
     config._attn_implementation = ATTN_IMPLEMENTATION
+    checkpoint.make_swapped(model)  # first: the config class is then the swapped type, which may hold the spec
     prefix = f"{model.base_model_prefix}.{MODULE_NAME}.encoding."
     setattr(config, CONFIG_KEY, new.spec(prefix))
-    checkpoint.make_swapped(model)
     return model
 
 
@@ -750,23 +753,32 @@ def load_swapped(path: Any, *, model_class: Any = None, **from_pretrained_kwargs
     ``transformers.AutoModelForCausalLM``), which, with this module imported, builds the registered
     swapped class (:mod:`.checkpoint`) and loads the encoder's parameters with the model's. A checkpoint
     written before swapped models had their own model type (``model_type`` of the plain family) is
-    rebuilt from ``config.pe_toolkit`` and its encoder's parameters read from the safetensors files.
+    rebuilt from ``config.pe_toolkit`` (as the old code built it, see :mod:`.legacy`) and its encoder's
+    parameters read from the safetensors files, with a :class:`~.legacy.LegacySwappedCheckpointWarning`
+    that plain ``from_pretrained`` does not (:func:`~.legacy.migrate_checkpoint` rewrites the folder).
     Logits equal those of the saved model.
 
     Raises:
         ValueError: the checkpoint's config has no ``pe_toolkit`` entry (not a swapped model), or the
             checkpoint lacks some of the encoder's parameters (named).
     """
-    from pe_toolkit.integrations.hf import checkpoint  # noqa: F401 (registers the swapped model types)
+    from pe_toolkit.integrations.hf import checkpoint, legacy  # noqa: F401 (registers the swapped model types)
 
     model_class = transformers.AutoModelForCausalLM if model_class is None else model_class
-    model = model_class.from_pretrained(path, **from_pretrained_kwargs)
+    with legacy.quiet():
+        model = model_class.from_pretrained(path, **from_pretrained_kwargs)
     spec = getattr(model.config, CONFIG_KEY, None)
     if not isinstance(spec, dict):
         raise ValueError(f"{path}: config.json has no {CONFIG_KEY!r} entry, so it was not saved from a model that "
                          "swap_positional_encoding changed; load it with from_pretrained")
     if swapped_encoding(model) is not None:
         return model
+    if legacy.is_legacy_spec(spec):
+        warnings.warn(f"{str(path)!r} is a swapped checkpoint in the format before swapped models had their own model "
+                      "type: load_swapped rebuilds it, but plain from_pretrained (pipelines, evaluation harnesses, "
+                      "servers) builds the un-swapped model from it; rewrite the folder once with "
+                      f"pe_toolkit.integrations.hf.migrate_checkpoint({str(path)!r})",
+                      legacy.LegacySwappedCheckpointWarning, stacklevel=2)
     swap_positional_encoding(model)
     encoding = swapped_encoding(model)
     expected = encoding.state_dict()
