@@ -44,12 +44,13 @@ Design:
   sequences: ``position_ids`` that restart (without an ``attention_mask``, on an empty cache) or
   ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (HF's flattening collator) mark documents that do not attend to
   each other.
-* **KV cache**: keys enter HF's cache un-rotated; each layer records the positions of its keys on its
-  cache layer (attribute ``_pe_toolkit_key_positions``, which ``copy.deepcopy`` keeps) and rotates
-  all keys at their positions on every call (``O(keys x head_dim)`` per step, next to the attention's
-  own ``O(keys x head_dim)``; greedy decoding of a Llama with d=256, 4 layers, 256 + 128 tokens, one CPU
-  thread took 1.28x (rope) and 1.19x (alibi) the time of the earlier per-layer replacement of the
-  attention modules, which covered Llama / Qwen2 / Mistral only). A cache cropped from the end is
+* **KV cache**: keys enter HF's cache as the attention module puts them in (HF's rotation is the
+  identity); each layer records the positions of its keys on its cache layer (attribute
+  ``_pe_toolkit_key_positions``, which ``copy.deepcopy`` keeps). An encoder that rotates each key by its
+  own position alone (``rope`` without a length-dependent scaling) rotates each call's new keys once
+  and writes them back into the cache tensor, so the cache holds rotated keys as HF's own RoPE models'
+  does and a decoding step rotates one key, not all of them (see :func:`_rotate`); ``dynamic`` /
+  ``longrope`` rotate every key on every call at the call's length. A cache cropped from the end is
   followed; a cache whose keys were not recorded is refused. Pre-allocated caches
   (``cache_implementation="static"``) are refused by name.
 * **Embed hooks** (``sinusoidal``, ``learned``, ...): the pre-hook replaces ``input_ids`` by
@@ -115,6 +116,13 @@ INPUTS_KWARG = "pe_toolkit_inputs"
 
 POSITIONS_ATTR = "_pe_toolkit_key_positions"
 """Attribute of an HF cache layer holding the positions of its keys (``(K,)`` or ``(B, K)``)."""
+
+ROTATED_ATTR = "_pe_toolkit_keys_rotated"
+"""Attribute of an HF cache layer set when its keys are stored rotated (see :func:`_rotate`)."""
+
+_CACHE_ROTATED_KEYS = True
+"""Keep rotated keys in the cache (:func:`_rotate`); ``False`` re-rotates every cached key on every call (the
+earlier behaviour, kept for :mod:`.decode_speed` to measure against)."""
 
 ATTN_IMPLEMENTATION = "pe_toolkit"
 """The ``config._attn_implementation`` of a swapped model (registered with HF's ``AttentionInterface``)."""
@@ -360,13 +368,14 @@ def _recorded_positions(cache: Any, layer: int, past: int, batch: int) -> Tensor
     return recorded[..., :past]  # a cache cropped from the end keeps the first `past`
 
 
-def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, batch: int) -> Tensor:
-    """Positions of the ``keys`` keys HF's cache handed this attention call (recording the new ones)."""
+def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, batch: int) -> tuple[Tensor, Any]:
+    """Positions of the ``keys`` keys HF's cache handed this attention call (recording the new ones), and the
+    cache layer that holds them (``None`` without one, or when HF kept this call's keys out of the cache)."""
     cache, layer = inputs.cache, getattr(module, "layer_idx", None)
     if cache is None or layer is None:
         if keys != length:
             raise ValueError(f"the attention got {keys} keys for {length} queries without a cache it can read")
-        return inputs.positions
+        return inputs.positions, None
     entry = cache.layers[layer]
     if type(entry).__name__.startswith("Static") or "Quantized" in type(entry).__name__:
         raise ValueError(f"a pre-allocated cache ({type(cache).__name__}, layer {type(entry).__name__}; "
@@ -376,7 +385,7 @@ def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, b
     if total < length:  # HF kept this call's keys out of the cache (gradient checkpointing sets cache=None)
         if keys != length:
             raise ValueError(f"the attention got {keys} keys for {length} queries without a cache it can read")
-        return inputs.positions
+        return inputs.positions, None
     past = total - length
     seen = _join(_recorded_positions(cache, layer, past, batch), inputs.positions, batch)
     if keys > seen.shape[-1]:
@@ -385,7 +394,56 @@ def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, b
                          "with or without a sliding window) are covered, not pre-allocated ones "
                          "(cache_implementation='static')")
     setattr(entry, POSITIONS_ATTR, seen)
-    return seen[..., seen.shape[-1] - keys:]
+    return seen[..., seen.shape[-1] - keys:], entry
+
+
+def _rotates_each_key_alone(encoding: PositionalEncoding) -> bool:
+    """Whether ``encoding.rotate`` moves each key by its own position only, the same in every call (RoPE without
+    a length-dependent scaling): then a key can be rotated once and kept rotated in the cache."""
+    from pe_toolkit.encoders.rotary import RotaryEncoding
+
+    return isinstance(encoding, RotaryEncoding) and not encoding.length_dependent
+
+
+def _shares_storage(key: Tensor, entry: Any) -> bool:
+    """Whether ``key`` is (or holds) the cache layer's own key tensor, so writing into ``key`` updates the cache."""
+    stored = getattr(entry, "keys", None)
+    return isinstance(stored, Tensor) and stored.numel() > 0 and \
+        stored.untyped_storage().data_ptr() == key.untyped_storage().data_ptr()
+
+
+def _rotate(encoding: PositionalEncoding, query: Tensor, key: Tensor, q_pos: Tensor, k_pos: Tensor, length: int,
+            entry: Any) -> tuple[Tensor, Tensor]:
+    """``encoding.rotate`` of the queries and of the keys, each key rotated once where that is exact.
+
+    HF's cache holds the keys as the attention module put them in: un-rotated, since HF's own rotation
+    is the identity after the swap. For an encoder that rotates each key by its own position alone
+    (:func:`_rotates_each_key_alone`), the keys of this call are rotated and written back into the cache
+    layer's tensor, which the layer marks (:data:`ROTATED_ATTR`); later calls rotate only their new keys,
+    as HF's own RoPE models do (their cache holds rotated keys too). Other encoders (length-dependent
+    RoPE scalings, whose frequencies change with the length) rotate every key on every call.
+
+    With gradients, a call on a cache without rotated keys (a training forward) rotates all keys and
+    writes nothing, so gradients flow through every key as before; once a layer holds rotated keys
+    (written without gradient history), later calls treat them as constants.
+    """
+    rotated_before = getattr(entry, ROTATED_ATTR, False) if entry is not None else False
+    grad = torch.is_grad_enabled() and key.requires_grad
+    if not (_CACHE_ROTATED_KEYS and entry is not None and _rotates_each_key_alone(encoding)
+            and _shares_storage(key, entry)) or (grad and not rotated_before):
+        if rotated_before:
+            raise ValueError(f"the cache layer {type(entry).__name__} holds rotated keys but returned keys it does not "
+                             "store: only caches that return their own key tensor (DynamicCache) are covered")
+        return encoding.rotate(query, key, q_pos, k_pos)
+    start = key.shape[-2] - length if rotated_before else 0  # cached keys are rotated already
+    fresh = key[..., start:, :]
+    q, rotated = encoding.rotate(query, fresh.clone() if grad else fresh, q_pos, k_pos[..., start:])
+    with torch.no_grad():
+        key[..., start:, :] = rotated  # into HF's cache tensor
+    setattr(entry, ROTATED_ATTR, True)
+    if not grad:
+        return q, key
+    return q, torch.cat((key[..., :start, :].detach(), rotated), dim=-2) if start else rotated
 
 
 def pe_toolkit_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
@@ -413,13 +471,13 @@ def pe_toolkit_attention(module: nn.Module, query: Tensor, key: Tensor, value: T
         layer = getattr(module, "layer_idx", None)
         encoding = swap.encoding_for(layer_types[layer] if layer_types and layer is not None else None)
     q_pos = inputs.positions
-    k_pos = _key_positions(module, inputs, keys, length, batch)
+    k_pos, entry = _key_positions(module, inputs, keys, length, batch)
     if encoding is None:
         encoding = _NO_POSITION
     window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
     if window is not None and not encoding.supports_window:
         raise ValueError(f"encoding {swap.name!r} is not exact under sliding-window attention (window {window})")
-    q, k = encoding.rotate(query, key, q_pos, k_pos)
+    q, k = _rotate(encoding, query, key, q_pos, k_pos, length, entry)
     if scaling is not None and not math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-12):
         q = q * (scaling * math.sqrt(head_dim))  # attend divides by sqrt(head_dim)
     padding = inputs.padding
