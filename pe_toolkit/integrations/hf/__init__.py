@@ -1,7 +1,7 @@
 """Hugging Face transformers integration (the ``hf`` extra: ``pip install 'torch-pe-toolkit[hf]'``).
 
-* :mod:`.weights`: :func:`from_hf` / :func:`to_hf`, weights both ways between HF Llama, Qwen2 and
-  Mistral causal LMs and :class:`pe_toolkit.Transformer`.
+* :mod:`.weights`: :func:`from_hf` / :func:`to_hf`, weights both ways between HF Llama, Qwen2,
+  Mistral and Qwen3 causal LMs and :class:`pe_toolkit.Transformer`.
 * :mod:`.rope_config`: :func:`rope_options_from_hf` / :func:`rope_config_to_hf`, HF rope configs
   (``rope_scaling`` and ``rope_parameters``) to and from the ``rope`` encoder's options.
 * :mod:`.swap`: :func:`swap_positional_encoding`, any registered sequence encoder inside an HF
