@@ -456,3 +456,30 @@ def test_rope_rotates_each_key_once_with_the_logits_of_rotating_all(case, monkey
         cache = transformers.DynamicCache(config=dynamic.config)
         dynamic(tokens(), cache=cache, use_cache=True)
     assert not any(getattr(layer, swap_module.ROTATED_ATTR, False) for layer in cache.layers)
+
+
+def test_a_position_only_bias_is_built_once_per_forward_for_all_layers(monkeypatch):
+    """ALiBi's bias is built by the first layer of a forward and reused by the others (one call, not one per
+    layer), with the same logits and cached steps as building it in every layer."""
+    from pe_toolkit.integrations.hf import swap as swap_module
+
+    model = swapped("llama_gqa_sdpa", "alibi")
+    encoding = swapped_encoding(model)
+    calls = []
+    build = type(encoding).position_bias
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return build(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(encoding), "position_bias", counted)
+    ids, mask = left_padded((9, 5))
+    with torch.no_grad():
+        shared = model(ids, attention_mask=mask).logits
+    assert len(calls) == 1 and model.config.num_hidden_layers == 2
+    monkeypatch.setattr(swap_module, "_SHARE_POSITION_BIAS", False)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, attention_mask=mask).logits, shared, rtol=0, atol=0)
+    assert len(calls) == 3
+    monkeypatch.setattr(swap_module, "_SHARE_POSITION_BIAS", True)
+    check_decoding(model)

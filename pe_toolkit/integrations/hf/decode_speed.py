@@ -7,9 +7,11 @@ CPU thread. For each cache length, a prompt of that length is prefilled once per
 round times ``--steps`` single-token steps (``model(token, past_key_values=cache)``) of every variant
 in turn, from a copy of its prefilled cache, so the variants share the machine's state round by
 round. Variants: HF's own model (its RoPE), the swap to ``"rope"`` (the model's own settings) and to
-``"alibi"``, each with rotated keys kept in the cache (now) and with every cached key rotated again on
-every step (before; :data:`pe_toolkit.integrations.hf.swap._CACHE_ROTATED_KEYS` off). Reported: the
-median over rounds of ms/token, and each variant's ratio to HF's model measured in the same run.
+``"alibi"``, each as it runs now (rotated keys kept in the cache, one ALiBi bias per forward for all
+layers) and as it ran before (every cached key rotated again on every step, the bias built in every
+layer: :data:`~pe_toolkit.integrations.hf.swap._CACHE_ROTATED_KEYS` and
+:data:`~pe_toolkit.integrations.hf.swap._SHARE_POSITION_BIAS` off). Reported: the median over rounds of
+ms/token, and each variant's ratio to HF's model measured in the same run.
 """
 
 from __future__ import annotations
@@ -41,9 +43,14 @@ def build(name: str | None) -> Any:
     return model if name is None else swap_positional_encoding(model, name)
 
 
-def steps_ms(model: Any, cache: Any, token: torch.Tensor, steps: int, cached_rotation: bool) -> float:
+def use(now: bool) -> None:
+    """Run the swap as it runs now, or as it ran before (see the module docstring)."""
+    swap_module._CACHE_ROTATED_KEYS = swap_module._SHARE_POSITION_BIAS = now
+
+
+def steps_ms(model: Any, cache: Any, token: torch.Tensor, steps: int, now: bool) -> float:
     """ms per token of ``steps`` single-token steps from a copy of ``cache``."""
-    swap_module._CACHE_ROTATED_KEYS = cached_rotation
+    use(now)
     cache = copy.deepcopy(cache)
     with torch.no_grad():
         start = time.perf_counter()
@@ -55,15 +62,15 @@ def steps_ms(model: Any, cache: Any, token: torch.Tensor, steps: int, cached_rot
 
 def measure(cache_lengths: list[int], rounds: int, steps: int) -> list[dict[str, Any]]:
     torch.set_num_threads(1)
-    variants = {"hf": (None, True), "rope": ("rope", True), "rope (re-rotate)": ("rope", False),
-                "alibi": ("alibi", True), "alibi (re-rotate)": ("alibi", False)}
+    variants = {"hf": (None, True), "rope": ("rope", True), "rope (before)": ("rope", False),
+                "alibi": ("alibi", True), "alibi (before)": ("alibi", False)}
     models = {name: build(enc) for name, enc in {"hf": None, "rope": "rope", "alibi": "alibi"}.items()}
     rows = []
     for length in cache_lengths:
         prompt = torch.randint(0, CONFIG["vocab_size"], (1, length), generator=torch.Generator().manual_seed(1))
         prefilled = {}
         for label, (encoder, cached) in variants.items():
-            swap_module._CACHE_ROTATED_KEYS = cached
+            use(cached)
             cache = transformers.DynamicCache(config=models[encoder or "hf"].config)
             with torch.no_grad():
                 logits = models[encoder or "hf"](prompt, cache=cache, use_cache=True).logits
@@ -73,7 +80,7 @@ def measure(cache_lengths: list[int], rounds: int, steps: int) -> list[dict[str,
             for label, (encoder, cached) in variants.items():
                 cache, token = prefilled[label]
                 times[label].append(steps_ms(models[encoder or "hf"], cache, token, steps, cached))
-        swap_module._CACHE_ROTATED_KEYS = True
+        use(True)
         hf = statistics.median(times["hf"])
         for label in variants:
             ms = statistics.median(times[label])

@@ -84,10 +84,11 @@ require_extra("hf", __name__)
 
 import transformers  # noqa: E402
 
-from pe_toolkit.encoders.base import PositionalEncoding, PositionBiasEncoding, tracing  # noqa: E402
+from pe_toolkit.encoders.base import PositionalEncoding  # noqa: E402
 from pe_toolkit.nn.attention import check_backend  # noqa: E402
 from pe_toolkit.nn.backends import attend  # noqa: E402
 from pe_toolkit.nn.masks import AttentionMask  # noqa: E402
+from pe_toolkit.nn.position_state import PositionState  # noqa: E402
 from pe_toolkit.registry import encoder_info, get_encoder, list_encoders  # noqa: E402
 
 FAMILIES = (
@@ -123,6 +124,10 @@ ROTATED_ATTR = "_pe_toolkit_keys_rotated"
 _CACHE_ROTATED_KEYS = True
 """Keep rotated keys in the cache (:func:`_rotate`); ``False`` re-rotates every cached key on every call (the
 earlier behaviour, kept for :mod:`.decode_speed` to measure against)."""
+
+_SHARE_POSITION_BIAS = True
+"""Build a position-only bias once per forward for all layers; ``False`` builds it in every layer (the earlier
+behaviour, kept for :mod:`.decode_speed` to measure against)."""
 
 ATTN_IMPLEMENTATION = "pe_toolkit"
 """The ``config._attn_implementation`` of a swapped model (registered with HF's ``AttentionInterface``)."""
@@ -162,6 +167,7 @@ class _Inputs:
     documents: Tensor | None    # (B, L) document ids of packed sequences, or None
     cache: Any                  # the HF cache of this forward, or None
     weights: bool               # output_attentions: return the attention probabilities
+    state: PositionState | None = None  # a position-only bias built once for the layers (not under checkpointing)
 
 
 def _identity_rotation(module: nn.Module, args: tuple, output: Any) -> Any:
@@ -187,9 +193,9 @@ class PositionalSwap(nn.Module):
     and, for a model whose layer types carry their own rope settings, ``by_layer_type`` (one encoder per
     ``config.layer_types`` entry). Installs the base model's forward hooks: the pre-hook reads
     positions, the 2D ``attention_mask`` and packed-document markers (see the module docstring), adds
-    an ``embed`` hook's output to the input embeddings, and opens the bias encoder's
-    :meth:`~pe_toolkit.encoders.base.PositionBiasEncoding.forward_scope` (one bias per forward, shared
-    by the layers); the post-hook closes it (also when the forward raises).
+    an ``embed`` hook's output to the input embeddings, and gives the forward a
+    :class:`~pe_toolkit.nn.position_state.PositionState`, in which the first layer builds a position-only
+    bias (ALiBi, T5, ...) that the later layers of the same forward reuse.
     """
 
     def __init__(self, encoding: PositionalEncoding, name: str, options: dict[str, Any], *, backend: str,
@@ -203,7 +209,6 @@ class PositionalSwap(nn.Module):
         self.backend = backend
         self.query_block_size = query_block_size
         self.seed = seed
-        self._scopes: list[Any] = []
         self._parameter_names: list[str] | None = None
 
     @property
@@ -230,7 +235,6 @@ class PositionalSwap(nn.Module):
         self._parameter_names = [p.name for p in signature.parameters.values()
                                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         base.register_forward_pre_hook(self._before, with_kwargs=True)
-        base.register_forward_hook(self._after, with_kwargs=True, always_call=True)
         rotaries = [m for m in base.modules() if type(m).__name__.endswith("RotaryEmbedding")]
         for module in rotaries:
             module.register_forward_hook(_identity_rotation)
@@ -289,23 +293,18 @@ class PositionalSwap(nn.Module):
             documents = runs if bool((runs[:, -1] != 0).any()) else None
         positions = _query_positions(position_ids, batch, length, past, device)
         weights = bool(kwargs.get("output_attentions") or getattr(base.config, "output_attentions", False))
-        kwargs[INPUTS_KWARG] = _Inputs(swap=swap, positions=positions, padding=padding, documents=documents,
-                                       cache=cache, weights=weights)
         encoding = swap.encoding_for(None)
+        # one position-only bias per forward for every layer (what the Transformer does), except under HF
+        # gradient checkpointing, whose recomputed layers must each build their own
+        state = PositionState(positions, validated=False) if _SHARE_POSITION_BIAS and not checkpointed else None
+        kwargs[INPUTS_KWARG] = _Inputs(swap=swap, positions=positions, padding=padding, documents=documents,
+                                       cache=cache, weights=weights, state=state)
         if type(encoding).embed is not PositionalEncoding.embed:
             if embeds is None:
                 embeds = base.get_input_embeddings()(ids)
             kwargs["inputs_embeds"] = encoding.embed(embeds, positions)
             kwargs["input_ids"] = None
-        if isinstance(encoding, PositionBiasEncoding) and not checkpointed and not tracing():  # compiled: no reuse
-            scope = encoding.forward_scope()
-            scope.__enter__()
-            self._scopes.append(scope)
         return args, kwargs
-
-    def _after(self, base: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if self._scopes:
-            self._scopes.pop().__exit__(None, None, None)
 
     def extra_repr(self) -> str:
         text = f"name={self.name!r}, backend={self.backend!r}"
@@ -495,7 +494,7 @@ def pe_toolkit_attention(module: nn.Module, query: Tensor, key: Tensor, value: T
         out, weights = _written_out(q, k, value, q_pos, k_pos, encoding, mask, softcap, dropout)
     else:
         out = attend(q, k, value, q_pos, k_pos, encoding, mask, backend=swap.backend, tile=swap.query_block_size,
-                     dropout=dropout)
+                     dropout=dropout, state=inputs.state)
         weights = None
     return out.transpose(1, 2).contiguous(), weights
 
