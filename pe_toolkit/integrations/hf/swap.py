@@ -37,7 +37,10 @@ Design:
   writes beside the checkpoint. ``save_pretrained`` replaces the checkpoint folder atomically.
 * **Positions** are HF's ``position_ids`` (``arange`` continued past the cache when absent; in
   ``generate`` with an ``attention_mask``, ``cumsum(mask) - 1``), read by a forward pre-hook on the
-  base model and handed to every attention call in the keyword ``pe_toolkit_inputs``.
+  base model and handed to every attention call in the keyword ``pe_toolkit_inputs``, with the forward's
+  :class:`~pe_toolkit.nn.position_state.PositionState`: a position-only bias (ALiBi, T5, FIRE, ...) is
+  built by the first layer and reused by the others (each layer builds its own under HF gradient
+  checkpointing, whose recomputed layers must not share one).
 * **Masks**: HF builds no mask for the ``"pe_toolkit"`` implementation; the pre-hook reads the 2D
   ``attention_mask`` (``(B, past + L)``, 1 = real token), and the attention builds
   ``AttentionMask(L, keys, causal=True, key_padding_mask=..., window=sliding_window)``. Packed
