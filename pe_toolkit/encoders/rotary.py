@@ -232,10 +232,21 @@ def _rotate_functional(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -
     return torch.cat((first, second), dim=-1)
 
 
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """``torch.broadcast_shapes(a, b)`` for two concrete shapes, in plain Python: torch's took ~0.7 ms per call
+    in eager mode (torch 2.13, CPU), more than rotating a decoding step's query and key. ``ValueError`` if they
+    do not broadcast."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b, strict=True)):
+        raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(y if x == 1 else x for x, y in zip(a, b, strict=True))
+
+
 def _rotate_into_new(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     # Write both halves straight into the output: no temporaries, no concatenation.
     x1, x2 = (x[..., 0::2], x[..., 1::2]) if interleaved else x.chunk(2, dim=-1)
-    out = torch.empty(torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1])), dtype=x.dtype, device=x.device)
+    out = torch.empty(_broadcast_shape(x.shape, (*cos.shape[:-1], x.shape[-1])), dtype=x.dtype, device=x.device)
     out1, out2 = (out[..., 0::2], out[..., 1::2]) if interleaved else out.chunk(2, dim=-1)
     torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-1)
     torch.mul(x2, cos, out=out2).addcmul_(x1, sin)

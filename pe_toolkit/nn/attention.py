@@ -77,6 +77,9 @@ class MultiHeadAttention(nn.Module):
             arXiv:2309.14322; the per-head RMSNorm with a learned ``head_dim`` scale shared by the
             heads, as in OLMo 2 / Qwen3). Bounds every scaled logit by
             ``max|g_q| max|g_k| sqrt(head_dim)``. Default off.
+        qk_norm_eps: the epsilon of those RMSNorms (``None``: PyTorch's default, ``finfo(dtype).eps``;
+            Qwen3 checkpoints use their ``rms_norm_eps``). :class:`~pe_toolkit.nn.block.TransformerBlock`
+            passes its ``norm_eps``.
 
     Shapes:
         x ``(B, Lq, dim)``; context ``(B, Lk, kv_dim)``; q_pos ``(Lq,)`` / ``(B, Lq)`` (plus trailing
@@ -101,11 +104,15 @@ class MultiHeadAttention(nn.Module):
         qk_norm: bool = False,
         backend: str = "auto",
         window: int | None = None,
+        qk_norm_eps: float | None = None,
     ) -> None:
         super().__init__()
         check_int("dim", dim)
         if not isinstance(qk_norm, bool):
             raise TypeError(f"qk_norm must be a bool, got {type(qk_norm).__name__} ({qk_norm!r})")
+        if qk_norm_eps is not None and (isinstance(qk_norm_eps, bool) or not isinstance(qk_norm_eps, (int, float))
+                                        or not 0 < qk_norm_eps < 1):
+            raise ValueError(f"qk_norm_eps must be a number in (0, 1) or None, got {qk_norm_eps!r}")
         check_int("num_heads", num_heads)
         if dim % num_heads:
             raise ValueError(f"num_heads ({num_heads}) must divide dim ({dim})")
@@ -129,8 +136,8 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(kv_dim, num_kv_heads * self.head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(dim, dim, bias=False)
         self.qk_norm = qk_norm
-        self.q_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
-        self.k_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
+        self.q_norm = nn.RMSNorm(self.head_dim, eps=qk_norm_eps) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.head_dim, eps=qk_norm_eps) if qk_norm else None
         if encoding is not None and not isinstance(encoding, PositionalEncoding):
             raise TypeError(f"encoding must be a PositionalEncoding, got {type(encoding).__name__}")
         if encoding is not None and type(encoding) is not PositionalEncoding and not encoding.acts_in_attention:

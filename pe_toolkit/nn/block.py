@@ -60,7 +60,8 @@ class TransformerBlock(nn.Module):
         num_kv_heads: key/value heads (GQA), default ``num_heads``.
         causal: causal self-attention.
         dropout: attention, residual and MLP dropout.
-        norm: ``"rmsnorm"`` or ``"layernorm"``; norm_eps: its epsilon (``None``: PyTorch's default).
+        norm: ``"rmsnorm"`` or ``"layernorm"``; norm_eps: its epsilon (``None``: PyTorch's default), also that
+            of the QK-norm.
         qkv_bias: biases in the self-attention's query, key and value projections (Qwen2).
         mlp: ``"swiglu"`` or ``"gelu"``.
         mlp_hidden: MLP width (default: see :class:`MLP`).
@@ -116,7 +117,7 @@ class TransformerBlock(nn.Module):
             self.attn = MultiHeadAttention(
                 dim, num_heads, num_kv_heads=num_kv_heads, encoding=encoding, causal=causal, dropout=dropout,
                 query_block_size=query_block_size, qk_norm=qk_norm, backend=backend, window=window,
-                qkv_bias=qkv_bias,
+                qkv_bias=qkv_bias, qk_norm_eps=norm_eps if qk_norm else None,
             )
         self.cross_norm = make_norm(norm, dim, norm_eps) if cross_attention else None
         self.cross_attn = MultiHeadAttention(dim, num_heads, dropout=dropout) if cross_attention else None

@@ -71,7 +71,8 @@ class TransformerConfig:
             N(0, dim^-1) and multiplied by ``sqrt(dim)`` at the input, so each coordinate has unit
             scale like an additive sinusoidal PE. ``False`` (default): GPT-2 style N(0, 0.02) and no
             multiplier, under which a sinusoidal PE (unit-scale coordinates) drowns the tokens.
-        qk_norm: RMSNorm on every query and key head (QK-norm, see :class:`MultiHeadAttention`).
+        qk_norm: RMSNorm on every query and key head, with ``norm_eps`` (QK-norm, see
+            :class:`MultiHeadAttention`; Qwen3's ``q_norm`` / ``k_norm``).
         attention: ``"mha"`` (default) or ``"mla"`` (multi-head latent attention, DeepSeek-V2,
             :class:`~pe_toolkit.nn.latent_attention.MultiHeadLatentAttention`); MLA applies its own
             decoupled RoPE and takes ``encoding`` ``"rope"``, ``"nope"`` or a position-only bias.

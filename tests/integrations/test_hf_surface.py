@@ -85,5 +85,12 @@ def test_convert_to_mla_names_the_blocking_field():
 
     with pytest.raises(ValueError, match="sliding-window model: attention_window=5"):
         convert_to_mla(check_families.build("MistralForCausalLM"), rope_dim=4, latent_dim=8, strategy="high")
-    with pytest.raises(TypeError, match="cannot represent Qwen3ForCausalLM .*q_norm / k_norm"):
+    with pytest.raises(ValueError, match="head_dim=24 with num_attention_heads=4 does not give hidden_size=64"):
         convert_to_mla(check_families.build("Qwen3ForCausalLM"), rope_dim=4, latent_dim=8, strategy="high")
+    qwen3 = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+        vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16))
+    with pytest.raises(ValueError, match="MHA2MLA converts self-attention MHA/GQA without QK-norm; .*qk_norm=True"):
+        convert_to_mla(qwen3, rope_dim=4, latent_dim=8, strategy="high")
+    with pytest.raises(TypeError, match="cannot represent Gemma2ForCausalLM .*attn_logit_softcapping"):
+        convert_to_mla(check_families.build("Gemma2ForCausalLM"), rope_dim=4, latent_dim=8, strategy="high")

@@ -425,3 +425,61 @@ def test_swapping_again_replaces_the_encoder():
         assert hf.model.layers[0].self_attn is layer and hf.config.pe_toolkit["encoding"] == "rope"
         assert len(hf.model._forward_pre_hooks) == 1
         torch.testing.assert_close(hf(x).logits, expected, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------- rotated keys kept in the cache
+@pytest.mark.parametrize("case", ["llama_gqa_sdpa", "mistral_window", "llama_yarn"])
+def test_rope_rotates_each_key_once_with_the_logits_of_rotating_all(case, monkeypatch):
+    """With "rope", HF's cache ends up holding rotated keys (as HF's own model's cache does, within float32
+    rounding) and each step rotates only its new keys; left-padded generate gives the same tokens and scores
+    as rotating every cached key again on every step (the earlier path). A length-dependent scaling keeps
+    rotating all keys (its frequencies change with the length)."""
+    from pe_toolkit.integrations.hf import swap as swap_module
+
+    ids, mask = left_padded((9, 5))
+    model = swap_positional_encoding(hf_model(case), "rope")
+    monkeypatch.setattr(swap_module, "_CACHE_ROTATED_KEYS", False)
+    before = generate(model, ids, mask, new=6)
+    monkeypatch.setattr(swap_module, "_CACHE_ROTATED_KEYS", True)
+    after = generate(model, ids, mask, new=6)
+    assert torch.equal(after[0], before[0])
+    torch.testing.assert_close(after[1], before[1], rtol=0, atol=0)
+    with torch.no_grad():
+        ours, theirs = (transformers.DynamicCache(config=model.config) for _ in range(2))
+        model(tokens(), cache=ours, use_cache=True)
+        hf_model(case)(tokens(), cache=theirs, use_cache=True)
+    assert all(getattr(layer, swap_module.ROTATED_ATTR, False) for layer in ours.layers)
+    for mine, hfs in zip(ours.layers, theirs.layers, strict=True):
+        torch.testing.assert_close(mine.keys, hfs.keys, rtol=1e-5, atol=2e-6)
+    dynamic = swap_positional_encoding(hf_model(case), "rope", scaling="dynamic", factor=2.0, original_max_position=8)
+    with torch.no_grad():
+        cache = transformers.DynamicCache(config=dynamic.config)
+        dynamic(tokens(), cache=cache, use_cache=True)
+    assert not any(getattr(layer, swap_module.ROTATED_ATTR, False) for layer in cache.layers)
+
+
+def test_a_position_only_bias_is_built_once_per_forward_for_all_layers(monkeypatch):
+    """ALiBi's bias is built by the first layer of a forward and reused by the others (one call, not one per
+    layer), with the same logits and cached steps as building it in every layer."""
+    from pe_toolkit.integrations.hf import swap as swap_module
+
+    model = swapped("llama_gqa_sdpa", "alibi")
+    encoding = swapped_encoding(model)
+    calls = []
+    build = type(encoding).position_bias
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return build(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(encoding), "position_bias", counted)
+    ids, mask = left_padded((9, 5))
+    with torch.no_grad():
+        shared = model(ids, attention_mask=mask).logits
+    assert len(calls) == 1 and model.config.num_hidden_layers == 2
+    monkeypatch.setattr(swap_module, "_SHARE_POSITION_BIAS", False)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, attention_mask=mask).logits, shared, rtol=0, atol=0)
+    assert len(calls) == 3
+    monkeypatch.setattr(swap_module, "_SHARE_POSITION_BIAS", True)
+    check_decoding(model)

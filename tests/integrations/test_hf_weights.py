@@ -1,4 +1,5 @@
-"""Weights both ways between HF Llama / Qwen2 / Mistral causal LMs and our Transformer (tiny random models)."""
+"""Weights both ways between HF Llama / Qwen2 / Mistral / Qwen3 causal LMs and our Transformer (tiny random
+models)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ CASES = {
     "qwen2_gqa": (transformers.Qwen2Config, dict(num_key_value_heads=2)),
     "mistral_gqa": (transformers.MistralConfig, dict(num_key_value_heads=2, sliding_window=None)),
     "mistral_window": (transformers.MistralConfig, dict(num_key_value_heads=2, sliding_window=5)),
+    # Qwen3: per-head q/k RMSNorm; a large eps, so a QK-norm with another eps would be far off
+    "qwen3_gqa": (transformers.Qwen3Config, dict(num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-2)),
+    "qwen3_window": (transformers.Qwen3Config, dict(num_key_value_heads=2, head_dim=16, use_sliding_window=True,
+                                                    sliding_window=5, max_window_layers=0)),
 }
 
 
@@ -47,7 +52,7 @@ def test_from_hf_reproduces_the_logits(case):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["llama_gqa", "qwen2_gqa", "mistral_window"])
+@pytest.mark.parametrize("case", ["llama_gqa", "qwen2_gqa", "mistral_window", "qwen3_gqa"])
 def test_greedy_generate_gives_the_same_tokens(case):
     hf = hf_model(case)
     prompt = tokens(2, 6)
@@ -95,6 +100,24 @@ def test_to_hf_from_a_model_of_our_own():
             torch.testing.assert_close(hf(x).logits, reference, rtol=1e-5, atol=1e-5)
 
 
+def test_to_hf_of_a_qk_norm_model_is_qwen3():
+    """QK-norm (with the model's norm_eps) goes to Qwen3's q_norm / k_norm: same logits; from_hf gives it back."""
+    config = pet.TransformerConfig(vocab_size=50, dim=32, num_heads=4, num_kv_heads=2, num_layers=2, qk_norm=True,
+                                   norm_eps=1e-2, tie_embeddings=False)
+    ours = pet.Transformer(config).eval()
+    with torch.no_grad():
+        for block in ours.blocks:
+            block.attn.q_norm.weight.normal_()
+            block.attn.k_norm.weight.normal_()
+    x = torch.randint(0, 50, (2, 20))
+    with torch.no_grad():
+        qwen3 = to_hf(ours)
+        assert type(qwen3).__name__ == "Qwen3ForCausalLM" and qwen3.config.rms_norm_eps == 1e-2
+        torch.testing.assert_close(qwen3(x).logits, ours(x), rtol=1e-5, atol=1e-5)
+        assert ours.blocks[0].attn.q_norm.eps == 1e-2
+        torch.testing.assert_close(from_hf(qwen3)(x), ours(x), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("case", ["llama_gqa", "llama_mha_tied", "qwen2_gqa", "mistral_window"])
 def test_bf16_is_within_bf16_rounding(case):
     """In bfloat16 our logits are as far from the float32 ones as HF's own bfloat16 logits are."""
@@ -135,6 +158,9 @@ def test_unsupported_models_and_features_are_named():
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SIZES, **options))
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             from_hf(model)
+    qwen3 = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**SIZES, head_dim=16, attention_bias=True))
+    with pytest.raises(ValueError, match=r"attention_bias=True \(Qwen3Config: q, k, v and output projections\)"):
+        from_hf(qwen3)
     mixed = transformers.Qwen2Config(**SIZES, use_sliding_window=True, sliding_window=8, max_window_layers=1,
                                      layer_types=["full_attention", "sliding_attention"])
     with pytest.raises(ValueError, match="mixes full and sliding-window layers"):
@@ -156,6 +182,10 @@ def test_to_hf_refuses_what_hf_cannot_hold():
         to_hf(model(causal=False))
     with pytest.raises(ValueError, match="qkv_bias=True: MistralConfig has no q/k/v biases"):
         to_hf(model(qkv_bias=True), like=transformers.MistralConfig())
+    with pytest.raises(ValueError, match=r"qk_norm=True: .*only Qwen3 .*LlamaConfig has no QK-norm \(use like=Qwen3"):
+        to_hf(model(qk_norm=True), like=transformers.LlamaConfig())
+    with pytest.raises(ValueError, match="qk_norm=False: .*Qwen3Config needs qk_norm=True"):
+        to_hf(model(), like=transformers.Qwen3Config())
     with pytest.raises(ValueError, match="attention_window=4: LlamaConfig has no sliding window"):
         to_hf(model(attention_window=4))
     with pytest.raises(TypeError, match="like must be an HF config or model"):

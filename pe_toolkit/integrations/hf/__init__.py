@@ -1,7 +1,7 @@
 """Hugging Face transformers integration (the ``hf`` extra: ``pip install 'torch-pe-toolkit[hf]'``).
 
-* :mod:`.weights`: :func:`from_hf` / :func:`to_hf`, weights both ways between HF Llama, Qwen2 and
-  Mistral causal LMs and :class:`pe_toolkit.Transformer`.
+* :mod:`.weights`: :func:`from_hf` / :func:`to_hf`, weights both ways between HF Llama, Qwen2,
+  Mistral and Qwen3 causal LMs and :class:`pe_toolkit.Transformer`.
 * :mod:`.rope_config`: :func:`rope_options_from_hf` / :func:`rope_config_to_hf`, HF rope configs
   (``rope_scaling`` and ``rope_parameters``) to and from the ``rope`` encoder's options.
 * :mod:`.swap`: :func:`swap_positional_encoding`, any registered sequence encoder inside an HF
@@ -9,6 +9,8 @@
 * :mod:`.checkpoint`: a swapped model as its own HF model type (``pe_toolkit_<family>``), registered
   here with ``AutoConfig`` / ``AutoModelForCausalLM`` so ``from_pretrained`` opens swapped checkpoints;
   atomic saving (:func:`save_swapped`).
+* :mod:`.legacy`: checkpoints saved before that (the family's ``model_type`` and a ``pe_toolkit``
+  config entry): a warning when a config of one is built, :func:`migrate_checkpoint` to rewrite them.
 * :mod:`.logits`: :class:`CausalLMLogits`, an HF causal LM as ``model(input_ids) -> logits`` for the
   training modules and benchmarks.
 """
@@ -28,6 +30,7 @@ _EXPORTS = {
     "rope_options_from_hf": "rope_config", "rope_config_to_hf": "rope_config",
     "swap_positional_encoding": "swap", "load_swapped": "swap", "swapped_encoding": "swap", "save_swapped": "swap",
     "CausalLMLogits": "logits",
+    "migrate_checkpoint": "legacy", "LegacySwappedCheckpointWarning": "legacy",
 }
 __all__ = sorted(_EXPORTS)
 

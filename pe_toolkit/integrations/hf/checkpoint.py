@@ -44,6 +44,9 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from pe_toolkit.atomic import AtomicWriteError, atomic_write  # noqa: E402
+from pe_toolkit.integrations.hf.legacy import install_config_hook  # noqa: E402
+
+install_config_hook()  # a config of the old checkpoint format warns that it builds the un-swapped model
 
 PREFIX = "pe_toolkit_"
 """Prefix of a swapped model's ``model_type`` (``pe_toolkit_`` + the family's)."""
@@ -152,8 +155,14 @@ def make_swapped(model: Any) -> None:
     if type(model) is not model_class:
         model.__class__ = model_class
     model.config.__class__ = config_class
-    model.config.auto_map = {"AutoConfig": f"{CODE_FILE[:-3]}.{config_class.__name__}",
-                             "AutoModelForCausalLM": f"{CODE_FILE[:-3]}.{model_class.__name__}"}
+    model.config.auto_map = auto_map(family_class(model))
+
+
+def auto_map(family: str | type) -> dict[str, str]:
+    """The ``config.auto_map`` of a swapped model of ``family`` (to the classes in :data:`CODE_FILE`)."""
+    config_class, model_class = swapped_classes(family)
+    return {"AutoConfig": f"{CODE_FILE[:-3]}.{config_class.__name__}",
+            "AutoModelForCausalLM": f"{CODE_FILE[:-3]}.{model_class.__name__}"}
 
 
 def _rebuild_encoder(model: Any) -> None:
@@ -170,9 +179,11 @@ def _rebuild_encoder(model: Any) -> None:
     swap_positional_encoding(model, state_dict=state)
 
 
-def _code(model: Any) -> str:
-    config_class, model_class = swapped_classes(family_class(model))
-    return CODE.format(config=config_class.__name__, model=model_class.__name__, family=family_class(model).__name__)
+def code(family: str | type) -> str:
+    """The text of :data:`CODE_FILE` for a swapped model of ``family`` (a family class or its name)."""
+    base = getattr(transformers, family) if isinstance(family, str) else family_class(family)
+    config_class, model_class = swapped_classes(base)
+    return CODE.format(config=config_class.__name__, model=model_class.__name__, family=base.__name__)
 
 
 def save_swapped(model: Any, save_directory: Any, *args: Any, **kwargs: Any) -> None:
@@ -209,7 +220,7 @@ def save_swapped(model: Any, save_directory: Any, *args: Any, **kwargs: Any) -> 
     try:
         family_class(model).save_pretrained(model, staging, *args, **kwargs)
         with atomic_write(staging / CODE_FILE, "w") as handle:
-            handle.write(_code(model))
+            handle.write(code(model))
         if target.exists():
             for entry in target.iterdir():
                 replaced = entry.name in WRITTEN or entry.name.startswith(("model-", "pytorch_model-"))

@@ -37,19 +37,23 @@ Design:
   writes beside the checkpoint. ``save_pretrained`` replaces the checkpoint folder atomically.
 * **Positions** are HF's ``position_ids`` (``arange`` continued past the cache when absent; in
   ``generate`` with an ``attention_mask``, ``cumsum(mask) - 1``), read by a forward pre-hook on the
-  base model and handed to every attention call in the keyword ``pe_toolkit_inputs``.
+  base model and handed to every attention call in the keyword ``pe_toolkit_inputs``, with the forward's
+  :class:`~pe_toolkit.nn.position_state.PositionState`: a position-only bias (ALiBi, T5, FIRE, ...) is
+  built by the first layer and reused by the others (each layer builds its own under HF gradient
+  checkpointing, whose recomputed layers must not share one).
 * **Masks**: HF builds no mask for the ``"pe_toolkit"`` implementation; the pre-hook reads the 2D
   ``attention_mask`` (``(B, past + L)``, 1 = real token), and the attention builds
   ``AttentionMask(L, keys, causal=True, key_padding_mask=..., window=sliding_window)``. Packed
   sequences: ``position_ids`` that restart (without an ``attention_mask``, on an empty cache) or
   ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (HF's flattening collator) mark documents that do not attend to
   each other.
-* **KV cache**: keys enter HF's cache un-rotated; each layer records the positions of its keys on its
-  cache layer (attribute ``_pe_toolkit_key_positions``, which ``copy.deepcopy`` keeps) and rotates
-  all keys at their positions on every call (``O(keys x head_dim)`` per step, next to the attention's
-  own ``O(keys x head_dim)``; greedy decoding of a Llama with d=256, 4 layers, 256 + 128 tokens, one CPU
-  thread took 1.28x (rope) and 1.19x (alibi) the time of the earlier per-layer replacement of the
-  attention modules, which covered Llama / Qwen2 / Mistral only). A cache cropped from the end is
+* **KV cache**: keys enter HF's cache as the attention module puts them in (HF's rotation is the
+  identity); each layer records the positions of its keys on its cache layer (attribute
+  ``_pe_toolkit_key_positions``, which ``copy.deepcopy`` keeps). An encoder that rotates each key by its
+  own position alone (``rope`` without a length-dependent scaling) rotates each call's new keys once
+  and writes them back into the cache tensor, so the cache holds rotated keys as HF's own RoPE models'
+  does and a decoding step rotates one key, not all of them (see :func:`_rotate`); ``dynamic`` /
+  ``longrope`` rotate every key on every call at the call's length. A cache cropped from the end is
   followed; a cache whose keys were not recorded is refused. Pre-allocated caches
   (``cache_implementation="static"``) are refused by name.
 * **Embed hooks** (``sinusoidal``, ``learned``, ...): the pre-hook replaces ``input_ids`` by
@@ -70,6 +74,7 @@ import copy
 import inspect
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +91,7 @@ from pe_toolkit.encoders.base import PositionalEncoding  # noqa: E402
 from pe_toolkit.nn.attention import check_backend  # noqa: E402
 from pe_toolkit.nn.backends import attend  # noqa: E402
 from pe_toolkit.nn.masks import AttentionMask  # noqa: E402
+from pe_toolkit.nn.position_state import PositionState  # noqa: E402
 from pe_toolkit.registry import encoder_info, get_encoder, list_encoders  # noqa: E402
 
 FAMILIES = (
@@ -114,6 +120,17 @@ INPUTS_KWARG = "pe_toolkit_inputs"
 
 POSITIONS_ATTR = "_pe_toolkit_key_positions"
 """Attribute of an HF cache layer holding the positions of its keys (``(K,)`` or ``(B, K)``)."""
+
+ROTATED_ATTR = "_pe_toolkit_keys_rotated"
+"""Attribute of an HF cache layer set when its keys are stored rotated (see :func:`_rotate`)."""
+
+_CACHE_ROTATED_KEYS = True
+"""Keep rotated keys in the cache (:func:`_rotate`); ``False`` re-rotates every cached key on every call (the
+earlier behaviour, kept for :mod:`.decode_speed` to measure against)."""
+
+_SHARE_POSITION_BIAS = True
+"""Build a position-only bias once per forward for all layers; ``False`` builds it in every layer (the earlier
+behaviour, kept for :mod:`.decode_speed` to measure against)."""
 
 ATTN_IMPLEMENTATION = "pe_toolkit"
 """The ``config._attn_implementation`` of a swapped model (registered with HF's ``AttentionInterface``)."""
@@ -153,6 +170,7 @@ class _Inputs:
     documents: Tensor | None    # (B, L) document ids of packed sequences, or None
     cache: Any                  # the HF cache of this forward, or None
     weights: bool               # output_attentions: return the attention probabilities
+    state: PositionState | None = None  # a position-only bias built once for the layers (not under checkpointing)
 
 
 def _identity_rotation(module: nn.Module, args: tuple, output: Any) -> Any:
@@ -178,8 +196,9 @@ class PositionalSwap(nn.Module):
     and, for a model whose layer types carry their own rope settings, ``by_layer_type`` (one encoder per
     ``config.layer_types`` entry). Installs the base model's forward hooks: the pre-hook reads
     positions, the 2D ``attention_mask`` and packed-document markers (see the module docstring), adds
-    an ``embed`` hook's output to the input embeddings. Nothing is kept between forwards: each attention
-    call builds its bias from the current parameters.
+    an ``embed`` hook's output to the input embeddings, and gives the forward a
+    :class:`~pe_toolkit.nn.position_state.PositionState`, in which the first layer builds a position-only
+    bias (ALiBi, T5, ...) that the later layers of the same forward reuse.
     """
 
     def __init__(self, encoding: PositionalEncoding, name: str, options: dict[str, Any], *, backend: str,
@@ -275,9 +294,12 @@ class PositionalSwap(nn.Module):
             documents = runs if bool((runs[:, -1] != 0).any()) else None
         positions = _query_positions(position_ids, batch, length, past, device)
         weights = bool(kwargs.get("output_attentions") or getattr(base.config, "output_attentions", False))
-        kwargs[INPUTS_KWARG] = _Inputs(swap=swap, positions=positions, padding=padding, documents=documents,
-                                       cache=cache, weights=weights)
         encoding = swap.encoding_for(None)
+        # one position-only bias per forward for every layer (what the Transformer does), except under HF
+        # gradient checkpointing, whose recomputed layers must each build their own
+        state = PositionState(positions, validated=False) if _SHARE_POSITION_BIAS and not checkpointed else None
+        kwargs[INPUTS_KWARG] = _Inputs(swap=swap, positions=positions, padding=padding, documents=documents,
+                                       cache=cache, weights=weights, state=state)
         if type(encoding).embed is not PositionalEncoding.embed:
             if embeds is None:
                 embeds = base.get_input_embeddings()(ids)
@@ -346,13 +368,14 @@ def _recorded_positions(cache: Any, layer: int, past: int, batch: int) -> Tensor
     return recorded[..., :past]  # a cache cropped from the end keeps the first `past`
 
 
-def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, batch: int) -> Tensor:
-    """Positions of the ``keys`` keys HF's cache handed this attention call (recording the new ones)."""
+def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, batch: int) -> tuple[Tensor, Any]:
+    """Positions of the ``keys`` keys HF's cache handed this attention call (recording the new ones), and the
+    cache layer that holds them (``None`` without one, or when HF kept this call's keys out of the cache)."""
     cache, layer = inputs.cache, getattr(module, "layer_idx", None)
     if cache is None or layer is None:
         if keys != length:
             raise ValueError(f"the attention got {keys} keys for {length} queries without a cache it can read")
-        return inputs.positions
+        return inputs.positions, None
     entry = cache.layers[layer]
     if type(entry).__name__.startswith("Static") or "Quantized" in type(entry).__name__:
         raise ValueError(f"a pre-allocated cache ({type(cache).__name__}, layer {type(entry).__name__}; "
@@ -362,7 +385,7 @@ def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, b
     if total < length:  # HF kept this call's keys out of the cache (gradient checkpointing sets cache=None)
         if keys != length:
             raise ValueError(f"the attention got {keys} keys for {length} queries without a cache it can read")
-        return inputs.positions
+        return inputs.positions, None
     past = total - length
     seen = _join(_recorded_positions(cache, layer, past, batch), inputs.positions, batch)
     if keys > seen.shape[-1]:
@@ -371,7 +394,56 @@ def _key_positions(module: nn.Module, inputs: _Inputs, keys: int, length: int, b
                          "with or without a sliding window) are covered, not pre-allocated ones "
                          "(cache_implementation='static')")
     setattr(entry, POSITIONS_ATTR, seen)
-    return seen[..., seen.shape[-1] - keys:]
+    return seen[..., seen.shape[-1] - keys:], entry
+
+
+def _rotates_each_key_alone(encoding: PositionalEncoding) -> bool:
+    """Whether ``encoding.rotate`` moves each key by its own position only, the same in every call (RoPE without
+    a length-dependent scaling): then a key can be rotated once and kept rotated in the cache."""
+    from pe_toolkit.encoders.rotary import RotaryEncoding
+
+    return isinstance(encoding, RotaryEncoding) and not encoding.length_dependent
+
+
+def _shares_storage(key: Tensor, entry: Any) -> bool:
+    """Whether ``key`` is (or holds) the cache layer's own key tensor, so writing into ``key`` updates the cache."""
+    stored = getattr(entry, "keys", None)
+    return isinstance(stored, Tensor) and stored.numel() > 0 and \
+        stored.untyped_storage().data_ptr() == key.untyped_storage().data_ptr()
+
+
+def _rotate(encoding: PositionalEncoding, query: Tensor, key: Tensor, q_pos: Tensor, k_pos: Tensor, length: int,
+            entry: Any) -> tuple[Tensor, Tensor]:
+    """``encoding.rotate`` of the queries and of the keys, each key rotated once where that is exact.
+
+    HF's cache holds the keys as the attention module put them in: un-rotated, since HF's own rotation
+    is the identity after the swap. For an encoder that rotates each key by its own position alone
+    (:func:`_rotates_each_key_alone`), the keys of this call are rotated and written back into the cache
+    layer's tensor, which the layer marks (:data:`ROTATED_ATTR`); later calls rotate only their new keys,
+    as HF's own RoPE models do (their cache holds rotated keys too). Other encoders (length-dependent
+    RoPE scalings, whose frequencies change with the length) rotate every key on every call.
+
+    With gradients, a call on a cache without rotated keys (a training forward) rotates all keys and
+    writes nothing, so gradients flow through every key as before; once a layer holds rotated keys
+    (written without gradient history), later calls treat them as constants.
+    """
+    rotated_before = getattr(entry, ROTATED_ATTR, False) if entry is not None else False
+    grad = torch.is_grad_enabled() and key.requires_grad
+    if not (_CACHE_ROTATED_KEYS and entry is not None and _rotates_each_key_alone(encoding)
+            and _shares_storage(key, entry)) or (grad and not rotated_before):
+        if rotated_before:
+            raise ValueError(f"the cache layer {type(entry).__name__} holds rotated keys but returned keys it does not "
+                             "store: only caches that return their own key tensor (DynamicCache) are covered")
+        return encoding.rotate(query, key, q_pos, k_pos)
+    start = key.shape[-2] - length if rotated_before else 0  # cached keys are rotated already
+    fresh = key[..., start:, :]
+    q, rotated = encoding.rotate(query, fresh.clone() if grad else fresh, q_pos, k_pos[..., start:])
+    with torch.no_grad():
+        key[..., start:, :] = rotated  # into HF's cache tensor
+    setattr(entry, ROTATED_ATTR, True)
+    if not grad:
+        return q, key
+    return q, torch.cat((key[..., :start, :].detach(), rotated), dim=-2) if start else rotated
 
 
 def pe_toolkit_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
@@ -399,13 +471,13 @@ def pe_toolkit_attention(module: nn.Module, query: Tensor, key: Tensor, value: T
         layer = getattr(module, "layer_idx", None)
         encoding = swap.encoding_for(layer_types[layer] if layer_types and layer is not None else None)
     q_pos = inputs.positions
-    k_pos = _key_positions(module, inputs, keys, length, batch)
+    k_pos, entry = _key_positions(module, inputs, keys, length, batch)
     if encoding is None:
         encoding = _NO_POSITION
     window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
     if window is not None and not encoding.supports_window:
         raise ValueError(f"encoding {swap.name!r} is not exact under sliding-window attention (window {window})")
-    q, k = encoding.rotate(query, key, q_pos, k_pos)
+    q, k = _rotate(encoding, query, key, q_pos, k_pos, length, entry)
     if scaling is not None and not math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-12):
         q = q * (scaling * math.sqrt(head_dim))  # attend divides by sqrt(head_dim)
     padding = inputs.padding
@@ -423,7 +495,7 @@ def pe_toolkit_attention(module: nn.Module, query: Tensor, key: Tensor, value: T
         out, weights = _written_out(q, k, value, q_pos, k_pos, encoding, mask, softcap, dropout)
     else:
         out = attend(q, k, value, q_pos, k_pos, encoding, mask, backend=swap.backend, tile=swap.query_block_size,
-                     dropout=dropout)
+                     dropout=dropout, state=inputs.state)
         weights = None
     return out.transpose(1, 2).contiguous(), weights
 
@@ -596,7 +668,7 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
             ``seed``; a ``state_dict`` that does not fit (its keys named); ``name=None`` without
             ``config.pe_toolkit``.
     """
-    from pe_toolkit.integrations.hf import checkpoint
+    from pe_toolkit.integrations.hf import checkpoint, legacy
 
     check_model(model)
     checkpoint.check_swappable(model)
@@ -606,6 +678,8 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
         if not isinstance(spec, dict) or not isinstance(spec.get("encoding"), str):
             raise ValueError(f"name=None reads model.config.{CONFIG_KEY} (written by swap_positional_encoding), but "
                              f"this {type(model).__name__}'s config has {spec!r}: pass the encoder's name")
+        if legacy.is_legacy_spec(spec):  # saved before swapped models had their own type: build what it built
+            spec = legacy.current_spec(config, spec, family_of(model))
         name = spec["encoding"]
         options = {**dict(spec.get("options") or {}), **options}
         backend = spec.get("backend", backend)
@@ -660,9 +734,9 @@ def swap_positional_encoding(model: Any, name: str | None = None, *, backend: st
         setattr(base, MODULE_NAME, new)
         new.attach(base)
     config._attn_implementation = ATTN_IMPLEMENTATION
+    checkpoint.make_swapped(model)  # first: the config class is then the swapped type, which may hold the spec
     prefix = f"{model.base_model_prefix}.{MODULE_NAME}.encoding."
     setattr(config, CONFIG_KEY, new.spec(prefix))
-    checkpoint.make_swapped(model)
     return model
 
 
@@ -737,23 +811,32 @@ def load_swapped(path: Any, *, model_class: Any = None, **from_pretrained_kwargs
     ``transformers.AutoModelForCausalLM``), which, with this module imported, builds the registered
     swapped class (:mod:`.checkpoint`) and loads the encoder's parameters with the model's. A checkpoint
     written before swapped models had their own model type (``model_type`` of the plain family) is
-    rebuilt from ``config.pe_toolkit`` and its encoder's parameters read from the safetensors files.
+    rebuilt from ``config.pe_toolkit`` (as the old code built it, see :mod:`.legacy`) and its encoder's
+    parameters read from the safetensors files, with a :class:`~.legacy.LegacySwappedCheckpointWarning`
+    that plain ``from_pretrained`` does not (:func:`~.legacy.migrate_checkpoint` rewrites the folder).
     Logits equal those of the saved model.
 
     Raises:
         ValueError: the checkpoint's config has no ``pe_toolkit`` entry (not a swapped model), or the
             checkpoint lacks some of the encoder's parameters (named).
     """
-    from pe_toolkit.integrations.hf import checkpoint  # noqa: F401 (registers the swapped model types)
+    from pe_toolkit.integrations.hf import checkpoint, legacy  # noqa: F401 (registers the swapped model types)
 
     model_class = transformers.AutoModelForCausalLM if model_class is None else model_class
-    model = model_class.from_pretrained(path, **from_pretrained_kwargs)
+    with legacy.quiet():
+        model = model_class.from_pretrained(path, **from_pretrained_kwargs)
     spec = getattr(model.config, CONFIG_KEY, None)
     if not isinstance(spec, dict):
         raise ValueError(f"{path}: config.json has no {CONFIG_KEY!r} entry, so it was not saved from a model that "
                          "swap_positional_encoding changed; load it with from_pretrained")
     if swapped_encoding(model) is not None:
         return model
+    if legacy.is_legacy_spec(spec):
+        warnings.warn(f"{str(path)!r} is a swapped checkpoint in the format before swapped models had their own model "
+                      "type: load_swapped rebuilds it, but plain from_pretrained (pipelines, evaluation harnesses, "
+                      "servers) builds the un-swapped model from it; rewrite the folder once with "
+                      f"pe_toolkit.integrations.hf.migrate_checkpoint({str(path)!r})",
+                      legacy.LegacySwappedCheckpointWarning, stacklevel=2)
     swap_positional_encoding(model)
     encoding = swapped_encoding(model)
     expected = encoding.state_dict()

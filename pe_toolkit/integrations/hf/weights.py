@@ -1,10 +1,12 @@
 """Weights both ways between Hugging Face Llama-family models and :class:`pe_toolkit.Transformer`.
 
-Covered layouts: ``LlamaForCausalLM``, ``Qwen2ForCausalLM`` (q/k/v biases) and ``MistralForCausalLM``
-(its sliding window becomes ``attention_window``). The two models compute the same function:
+Covered layouts: ``LlamaForCausalLM``, ``Qwen2ForCausalLM`` (q/k/v biases), ``MistralForCausalLM``
+(its sliding window becomes ``attention_window``) and ``Qwen3ForCausalLM`` (its per-head ``q_norm`` /
+``k_norm`` become ``qk_norm=True``, with ``rms_norm_eps``). The two models compute the same function:
 
 * token embedding -> per layer ``x + attn(RMSNorm(x))``, ``x + SwiGLU(RMSNorm(x))`` -> RMSNorm -> head,
-* ``attn``: grouped-query attention with RoPE on queries and keys, scale ``1 / sqrt(head_dim)``,
+* ``attn``: grouped-query attention with RoPE on queries and keys (after Qwen3's per-head RMSNorm of
+  each), scale ``1 / sqrt(head_dim)``,
 * RMSNorm with the checkpoint's ``rms_norm_eps`` (``TransformerConfig.norm_eps``),
 * the checkpoint's RoPE, with its scaling, as the ``rope`` encoder
   (:func:`~pe_toolkit.integrations.hf.rope_config.rope_options_from_hf`).
@@ -34,6 +36,7 @@ SUPPORTED = {
     "LlamaForCausalLM": ("LlamaConfig", "llama"),
     "Qwen2ForCausalLM": ("Qwen2Config", "qwen2"),
     "MistralForCausalLM": ("MistralConfig", "mistral"),
+    "Qwen3ForCausalLM": ("Qwen3Config", "qwen3"),
 }
 """HF causal-LM classes whose weights port exactly, with their config class and ``model_type``."""
 
@@ -46,7 +49,6 @@ def _model_type(config: Any) -> str:
 
 
 NOT_REPRESENTED = {
-    "Qwen3ForCausalLM": "q_norm / k_norm (an RMSNorm of each head's queries and keys)",
     "Gemma2ForCausalLM": "attn_logit_softcapping / final_logit_softcapping, query_pre_attn_scalar, the GELU MLP and "
                          "the post-attention / feed-forward norms",
     "Gemma3ForCausalLM": "query_pre_attn_scalar, q_norm / k_norm, per-layer-type rope_parameters and layer_types "
@@ -70,7 +72,7 @@ def check_supported(model: Any) -> str:
     if not isinstance(model, transformers.PreTrainedModel) or name not in SUPPORTED:
         family = next((c for c in classes if c.endswith("ForCausalLM")), None)
         if family is not None:
-            reason = NOT_REPRESENTED.get(family, "a layout other than Llama / Qwen2 / Mistral")
+            reason = NOT_REPRESENTED.get(family, "a layout other than Llama / Qwen2 / Mistral / Qwen3")
             raise TypeError(f"from_hf / to_hf cannot represent {family} as a pe_toolkit Transformer: {reason}. "
                             f"They port {', '.join(SUPPORTED)}; swap_positional_encoding(model, name) changes this "
                             "model's positional encoding in place")
@@ -83,20 +85,20 @@ def _window(config: Any) -> int | None:
     model_type = _model_type(config)
     if model_type == "mistral":
         return config.sliding_window
-    if model_type == "qwen2":
+    if model_type in ("qwen2", "qwen3"):
         kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
         if kinds == {"full_attention"}:
             return None
         if kinds == {"sliding_attention"}:
             return config.sliding_window
-        raise ValueError(f"Qwen2 layer_types mixes full and sliding-window layers ({sorted(kinds)}): "
+        raise ValueError(f"{type(config).__name__} layer_types mixes full and sliding-window layers ({sorted(kinds)}): "
                          "a pe_toolkit Transformer has one window for every layer")
     return None
 
 
 def transformer_config_from_hf(config: Any, *, encoding: str | None = None,
                                encoding_options: dict[str, Any] | None = None, **overrides: Any) -> TransformerConfig:
-    """Our :class:`TransformerConfig` for an HF Llama / Qwen2 / Mistral config.
+    """Our :class:`TransformerConfig` for an HF Llama / Qwen2 / Mistral / Qwen3 config.
 
     ``encoding`` (default: the checkpoint's RoPE as ``"rope"`` with
     :func:`~pe_toolkit.integrations.hf.rope_config.rope_options_from_hf`) and ``encoding_options``
@@ -123,9 +125,9 @@ def transformer_config_from_hf(config: Any, *, encoding: str | None = None,
     if getattr(config, "mlp_bias", False):
         raise ValueError("mlp_bias=True: a pe_toolkit Transformer's MLP has no biases")
     qkv_bias = _model_type(config) == "qwen2" or bool(getattr(config, "attention_bias", False))
-    if _model_type(config) == "llama" and getattr(config, "attention_bias", False):
-        raise ValueError("attention_bias=True (Llama: q, k, v and output projections): a pe_toolkit Transformer "
-                         "has q/k/v biases only (Qwen2's layout)")
+    if _model_type(config) in ("llama", "qwen3") and getattr(config, "attention_bias", False):
+        raise ValueError(f"attention_bias=True ({type(config).__name__}: q, k, v and output projections): a "
+                         "pe_toolkit Transformer has q/k/v biases only (Qwen2's layout)")
     if encoding is None:
         encoding, options = "rope", rope_options_from_hf(config)
         options.update(encoding_options or {})
@@ -137,6 +139,7 @@ def transformer_config_from_hf(config: Any, *, encoding: str | None = None,
         encoding=encoding, encoding_options=options, norm="rmsnorm", norm_eps=config.rms_norm_eps,
         qkv_bias=qkv_bias, mlp="swiglu", mlp_hidden=config.intermediate_size,
         tie_embeddings=bool(config.tie_word_embeddings), attention_window=_window(config),
+        qk_norm=_model_type(config) == "qwen3",
     )
     fields.update(overrides)
     return TransformerConfig(**fields)
@@ -156,6 +159,8 @@ def _pairs(hf_model: Any, ours: Transformer) -> list[tuple[nn.Parameter, nn.Para
             (mlp.gate_proj.weight, block.mlp.gate.weight), (mlp.up_proj.weight, block.mlp.up.weight),
             (mlp.down_proj.weight, block.mlp.down.weight),
         ]
+        if block.attn.q_norm is not None:
+            pairs += [(attn.q_norm.weight, block.attn.q_norm.weight), (attn.k_norm.weight, block.attn.k_norm.weight)]
         if block.attn.q_proj.bias is not None:
             pairs += [(attn.q_proj.bias, block.attn.q_proj.bias), (attn.k_proj.bias, block.attn.k_proj.bias),
                       (attn.v_proj.bias, block.attn.v_proj.bias)]
@@ -166,7 +171,7 @@ def _pairs(hf_model: Any, ours: Transformer) -> list[tuple[nn.Parameter, nn.Para
 
 def from_hf(model: Any, *, encoding: str | None = None, encoding_options: dict[str, Any] | None = None,
             **overrides: Any) -> Transformer:
-    """A :class:`pe_toolkit.Transformer` with the weights of an HF Llama / Qwen2 / Mistral causal LM.
+    """A :class:`pe_toolkit.Transformer` with the weights of an HF Llama / Qwen2 / Mistral / Qwen3 causal LM.
 
     With the default ``encoding`` the result computes the same logits (float32: 1e-5) and greedy
     tokens; another registered ``encoding`` (``"alibi"``, ``"rope"`` with other ``encoding_options``,
@@ -197,13 +202,13 @@ def hf_config_from_transformer(model: Transformer, like: Any = None) -> Any:
     (:func:`~pe_toolkit.integrations.hf.rope_config.rope_config_to_hf`).
 
     ``like``: an HF config or model of a supported class; ``None``: ``LlamaConfig`` (``Qwen2Config``
-    when the model has q/k/v biases).
+    when the model has q/k/v biases, ``Qwen3Config`` when it has QK-norm).
 
     Raises:
         TypeError: ``model`` is not a Transformer, or ``like`` is not a supported config / model.
         ValueError: what an HF Llama-family model cannot represent (an encoding other than ``rope``, a
-            LayerNorm or GELU model, MLA, QK-norm, untied encodings per layer, a bidirectional model,
-            q/k/v biases into Mistral), named.
+            LayerNorm or GELU model, MLA, QK-norm other than into Qwen3 (or Qwen3 without it), untied
+            encodings per layer, a bidirectional model, q/k/v biases into Mistral), named.
     """
     from pe_toolkit.integrations.hf.rope_config import rope_config_to_hf
 
@@ -216,7 +221,6 @@ def hf_config_from_transformer(model: Transformer, like: Any = None) -> Any:
         "norm": (cfg.norm != "rmsnorm", f"{cfg.norm!r}: HF Llama-family models use RMSNorm"),
         "mlp": (cfg.mlp != "swiglu", f"{cfg.mlp!r}: HF Llama-family models use SwiGLU"),
         "attention": (cfg.attention != "mha", f"{cfg.attention!r}: HF Llama-family models have no MLA"),
-        "qk_norm": (cfg.qk_norm, "True: HF Llama-family models have no QK-norm"),
         "causal": (not cfg.causal, "False: HF causal LMs are causal"),
         "cross_attention": (cfg.cross_attention, "True: HF causal LMs have no cross-attention"),
         "vocab_size": (cfg.vocab_size is None, "None: an HF causal LM needs a token vocabulary"),
@@ -226,7 +230,8 @@ def hf_config_from_transformer(model: Transformer, like: Any = None) -> Any:
         if bad:
             raise ValueError(f"{field_name}={why}")
     if like is None:
-        config_class = transformers.Qwen2Config if cfg.qkv_bias else transformers.LlamaConfig
+        config_class = (transformers.Qwen3Config if cfg.qk_norm else
+                        transformers.Qwen2Config if cfg.qkv_bias else transformers.LlamaConfig)
         base: dict[str, Any] = {}
     else:
         like_config = like.config if isinstance(like, transformers.PreTrainedModel) else like
@@ -238,6 +243,10 @@ def hf_config_from_transformer(model: Transformer, like: Any = None) -> Any:
                 if k in ("bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
                          "max_position_embeddings")}
     model_type = config_class.model_type
+    if cfg.qk_norm != (model_type == "qwen3"):
+        raise ValueError(f"qk_norm={cfg.qk_norm}: of the HF Llama-family models only Qwen3 normalises each query and "
+                         f"key head (q_norm / k_norm), and always; {config_class.__name__} "
+                         f"{'has no QK-norm (use like=Qwen3Config)' if cfg.qk_norm else 'needs qk_norm=True'}")
     if cfg.qkv_bias and model_type == "mistral":
         raise ValueError("qkv_bias=True: MistralConfig has no q/k/v biases (use like=Qwen2Config)")
     encoder = model.encodings[0]
@@ -255,13 +264,13 @@ def hf_config_from_transformer(model: Transformer, like: Any = None) -> Any:
         rms_norm_eps=cfg.norm_eps if cfg.norm_eps is not None else torch.finfo(torch.float32).eps,
         tie_word_embeddings=cfg.tie_embeddings, **rope_config_to_hf(encoder),
     )
-    if model_type == "llama":
+    if model_type in ("llama", "qwen3"):
         fields["attention_bias"] = cfg.qkv_bias  # with a zero output-projection bias (see to_hf)
         fields["head_dim"] = cfg.dim // cfg.num_heads
-    elif model_type == "mistral":
+    if model_type == "mistral":
         fields["sliding_window"] = cfg.attention_window
         fields["head_dim"] = cfg.dim // cfg.num_heads
-    elif cfg.attention_window is not None:
+    elif model_type != "llama" and cfg.attention_window is not None:  # Qwen2 / Qwen3: every layer slides
         fields.update(use_sliding_window=True, sliding_window=cfg.attention_window, max_window_layers=0,
                       layer_types=["sliding_attention"] * cfg.num_layers)
     elif model_type == "qwen2" and not cfg.qkv_bias:
@@ -273,12 +282,12 @@ def hf_config_from_transformer(model: Transformer, like: Any = None) -> Any:
 
 
 def to_hf(model: Transformer, like: Any = None) -> Any:
-    """An HF causal LM (``LlamaForCausalLM``, ``Qwen2ForCausalLM`` or ``MistralForCausalLM``, by
+    """An HF causal LM (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``MistralForCausalLM`` or ``Qwen3ForCausalLM``, by
     ``like``'s class; see :func:`hf_config_from_transformer`) holding ``model``'s weights, in its
     dtype and on its device; ``from_hf(to_hf(model))`` gives ``model`` back.
 
-    A Llama target of a model with q/k/v biases gets ``attention_bias=True`` and a zero output
-    projection bias (Llama's bias option covers all four projections).
+    A Llama or Qwen3 target of a model with q/k/v biases gets ``attention_bias=True`` and a zero output
+    projection bias (their bias option covers all four projections).
     """
     config = hf_config_from_transformer(model, like)
     name = MODEL_TYPES[_model_type(config)]
@@ -288,7 +297,7 @@ def to_hf(model: Transformer, like: Any = None) -> Any:
     with torch.no_grad():
         for hf_param, our_param in _pairs(hf_model, model):
             hf_param.copy_(our_param.float())
-        if _model_type(config) == "llama" and model.config.qkv_bias:
+        if _model_type(config) in ("llama", "qwen3") and model.config.qkv_bias:
             for layer in hf_model.model.layers:
                 layer.self_attn.o_proj.bias.zero_()
     hf_model = hf_model.to(reference.dtype)
