@@ -17,6 +17,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "attention_stability": ("pe_toolkit.benchmarks.attention_stability:AttentionStability",
                             "final loss and attention logits over a base learning-rate sweep: MHA, QK-norm, the "
                             "Q/K learning-rate rule, MLA, QK-clip (Anson & Aitchison 2025; Kimi K2)"),
+    "crossmodal": ("pe_toolkit.benchmarks.crossmodal:CrossModal",
+                   "AV-Align above each model's chance floor for joint audio-video diffusion: CMC-PE vs "
+                   "cross-attention, and the timestep adjustment (Ishii et al. 2024)"),
     "explain": ("pe_toolkit.benchmarks.explain:Explain",
                 "faithfulness of PE-aware LRP against plain LRP, gradient x input and rollout: perturbation AUCs "
                 "and conservation (Bakish et al. 2025)"),
