@@ -20,6 +20,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "crossmodal": ("pe_toolkit.benchmarks.crossmodal:CrossModal",
                    "AV-Align above each model's chance floor for joint audio-video diffusion: CMC-PE vs "
                    "cross-attention, and the timestep adjustment (Ishii et al. 2024)"),
+    "detection": ("pe_toolkit.benchmarks.detection:Detection",
+                  "RecursiveDet's shared decoder stage with box / centerness PEs against independent stages: "
+                  "COCO mAP and parameters, a 2 x 2 design (Zhao et al. 2023)"),
     "explain": ("pe_toolkit.benchmarks.explain:Explain",
                 "faithfulness of PE-aware LRP against plain LRP, gradient x input and rollout: perturbation AUCs "
                 "and conservation (Bakish et al. 2025)"),

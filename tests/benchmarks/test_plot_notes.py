@@ -169,12 +169,15 @@ def test_extrapolation_ppl_with_no_perplexity(tmp_path, saved):
     _assert_all_panels_noted(saved)
 
 
-def test_detection_map_with_no_map(tmp_path, saved):
-    from benchmarks import detection
+def test_detection_map_with_no_map(tmp_path):
+    from pe_toolkit.bench.report import save_figure
+    from pe_toolkit.benchmarks import detection
 
-    rows = [{"variant": v, "parameters": 1000, "map": None, "map_ci": _no_value()} for v in ("a", "b")]
-    detection.plot_map(rows, tmp_path / "map.png")
-    _assert_all_panels_noted(saved)
+    rows = [{"variant": v, "seed": s, "parameters": 1000, "map": None} for v in ("a", "b") for s in (0, 1)]
+    figure = detection.plot_map(detection.summarize_rows(rows))
+    assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes)
+    save_figure(figure, tmp_path / "map.png", quick=True)
+    assert (tmp_path / "map.png").stat().st_size > 0
 
 
 def test_music_metrics_all_nan(tmp_path):
