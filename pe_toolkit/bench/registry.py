@@ -32,6 +32,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "graphs": ("pe_toolkit.benchmarks.graphs:Graphs",
                "CSL and PATTERN / CLUSTER accuracy per graph PE x model, and RWSE / LapPE precompute time against "
                "PyG"),
+    "multirobot": ("pe_toolkit.benchmarks.multirobot:MultiRobot",
+                   "NOPE with each object PE against tuned RANSAC + Procrustes on simulated robot pairs: match F1, "
+                   "non-overlap detection, pose success, bytes per message (Huang et al. 2025)"),
     "music": ("pe_toolkit.benchmarks.music:Music",
               "structure-informed PEs on Bach chorales: next-step prediction and accompaniment, NLL and generation "
               "metrics (Agarwal et al. 2024)"),

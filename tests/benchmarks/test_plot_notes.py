@@ -214,14 +214,15 @@ def test_translation_all_none(tmp_path, saved):
     _assert_all_panels_noted(saved)
 
 
-def test_multirobot_metrics_all_none(tmp_path, saved):
-    from benchmarks import multirobot
+def test_multirobot_metrics_all_none(tmp_path):
+    from pe_toolkit.bench.report import save_figure
+    from pe_toolkit.benchmarks import multirobot
 
-    none = {"low": None, "high": None}
-    rows = [{"method": m, **{k: None for k in ("f1", "nda", "coverage", "success")},
-             **{f"{k}_ci": none for k in ("f1", "nda", "coverage", "success")}} for m in ("a", "b")]
-    multirobot.plot_metrics(rows, tmp_path / "metrics.png")
-    _assert_all_panels_noted(saved)
+    rows = [{"method": m, "seed": s} for m in ("a", "b") for s in (0, 1)]  # every metric missing
+    figure = multirobot.plot_metrics(multirobot.summarize_rows(rows))
+    assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes)
+    save_figure(figure, tmp_path / "metrics.png", quick=True)
+    assert (tmp_path / "metrics.png").stat().st_size > 0
 
 
 def test_attention_stability_all_nan(tmp_path):
