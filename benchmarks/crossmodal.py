@@ -48,6 +48,7 @@ import time
 from typing import Any
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
+from pe_toolkit.bench.checks import distinct, positive, positives
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.verdict import claim_row, claims_markdown, decide_claim, format_side, summarize
@@ -418,25 +419,19 @@ class CrossModal(Benchmark):
     key_fields = ("variant", "seed")
 
     def check(self, config: Config) -> None:
-        seeds, variants = config.seeds, config.variants
-        if not seeds or len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be a non-empty list of distinct ints, got {seeds!r}")
-        if not variants or not set(variants) <= set(VARIANTS) or len(set(variants)) != len(variants):
-            raise ValueError(f"variants must be a non-empty list of distinct names from {list(VARIANTS)}, "
-                             f"got {variants!r}")
-        for group, keys in (("data", ("train_clips", "eval_clips")),
-                            ("model", ("dim", "num_heads", "num_layers", "num_steps")),
-                            ("training", ("steps", "batch_size")), ("sampling", ("sampling_steps",))):
-            for key in keys:
-                value = getattr(getattr(config, group), key)
-                if value < 1:
-                    raise ValueError(f"{group}.{key} must be a positive int, got {value!r}")
+        distinct("seeds", config.seeds)
+        distinct("variants", config.variants, allowed=VARIANTS)
+        for group in ("data", "model", "sampling"):
+            for key, value in dataclasses.asdict(getattr(config, group)).items():
+                if key != "gammas":
+                    positive(f"{group}.{key}", value)
+        positive("training.steps", config.training.steps)
+        positive("training.batch_size", config.training.batch_size)
+        positives("training.lrs", config.training.lrs)
+        positives("sampling.gammas", config.sampling.gammas)
         if config.data.eval_clips < 2:
             raise ValueError(f"data.eval_clips must be >= 2 (the chance floor pairs each clip's audio with another "
                              f"clip's video), got {config.data.eval_clips}")
-        for key, values in (("training.lrs", config.training.lrs), ("sampling.gammas", config.sampling.gammas)):
-            if not values or not all(math.isfinite(v) and v > 0 for v in values) or len(set(values)) != len(values):
-                raise ValueError(f"{key} must be a non-empty list of distinct positive numbers, got {values!r}")
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         parts = {"data": dataclasses.asdict(config.data), "model": dataclasses.asdict(config.model),

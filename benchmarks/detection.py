@@ -48,6 +48,7 @@ import time
 from typing import Any
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
+from pe_toolkit.bench.checks import distinct, positive, positives
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.verdict import claim_row, claims_markdown, decide_claim, format_side, summarize, untested_claim
@@ -383,30 +384,21 @@ class Detection(Benchmark):
     key_fields = ("variant", "seed")
 
     def check(self, config: Config) -> None:
-        seeds, variants = config.seeds, config.variants
-        if not seeds or len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be a non-empty list of distinct ints, got {seeds!r}")
-        if not variants or not set(variants) <= set(VARIANTS) or len(set(variants)) != len(variants):
-            raise ValueError(f"variants must be a non-empty list of distinct names from {list(VARIANTS)}, "
-                             f"got {variants!r}")
+        distinct("seeds", config.seeds)
+        distinct("variants", config.variants, allowed=VARIANTS)
         data = config.data
         if data.kind not in ("shapes", "coco"):
             raise ValueError(f"data.kind must be 'shapes' or 'coco', got {data.kind!r}")
         for key in ("image_size", "train_images", "val_images", "test_images", "num_classes"):
-            if getattr(data, key) < 1:
-                raise ValueError(f"data.{key} must be a positive int, got {getattr(data, key)!r}")
+            positive(f"data.{key}", getattr(data, key))
         if data.kind == "coco":
             for split in ("train", "test"):
                 if not getattr(data.coco, f"{split}_annotations") or not getattr(data.coco, f"{split}_image_dir"):
                     raise ValueError(f"data.kind 'coco' needs data.coco.{split}_annotations and "
                                      f"data.coco.{split}_image_dir")
-        lrs = config.training.lrs
-        if not lrs or not all(math.isfinite(v) and v > 0 for v in lrs) or len(set(lrs)) != len(lrs):
-            raise ValueError(f"training.lrs must be a non-empty list of distinct positive numbers (the tuning grid), "
-                             f"got {lrs!r}")
-        for key in ("steps", "batch_size"):
-            if getattr(config.training, key) < 1:
-                raise ValueError(f"training.{key} must be a positive int, got {getattr(config.training, key)!r}")
+        positives("training.lrs", config.training.lrs)
+        positive("training.steps", config.training.steps)
+        positive("training.batch_size", config.training.batch_size)
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         parts = {"data": dataclasses.asdict(config.data), "model": dataclasses.asdict(config.model),

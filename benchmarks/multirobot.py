@@ -42,6 +42,7 @@ import time
 from typing import Any
 
 from pe_toolkit.bench import Benchmark, Result, load_config, trainer_options
+from pe_toolkit.bench.checks import distinct, positive, positives
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.verdict import claim_row, claims_markdown, decide_claim, format_side, summarize
@@ -510,23 +511,15 @@ class MultiRobot(Benchmark):
     key_fields = ("arm", "seed")
 
     def check(self, config: Config) -> None:
-        seeds, pes = config.seeds, config.pes
-        if not seeds or len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be a non-empty list of distinct ints, got {seeds!r}")
-        if not pes or not set(pes) <= set(PES) or len(set(pes)) != len(pes):
-            raise ValueError(f"pes must be a non-empty list of distinct names from {list(PES)}, got {pes!r}")
-        for group in ("data", "model"):
+        distinct("seeds", config.seeds)
+        distinct("pes", config.pes, allowed=PES)
+        for group in ("data", "model", "training"):
             for key, value in dataclasses.asdict(getattr(config, group)).items():
-                if value < 1:
-                    raise ValueError(f"{group}.{key} must be a positive int, got {value!r}")
-        for key in ("steps", "batch_size"):
-            if getattr(config.training, key) < 1:
-                raise ValueError(f"training.{key} must be a positive int, got {getattr(config.training, key)!r}")
-        if not (math.isfinite(config.training.lr) and config.training.lr > 0):
-            raise ValueError(f"training.lr must be a positive number, got {config.training.lr!r}")
+                positive(f"{group}.{key}", value)
         for key, values in dataclasses.asdict(config.tuning).items():
-            if not values or not all(math.isfinite(v) and v > 0 for v in values):
-                raise ValueError(f"tuning.{key} must be a non-empty list of positive numbers, got {values!r}")
+            positives(f"tuning.{key}", values)
+        positive("train_eval_pairs", config.train_eval_pairs)
+        positive("raw_frames", config.raw_frames)
         tuning = config.tuning
         budget_nope = len(tuning.nope_match_threshold)
         budget_base = len(tuning.baseline_ratio) * len(tuning.baseline_inlier_threshold)
@@ -534,9 +527,6 @@ class MultiRobot(Benchmark):
             raise ValueError(f"tuning budgets differ: NOPE gets {budget_nope} match thresholds, the baseline "
                              f"{len(tuning.baseline_ratio)} ratios x {len(tuning.baseline_inlier_threshold)} "
                              f"inlier thresholds = {budget_base}; the fairness rule needs the same number")
-        for key in ("train_eval_pairs", "raw_frames"):
-            if getattr(config, key) < 1:
-                raise ValueError(f"{key} must be a positive int, got {getattr(config, key)!r}")
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         data, tuning = dataclasses.asdict(config.data), dataclasses.asdict(config.tuning)

@@ -173,7 +173,7 @@ def test_benchmark_reads_coco_files_of_mixed_sizes(tmp_path):
     ("training.lrs=[]", "training.lrs must be a non-empty list"),
     ("variants=[independent, shared]", "variants must be"),
     ("seeds=[1, 1]", "seeds must be"),
-    ("data.image_size=0", "data.image_size must be a positive int"),
+    ("data.image_size=0", "data.image_size must be a finite number > 0"),
     ("training.lr=[0.001]", "training.lr"),
 ])
 def test_bad_config_values_name_their_key(override, match):

@@ -77,10 +77,10 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny, monkeypatch):
                                                r"ratios x 1 inlier thresholds = 3"),
     ("seeds=[1, 1]", "seeds must be"),
     ("pes=[fourier, sine]", "pes must be"),
-    ("training.lr=0", "training.lr must be a positive number"),
-    ("data.num_val=0", "data.num_val must be a positive int"),
+    ("training.lr=0", "training.lr must be a finite number > 0, got 0"),
+    ("data.num_val=0", "data.num_val must be a finite number > 0"),
     ("tuning.baseline_ratio=[]", "tuning.baseline_ratio must be a non-empty list"),
-    ("raw_frames=0", "raw_frames must be a positive int"),
+    ("raw_frames=0", "raw_frames must be a finite number > 0"),
 ])
 def test_bad_configs_are_refused_naming_the_key(override, match):
     with pytest.raises(ValueError, match=match):
