@@ -177,8 +177,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         video, audio = module.sample(spec["data"]["eval_clips"], sampling_steps=sampling["sampling_steps"],
                                      gamma=gamma, seed=10_000 + seed)
         scores, floor = av_align_batch(video, audio), chance_floor(video, audio)
-        if spec["draw"] and clip is None:  # for the samples plot: one clip, 2 decimals (the plot's grey levels)
-            clip = [x[0].double().round(decimals=2).tolist() for x in (video, audio)]
+        if spec["draw"] and clip is None:  # for the samples plot
+            clip = [encode_picture(x[0]) for x in (video, audio)]
         gammas.append({"gamma": gamma, **scores, "floor": floor["av_align"],
                        "gain": scores["av_align"] - floor["av_align"], "sample_seconds": time.perf_counter() - t0})
     return {"variant": spec["variant"], "seed": seed, "lr": spec["lr"], "val_loss": float(val_loss),
@@ -300,6 +300,29 @@ def plot_scores(summary: list[dict[str, Any]], references: dict[str, float]) -> 
     return fig
 
 
+def encode_picture(x) -> dict[str, Any]:
+    """A tensor in [-1, 1] as 255 grey levels (int8, base64) for a plot: compact in results.json.
+
+    Values outside [-1, 1] are stored at the ends, as ``imshow(vmin=-1, vmax=1)`` draws them.
+    """
+    import base64
+
+    import torch
+
+    levels = (x.detach().cpu().clamp(-1, 1) * 127).round().to(torch.int8)
+    return {"shape": list(x.shape), "int8_base64": base64.b64encode(levels.numpy().tobytes()).decode("ascii")}
+
+
+def decode_picture(encoded: dict[str, Any]):
+    """The float array of :func:`encode_picture` (values in [-1, 1], steps of 1/127)."""
+    import base64
+
+    import numpy as np
+
+    raw = np.frombuffer(base64.b64decode(encoded["int8_base64"]), dtype=np.int8)
+    return raw.reshape(encoded["shape"]).astype(np.float32) / 127
+
+
 def plot_samples(samples: dict[str, Any]) -> Any:
     """Per variant: one sampled clip's video frames over time (a strip) and its spectrogram."""
     import matplotlib
@@ -311,7 +334,7 @@ def plot_samples(samples: dict[str, Any]) -> Any:
     fig, axes = plt.subplots(len(samples), 2, figsize=(12, 1.6 * len(samples)), squeeze=False,
                              gridspec_kw={"width_ratios": [3, 1]})
     for row, (variant, (video, audio)) in enumerate(samples.items()):
-        frames, spectrogram = torch.tensor(video), torch.tensor(audio)  # (T_v, H, W), (T_a, F)
+        frames, spectrogram = (torch.from_numpy(decode_picture(x)) for x in (video, audio))  # (T_v, H, W), (T_a, F)
         strip = frames.permute(1, 0, 2).reshape(frames.shape[1], -1)  # (H, T_v * W)
         axes[row, 0].imshow(strip.numpy(), cmap="gray", vmin=-1, vmax=1, aspect="auto")
         axes[row, 0].set_ylabel(variant, fontsize=7)

@@ -136,8 +136,18 @@ def test_plots_draw_intervals_floors_and_samples():
     summary = bench.summarize_rows(_rows("cmc_pe", 1.5, [0.1, 0.2, 0.3]) + _rows("none", 1.5, [0.0, 0.01, -0.01]))
     figure = bench.plot_scores(summary, {"real": 0.95, "shuffled": 0.15})
     assert len(figure.axes[0].patches) == 2 and not any(t.get_gid() == "note_if_empty" for t in figure.axes[0].texts)
-    samples = bench.plot_samples({"cmc_pe": [torch.zeros(4, 3, 5).tolist(), torch.zeros(8, 6).tolist()]})
+    clip = [bench.encode_picture(torch.zeros(4, 3, 5)), bench.encode_picture(torch.zeros(8, 6))]
+    samples = bench.plot_samples({"cmc_pe": clip})
     assert samples.axes[0].images[0].get_array().shape == (3, 4 * 5)  # the frames side by side
+
+
+def test_pictures_are_stored_as_grey_levels():
+    x = torch.tensor([[-1.0, -0.5, 0.0], [0.25, 1.0, 3.0]])
+    encoded = bench.encode_picture(x)
+    assert encoded["shape"] == [2, 3] and len(encoded["int8_base64"]) == 8  # 6 bytes
+    decoded = bench.decode_picture(encoded)
+    expected = torch.tensor([[-127, -64, 0], [32, 127, 127]]) / 127  # 3.0 at the top grey level, as imshow draws it
+    assert torch.equal(torch.from_numpy(decoded), expected.float())
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -169,6 +179,8 @@ def test_tiny_end_to_end_run_writes_results_report_and_plots(tiny_run):
     for row in runs:
         assert row["gain"] is None or row["gain"] == pytest.approx(row["av_align"] - row["floor"])
         assert ("clip" in row) == (row["seed"] == 1 and row["gamma"] == 1.0)  # the last seed's first sample
+        if "clip" in row:
+            assert [c["shape"] for c in row["clip"]] == [[32, 16, 16], [64, 16]]
     kinds = {r["kind"] for r in document["rows"]}
     assert {"reference", "summary", "claim", "tuning_trial"} <= kinds
     for claim in (r for r in document["rows"] if r["kind"] == "claim"):
