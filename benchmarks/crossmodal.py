@@ -13,7 +13,8 @@ audio-spectrogram Transformer denoiser) on the seeded bouncing-ball clips
 
 Each trained model samples clips jointly (DDIM) with and without the timestep adjustment
 (``gamma = 1``: none; ``gamma = 1.5``: the paper's default), and the clips are scored with AV-Align (audio
-onsets vs video motion peaks within +-1 frame, :mod:`pe_toolkit.domains.crossmodal.alignment`).
+onsets vs video motion peaks within +-1 frame, :mod:`pe_toolkit.domains.crossmodal.alignment`): one run (a
+trained model) gives one row per gamma (:meth:`CrossModal.expand`).
 
 **Chance floor.** AV-Align rewards events that happen to coincide, so a model that draws many onsets and
 motion peaks scores well above zero without aligning anything (the issue measured 0.18-0.23 for every trained
@@ -24,50 +25,34 @@ The ``none`` connector cannot align (its modalities never meet), so its gain is 
 right.
 
 Fairness rule (``docs/benchmarks.md``): every connector trains on the same clips for the same steps with the
-same learning rate and model size (no connector is tuned; the tuning budget is zero for all); nothing from the
-evaluation clips reaches a model (samples are drawn from noise); every number is a mean over >= 3 seeds with its
-Student-t 95 % interval and every verdict comes from :func:`common.interval_verdict`. A comparison between
-connectors is *untested* unless at least one of the two aligns beyond its chance floor.
+same model size and the same learning-rate grid (``training.lrs``, chosen per connector by validation loss on
+the first seed, :class:`~pe_toolkit.bench.Tuning`); nothing from the evaluation clips reaches a model (samples
+are drawn from noise); every claim comes from :func:`pe_toolkit.bench.verdict.decide_claim`. A comparison
+between connectors is *untested* unless at least one of the two aligns beyond its chance floor.
 
     python benchmarks/crossmodal.py --quick                  # pipeline check, < 2 minutes
     python benchmarks/crossmodal.py --jobs 2                 # the full CPU preset
-    python benchmarks/crossmodal.py --preset gpu --accelerator cuda --jobs 4
-    python benchmarks/crossmodal.py --set training.steps=2000 --set seeds=[0,1,2]
-    python benchmarks/crossmodal.py --resume                 # reuse the finished runs of an interrupted one
+    pe-toolkit bench crossmodal --preset gpu --accelerator cuda --jobs 4
+    python benchmarks/crossmodal.py --set training.steps=2000 --set seeds=[0,1,2] --resume
 
 Presets: ``benchmarks/presets/crossmodal/{quick,full,gpu}.yaml``. Outputs in ``<out>/crossmodal/``:
-``results.json``, ``report.md``, ``av_align.png``, ``samples.png``, and every finished run in
-``runs/<preset>/`` (its rows, its two drawn clips and its configuration).
+``results.json``, ``report.md``, ``av_align.png``, ``samples.png``, and every finished run in ``runs/<preset>/``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
+from pe_toolkit.bench.checks import distinct, positive, positives
+from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.verdict import claim_row, claims_markdown, decide_claim, format_side, summarize
 
-from common import (  # noqa: E402
-    Progress,
-    RunStore,
-    format_interval,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    nan_if_missing,
-    note_if_empty,
-    standard_argparser,
-    worker_pool,
-    write_report,
-    write_results,
-)
-from presets import check_seeds, device_options, preset_from_args, trainer_options  # noqa: E402
-
-NAME = "crossmodal"
 VARIANTS: dict[str, dict[str, Any]] = {
     "none": {"connector": "none"},
     "cross_attention": {"connector": "cross_attention", "connector_options": {"time_encoding": "none"}},
@@ -75,52 +60,60 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cross_attention_rope": {"connector": "cross_attention", "connector_options": {"time_encoding": "rope"}},
 }
 METRICS = ("av_align", "floor", "gain", "audio_events", "video_events", "silent_clips", "val_loss")
+BOUNDS = {"av_align": (0.0, 1.0), "floor": (0.0, 1.0), "gain": (-1.0, 1.0), "silent_clips": (0.0, 1.0)}
 PAPER_GAMMA = 1.5  # the timestep adjustment of the paper's CLI default
+CONTROL_MARGIN = 0.05  # the control "does not align": its AV-Align within 0.05 of its floor (a quarter of ~0.2 chance)
 
 
-# ------------------------------------------------------------------------------------------ preset
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+# ------------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class Data:
+    train_clips: int
+    eval_clips: int
 
 
-def check_preset(preset: dict[str, Any]) -> None:
-    """``ValueError`` naming the preset key for a preset that cannot run."""
-    check_seeds(preset["seeds"])
-    variants = preset["variants"]
-    if not isinstance(variants, list) or not variants or not set(variants) <= set(VARIANTS) \
-            or len(set(variants)) != len(variants):
-        raise ValueError(f"variants must be a non-empty list of distinct names from {list(VARIANTS)}, "
-                         f"got {variants!r}")
-    for group, keys in (("data", ("train_clips", "eval_clips")), ("model", ("dim", "num_heads", "num_layers",
-                                                                         "num_steps")),
-                        ("training", ("steps", "batch_size")), ("sampling", ("sampling_steps",))):
-        for key in keys:
-            if not _positive_int(preset[group][key]):
-                raise ValueError(f"{group}.{key} must be a positive int, got {preset[group][key]!r}")
-    if preset["data"]["eval_clips"] < 2:
-        raise ValueError(f"data.eval_clips must be >= 2 (the chance floor pairs each clip's audio with another "
-                         f"clip's video), got {preset['data']['eval_clips']}")
-    lr = preset["training"]["lr"]
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"training.lr must be a positive number, got {lr!r}")
-    gammas = preset["sampling"]["gammas"]
-    if not isinstance(gammas, list) or not gammas or not all(
-            isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g) and g > 0 for g in gammas):
-        raise ValueError(f"sampling.gammas must be a non-empty list of positive numbers, got {gammas!r}")
+@dataclasses.dataclass
+class Model:
+    dim: int
+    num_heads: int
+    num_layers: int
+    num_steps: int
 
 
-def make_data(preset: dict[str, Any]):
-    """The training clips (seed 0) and the held-out clips (seed 1) every connector and seed shares."""
+@dataclasses.dataclass
+class Training:
+    steps: int
+    batch_size: int
+    lrs: list[float]
+
+
+@dataclasses.dataclass
+class Sampling:
+    sampling_steps: int
+    gammas: list[float]
+
+
+@dataclasses.dataclass
+class Config:
+    seeds: list[int]
+    variants: list[str]
+    data: Data
+    model: Model
+    training: Training
+    sampling: Sampling
+
+
+@functools.lru_cache(maxsize=4)
+def clips(count: int, seed: int):
+    """``generate_clips(count, seed=seed)``, made once per process."""
     from pe_toolkit.domains.crossmodal import generate_clips
 
-    train = generate_clips(preset["data"]["train_clips"], seed=0)
-    val = generate_clips(max(preset["data"]["eval_clips"], 64), seed=1)
-    return train, val
+    return generate_clips(count, seed=seed)
 
 
-def run_spec(preset: dict[str, Any]) -> dict[str, Any]:
-    """What one run depends on (its identity in the RunStore)."""
-    return {k: preset[k] for k in ("data", "model", "training", "sampling", "device")}
+def make_data(train_clips: int, eval_clips: int):
+    """The training clips (seed 0) and the held-out clips (seed 1) every connector and seed shares."""
+    return clips(train_clips, 0), clips(max(eval_clips, 64), 1)
 
 
 # ------------------------------------------------------------------------------------------ scoring
@@ -155,31 +148,22 @@ def reference_levels(val) -> dict[str, float]:
             "real_audio_events": real["audio_events"], "real_video_events": real["video_events"]}
 
 
-def run_one(variant: str, seed: int, preset: dict[str, Any], runs_dir: str, resume: bool, threads: int,
-            data=None) -> dict[str, Any]:
-    """Train one joint model (or load its stored result); one row per gamma and two drawn clips."""
-    import torch
-
-    torch.set_num_threads(threads)
-    store = RunStore(runs_dir, resume=resume)
-    key, spec = f"{variant}__seed{seed}", run_spec(preset)
-    stored = store.load(key, spec)
-    if stored is not None:
-        return {"rows": stored["rows"], "clip": stored["clip"], "reused": True}
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train one joint model; score its samples at every gamma (``gammas``); the last seed keeps one drawn clip."""
     import lightning as L
 
     from pe_toolkit.domains.crossmodal.alignment import av_align_batch
     from pe_toolkit.domains.crossmodal.lightning_module import AVDataModule, JointDiffusionModule
 
-    train, val = data if data is not None else make_data(preset)
-    model, training, sampling = preset["model"], preset["training"], preset["sampling"]
+    train, val = make_data(spec["data"]["train_clips"], spec["data"]["eval_clips"])
+    model, training, sampling, seed = spec["model"], spec["training"], spec["sampling"], spec["seed"]
     start = time.perf_counter()
     L.seed_everything(seed, verbose=False)
     module = JointDiffusionModule(
         tuple(train.video.shape[1:]), tuple(train.audio.shape[1:]), dim=model["dim"], num_heads=model["num_heads"],
-        num_layers=model["num_layers"], num_steps=model["num_steps"], lr=training["lr"], max_steps=training["steps"],
-        warmup_steps=max(1, training["steps"] // 20), **VARIANTS[variant])
-    trainer = L.Trainer(max_steps=training["steps"], **trainer_options(preset["device"]), logger=False,
+        num_layers=model["num_layers"], num_steps=model["num_steps"], lr=spec["lr"], max_steps=training["steps"],
+        warmup_steps=max(1, training["steps"] // 20), **VARIANTS[spec["variant"]])
+    trainer = L.Trainer(max_steps=training["steps"], **trainer_options(spec["device"]), logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         num_sanity_val_steps=0, check_val_every_n_epoch=10**6)
     datamodule = AVDataModule(train, val, batch_size=training["batch_size"], seed=seed)
@@ -187,25 +171,24 @@ def run_one(variant: str, seed: int, preset: dict[str, Any], runs_dir: str, resu
     train_seconds = time.perf_counter() - start
     val_loss = trainer.validate(module, datamodule, verbose=False)[0]["val/loss"]
     module = module.cpu()
-    rows, clip = [], None
+    gammas, clip = [], None
     for gamma in sampling["gammas"]:
         t0 = time.perf_counter()
-        video, audio = module.sample(preset["data"]["eval_clips"], sampling_steps=sampling["sampling_steps"],
+        video, audio = module.sample(spec["data"]["eval_clips"], sampling_steps=sampling["sampling_steps"],
                                      gamma=gamma, seed=10_000 + seed)
         scores, floor = av_align_batch(video, audio), chance_floor(video, audio)
-        if clip is None:
-            clip = [video[:2].tolist(), audio[:2].tolist()]
-        rows.append({"variant": variant, "gamma": gamma, "seed": seed, **scores, "floor": floor["av_align"],
-                     "gain": scores["av_align"] - floor["av_align"], "val_loss": float(val_loss),
-                     "train_seconds": train_seconds, "sample_seconds": time.perf_counter() - t0,
-                     "parameters": sum(p.numel() for p in module.model.parameters())})
-    store.save(key, spec, {"rows": rows, "clip": clip})
-    return {"rows": rows, "clip": clip, "reused": False}
+        if spec["draw"] and clip is None:  # for the samples plot
+            clip = [encode_picture(x[0]) for x in (video, audio)]
+        gammas.append({"gamma": gamma, **scores, "floor": floor["av_align"],
+                       "gain": scores["av_align"] - floor["av_align"], "sample_seconds": time.perf_counter() - t0})
+    return {"variant": spec["variant"], "seed": seed, "lr": spec["lr"], "val_loss": float(val_loss),
+            "train_seconds": train_seconds, "parameters": sum(p.numel() for p in module.model.parameters()),
+            "gammas": gammas, "clip": clip}
 
 
-# ------------------------------------------------------------------------------------------ summary
-def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (variant, gamma): the mean and 95 % interval over seeds of every metric (``<metric>_ci``, ``_pm``)."""
+# ------------------------------------------------------------------------------------------ summary and claims
+def summarize_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (variant, gamma): every metric's mean and 95 % interval over seeds, non-finite seeds counted."""
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["variant"], row["gamma"]), []).append(row)
@@ -213,71 +196,73 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (variant, gamma), members in groups.items():
         entry: dict[str, Any] = {"variant": variant, "gamma": gamma, "seeds": len(members)}
         for key in METRICS:
-            summary = mean_interval([nan_if_missing(m.get(key)) for m in members])
-            entry[key] = summary["mean"] if summary["n"] else math.nan
-            entry[f"{key}_ci"] = summary
-            entry[f"{key}_pm"] = format_interval(summary, ".2f" if key.endswith("events") else ".3f")
+            entry[key] = summarize([m.get(key) for m in members], bounds=BOUNDS.get(key)).as_dict()
         out.append(entry)
     return out
 
 
-def beats_floor(entry: dict[str, Any]) -> bool:
-    """The whole 95 % interval of ``gain`` lies above zero (needs >= 2 seeds)."""
-    ci = entry["gain_ci"]
-    return ci["n"] >= 2 and math.isfinite(ci["low"]) and ci["low"] > 0
+def _per_seed(rows: list[dict[str, Any]], variant: str, gamma: float, key: str) -> dict[int, Any]:
+    return {r["seed"]: r.get(key) for r in rows if r["variant"] == variant and r["gamma"] == gamma}
 
 
-def claims(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The paper's findings, each *reproduced*, *not reproduced* or *untested*, from the intervals.
+def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The paper's findings as claim rows (:func:`~pe_toolkit.bench.verdict.decide_claim`).
 
-    * every connector aligns beyond its chance floor (gain > 0); the ``none`` control should not;
-    * CMC-PE aligns better than cross-attention (gain, at the paper's gamma), and than the extra baseline
-      cross-attention with RoPE; each untested unless one of the two aligns beyond its floor;
-    * the timestep adjustment (gamma 1.5) improves CMC-PE's alignment over gamma 1; untested unless CMC-PE
-      aligns beyond its floor at one of them.
+    * every connector aligns beyond its chance floor (AV-Align above its floor, paired per seed: the same
+      samples); the ``none`` control does not (its AV-Align within :data:`CONTROL_MARGIN` of its floor);
+    * CMC-PE's gain beats cross-attention's at the paper's gamma (independent trainings: Welch), and the extra
+      baseline cross-attention with RoPE's; each untested unless one of the two aligns beyond its floor;
+    * the timestep adjustment (gamma 1.5) raises CMC-PE's gain over gamma 1 (the same model per seed: paired);
+      untested unless CMC-PE aligns beyond its floor at one of them.
     """
-    by = {(s["variant"], s["gamma"]): s for s in summary}
+    keys = list(dict.fromkeys((r["variant"], r["gamma"]) for r in rows))
     out: list[dict[str, Any]] = []
-    for (variant, gamma), entry in by.items():
-        above = beats_floor(entry)
-        if entry["gain_ci"]["n"] < 2:
-            verdict = "untested"
-        elif variant == "none":
-            verdict = "not reproduced" if above else "reproduced"
+    aligns: dict[tuple[str, float], bool] = {}
+    for variant, gamma in keys:
+        seeds = sorted(_per_seed(rows, variant, gamma, "seed"))
+        score = [_per_seed(rows, variant, gamma, "av_align")[s] for s in seeds]
+        floor = [_per_seed(rows, variant, gamma, "floor")[s] for s in seeds]
+        if variant == "none":
+            claim = decide_claim(floor, score, kind="noninferiority", margin=CONTROL_MARGIN, higher_is_better=True,
+                                 paired=True, bounds=(0.0, 1.0),
+                                 name=f"none (gamma {gamma:g}): the control does not align (AV-Align within "
+                                      f"{CONTROL_MARGIN:g} of its chance floor; a = floor, b = AV-Align)")
         else:
-            verdict = "reproduced" if above else "not reproduced"
-        claim = ("the control does not align (gain interval not above 0)" if variant == "none"
-                 else "aligns beyond its chance floor (gain > 0)")
-        out.append({"claim": f"{variant} (gamma {gamma:g}) {claim}", "a": entry["av_align_pm"],
-                    "b": entry["floor_pm"], "gain": entry["gain_pm"], "verdict": verdict})
+            claim = decide_claim(score, floor, higher_is_better=True, paired=True, bounds=(0.0, 1.0),
+                                 name=f"{variant} (gamma {gamma:g}) aligns beyond its chance floor "
+                                      "(a = AV-Align, b = floor)")
+            aligns[(variant, gamma)] = claim.verdict == "reproduced"
+        out.append(claim_row(claim, variant=variant, gamma=gamma, metric="av_align"))
 
-    def compare(a_key, b_key, text: str) -> None:
-        a, b = by.get(a_key), by.get(b_key)
-        if a is None or b is None:
+    def compare(a: tuple[str, float], b: tuple[str, float], name: str, paired: bool) -> None:
+        if a not in keys or b not in keys:
             return
-        if not (beats_floor(a) or beats_floor(b)):
-            verdict = "untested (neither aligns beyond its chance floor)"
-        else:
-            verdict = {"better": "reproduced", "worse": "not reproduced (reversed)",
-                       "tie": "not reproduced (tie)"}[interval_verdict(a["gain_ci"], b["gain_ci"],
-                                                                       higher_is_better=True)]
-        out.append({"claim": text, "a": a["gain_pm"], "b": b["gain_pm"], "gain": "", "verdict": verdict})
+        seeds = sorted(set(_per_seed(rows, *a, "seed")) & set(_per_seed(rows, *b, "seed"))) if paired else None
+        gain_a, gain_b = _per_seed(rows, *a, "gain"), _per_seed(rows, *b, "gain")
+        values_a = [gain_a[s] for s in seeds] if paired else list(gain_a.values())
+        values_b = [gain_b[s] for s in seeds] if paired else list(gain_b.values())
+        precondition = (aligns.get(a, False) or aligns.get(b, False),
+                        "neither side aligns beyond its chance floor: the gains measure event counts, not alignment")
+        claim = decide_claim(values_a, values_b, higher_is_better=True, paired=paired, bounds=BOUNDS["gain"],
+                             name=name, preconditions=[precondition])
+        out.append(claim_row(claim, variant=f"{a[0]} vs {b[0]}", gamma=f"{a[1]:g} vs {b[1]:g}", metric="gain"))
 
-    gammas = sorted({g for _, g in by})
-    paper_gamma = PAPER_GAMMA if PAPER_GAMMA in gammas else gammas[-1]
-    compare(("cmc_pe", paper_gamma), ("cross_attention", paper_gamma),
-            f"CMC-PE aligns better than cross-attention (gain, gamma {paper_gamma:g})")
+    gammas = sorted({g for _, g in keys})
+    paper = PAPER_GAMMA if PAPER_GAMMA in gammas else gammas[-1]
+    compare(("cmc_pe", paper), ("cross_attention", paper),
+            f"CMC-PE aligns better than cross-attention (gain, gamma {paper:g})", paired=False)
     # not the paper's baseline: cross-attention whose queries and keys carry RoPE over their own time axes
-    compare(("cmc_pe", paper_gamma), ("cross_attention_rope", paper_gamma),
-            f"CMC-PE aligns better than cross-attention with RoPE (an extra baseline; gain, gamma {paper_gamma:g})")
-    if 1.0 in gammas and paper_gamma != 1.0:
-        compare(("cmc_pe", paper_gamma), ("cmc_pe", 1.0),
-                f"the timestep adjustment (gamma {paper_gamma:g}) improves CMC-PE over gamma 1 (gain)")
+    compare(("cmc_pe", paper), ("cross_attention_rope", paper),
+            f"CMC-PE aligns better than cross-attention with RoPE (an extra baseline; gain, gamma {paper:g})",
+            paired=False)
+    if 1.0 in gammas and paper != 1.0:
+        compare(("cmc_pe", paper), ("cmc_pe", 1.0),
+                f"the timestep adjustment (gamma {paper:g}) improves CMC-PE over gamma 1 (gain)", paired=True)
     return out
 
 
 # ------------------------------------------------------------------------------------------ plots
-def plot_scores(summary: list[dict[str, Any]], references: dict[str, float], path: Path) -> None:
+def plot_scores(summary: list[dict[str, Any]], references: dict[str, float]) -> Any:
     """Bars of AV-Align per variant and gamma (95 % intervals where there are any), each model's chance floor as a
     black tick, and the real-clip levels as lines."""
     import matplotlib
@@ -287,49 +272,73 @@ def plot_scores(summary: list[dict[str, Any]], references: dict[str, float], pat
 
     variants = list(dict.fromkeys(r["variant"] for r in summary))
     gammas = list(dict.fromkeys(r["gamma"] for r in summary))
-    width = 0.8 / len(gammas)
+    width = 0.8 / max(1, len(gammas))
     fig, ax = plt.subplots(figsize=(2 * len(variants) + 2, 3.5))
     for j, gamma in enumerate(gammas):
         xs = [i + (j - (len(gammas) - 1) / 2) * width for i in range(len(variants))]
-        entries = [next((r for r in summary if r["variant"] == v and r["gamma"] == gamma), {}) for v in variants]
-        ys = [nan_if_missing(e.get("av_align")) for e in entries]
+        entries = [next((r for r in summary if r["variant"] == v and r["gamma"] == gamma), None) for v in variants]
+        sides = [e["av_align"] if e else {"mean": math.nan, "low": math.nan, "high": math.nan} for e in entries]
+        ys = [nan_if_missing(s["mean"]) for s in sides]
         errors = [[0.0] * len(ys), [0.0] * len(ys)]
-        for i, e in enumerate(entries):
-            ci = e.get("av_align_ci")
-            if ci and math.isfinite(ci.get("low", math.nan)):
-                errors[0][i], errors[1][i] = ys[i] - ci["low"], ci["high"] - ys[i]
+        for i, side in enumerate(sides):
+            if math.isfinite(nan_if_missing(side["low"])):
+                errors[0][i], errors[1][i] = ys[i] - side["low"], side["high"] - ys[i]
         ax.bar(xs, ys, width, yerr=errors, capsize=3, label=f"gamma = {gamma:g}")
-        floors = [nan_if_missing(e.get("floor")) for e in entries]
+        floors = [nan_if_missing(e["floor"]["mean"]) if e else math.nan for e in entries]
         ax.scatter(xs, floors, marker="_", s=300, color="black", zorder=3,
                    label="its chance floor (re-paired samples)" if j == 0 else None)
     note_if_empty(ax, "AV-Align of the sampled clips")
-    ax.axhline(references["real"], color="green", linestyle="--", linewidth=1, label="real clips")
-    ax.axhline(references["shuffled"], color="grey", linestyle=":", linewidth=1, label="real clips re-paired")
+    ax.axhline(nan_if_missing(references["real"]), color="green", linestyle="--", linewidth=1, label="real clips")
+    ax.axhline(nan_if_missing(references["shuffled"]), color="grey", linestyle=":", linewidth=1,
+               label="real clips re-paired")
     ax.set_xticks(range(len(variants)))
     ax.set_xticklabels(variants, fontsize=8)
     ax.set_ylabel("AV-Align of sampled clips")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
-def plot_samples(samples: dict[str, Any], path: Path) -> None:
+def encode_picture(x) -> dict[str, Any]:
+    """A tensor in [-1, 1] as 255 grey levels (int8, base64) for a plot: compact in results.json.
+
+    Values outside [-1, 1] are stored at the ends, as ``imshow(vmin=-1, vmax=1)`` draws them.
+    """
+    import base64
+
+    import torch
+
+    levels = (x.detach().cpu().clamp(-1, 1) * 127).round().to(torch.int8)
+    return {"shape": list(x.shape), "int8_base64": base64.b64encode(levels.numpy().tobytes()).decode("ascii")}
+
+
+def decode_picture(encoded: dict[str, Any]):
+    """The float array of :func:`encode_picture` (values in [-1, 1], steps of 1/127)."""
+    import base64
+
+    import numpy as np
+
+    raw = np.frombuffer(base64.b64decode(encoded["int8_base64"]), dtype=np.int8)
+    return raw.reshape(encoded["shape"]).astype(np.float32) / 127
+
+
+def plot_samples(samples: dict[str, Any]) -> Any:
     """Per variant: one sampled clip's video frames over time (a strip) and its spectrogram."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import torch
 
     fig, axes = plt.subplots(len(samples), 2, figsize=(12, 1.6 * len(samples)), squeeze=False,
                              gridspec_kw={"width_ratios": [3, 1]})
     for row, (variant, (video, audio)) in enumerate(samples.items()):
-        frames = video[0]
+        frames, spectrogram = (torch.from_numpy(decode_picture(x)) for x in (video, audio))  # (T_v, H, W), (T_a, F)
         strip = frames.permute(1, 0, 2).reshape(frames.shape[1], -1)  # (H, T_v * W)
         axes[row, 0].imshow(strip.numpy(), cmap="gray", vmin=-1, vmax=1, aspect="auto")
         axes[row, 0].set_ylabel(variant, fontsize=7)
-        axes[row, 1].imshow(audio[0].T.numpy(), origin="lower", aspect="auto", vmin=-1, vmax=1)
+        axes[row, 1].imshow(spectrogram.T.numpy(), origin="lower", aspect="auto", vmin=-1, vmax=1)
         for ax in axes[row]:
             note_if_empty(ax, "the sampled clip")
             ax.set_xticks([])
@@ -337,18 +346,18 @@ def plot_samples(samples: dict[str, Any], path: Path) -> None:
     axes[0, 0].set_title("video frames over time")
     axes[0, 1].set_title("spectrogram")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 # ------------------------------------------------------------------------------------------ report
-def why_not_note(summary: list[dict[str, Any]], references: dict[str, float]) -> str:
+def why_not_note(summary: list[dict[str, Any]], claim_rows: list[dict[str, Any]], references: dict[str, float]) -> str:
     """What the numbers say when no connector aligns beyond its floor (event counts against real clips)."""
     connected = [s for s in summary if s["variant"] != "none"]
-    if not connected or any(beats_floor(s) for s in connected):
+    floor_claims = [c for c in claim_rows if c["metric"] == "av_align" and c["variant"] != "none"]
+    if not connected or any(c["verdict"] == "reproduced" for c in floor_claims):
         return ""
-    audio = [s["audio_events"] for s in connected if math.isfinite(s["audio_events"])]
-    video = [s["video_events"] for s in connected if math.isfinite(s["video_events"])]
+    audio = [s["audio_events"]["mean"] for s in connected if math.isfinite(s["audio_events"]["mean"])]
+    video = [s["video_events"]["mean"] for s in connected if math.isfinite(s["video_events"]["mean"])]
     counts = (f"The connected models draw {min(audio):.2f}-{max(audio):.2f} audio onsets and "
               f"{min(video):.2f}-{max(video):.2f} video motion peaks per clip, against "
               f"{references['real_audio_events']:.2f} and {references['real_video_events']:.2f} in real clips. "
@@ -359,137 +368,145 @@ def why_not_note(summary: list[dict[str, Any]], references: dict[str, float]) ->
             "The comparison of connectors therefore carries no information here, and its claims are untested.\n\n")
 
 
-def write_all(rows: list[dict[str, Any]], samples: dict[str, Any], total_runs: int, references: dict[str, float],
-              shapes: tuple[tuple[int, ...], tuple[int, ...]], preset: dict[str, Any], root: Path, seconds: float,
-              jobs: int) -> Path:
-    """Write results.json, report.md and the plots for the models finished so far (called after every model)."""
-    summary = summarize(rows)
-    verdicts = claims(summary)
-    finished = len({(r["variant"], r["seed"]) for r in rows})
-    stored_summary = [{k: v for k, v in s.items() if not k.endswith("_pm")} for s in summary]
-    out_dir = write_results(NAME, {**preset, "references": references, "models_finished": finished,
-                                   "models_planned": total_runs, "jobs": jobs},
-                            [{**r, "kind": "run"} for r in rows] + [{**s, "kind": "summary"} for s in stored_summary]
-                            + [{**v, "kind": "verdict"} for v in verdicts], seconds, root=root).parent
-    plot_scores(summary, references, out_dir / "av_align.png")
-    plot_samples(samples, out_dir / "samples.png")
-    partial = "" if finished == total_runs else f" **Partial: {finished} of {total_runs} models finished.**"
-    data, model, training, sampling = preset["data"], preset["model"], preset["training"], preset["sampling"]
+def report_body(result: Result) -> str:
+    config, rows = result.config, result.rows
+    summary = [s for s in result.derived if s["kind"] == "summary"]
+    claim_rows = [c for c in result.derived if c["kind"] == "claim"]
+    reference = next(r for r in result.derived if r["kind"] == "reference")
+    data, model, training, sampling = config.data, config.model, config.training, config.sampling
+    cells = [{"variant": s["variant"], "gamma": s["gamma"], "seeds": s["seeds"],
+              **{k: format_side(s[k], ".2f" if k.endswith("events") else ".3f") for k in METRICS}} for s in summary]
     body = [
-        f"Preset `{preset['preset']}`. Bouncing-ball clips: video {shapes[0]} (T_v, H, W), audio spectrogram "
-        f"{shapes[1]} (T_a, F); {data['train_clips']} training clips. Joint denoiser dim {model['dim']}, "
-        f"{model['num_layers']} block(s) + connector per modality, T = {model['num_steps']} diffusion steps, "
-        f"{training['steps']} training steps of batch {training['batch_size']} at lr {training['lr']}; "
-        f"{data['eval_clips']} clips sampled per model and gamma with {sampling['sampling_steps']} DDIM steps. "
-        f"Seeds {preset['seeds']}; device {preset['device']}; {seconds:.0f} s." + partial,
+        f"Bouncing-ball clips: video {tuple(reference['video_shape'])} (T_v, H, W), audio spectrogram "
+        f"{tuple(reference['audio_shape'])} (T_a, F); {data.train_clips} training clips. Joint denoiser dim "
+        f"{model.dim}, {model.num_layers} block(s) + connector per modality, T = {model.num_steps} diffusion steps, "
+        f"{training.steps} training steps of batch {training.batch_size}, lr chosen from {training.lrs} per "
+        f"connector ({result.chosen}); {data.eval_clips} clips sampled per model and gamma with "
+        f"{sampling.sampling_steps} DDIM steps. Seeds {config.seeds}; device {result.device}; "
+        f"{result.seconds:.0f} s.",
         "",
-        f"Reference levels on held-out real clips: AV-Align {references['real']:.3f} as drawn, "
-        f"{references['shuffled']:.3f} re-paired (audio of the next clip); "
-        f"{references['real_audio_events']:.2f} audio onsets and {references['real_video_events']:.2f} video "
+        f"Reference levels on held-out real clips: AV-Align {reference['real']:.3f} as drawn, "
+        f"{reference['shuffled']:.3f} re-paired (audio of the next clip); "
+        f"{reference['real_audio_events']:.2f} audio onsets and {reference['real_video_events']:.2f} video "
         "motion peaks per clip.",
         "",
         "## How the fairness rule is met",
         "",
-        "* Same budget: every connector trains on the same clips, for the same steps, at the same learning rate "
-        "and model width; no connector is tuned (a tuning budget of zero for all).",
+        "* Same budget: every connector trains on the same clips, for the same steps and model width, with the "
+        f"same learning-rate grid {training.lrs} (the first seed tries each value, validation loss picks one per "
+        "connector" + ("; one value: no connector is tuned" if len(training.lrs) == 1 else "") + ").",
         "* Nothing from the evaluation clips reaches a model: clips are sampled from noise; real clips only set "
-        "the reference lines.",
-        f"* {len(preset['seeds'])} seeds (initialisation, data order, diffusion noise and sampling noise): mean and "
-        "Student-t 95 % interval; verdicts from `interval_verdict`.",
+        "the reference lines and the validation loss.",
+        f"* {len(config.seeds)} seeds (initialisation, data order, diffusion noise and sampling noise): mean and "
+        "Student-t 95 % interval, runs without a finite value counted; verdicts from "
+        "`pe_toolkit.bench.verdict.decide_claim` (the interval of the difference; paired per seed where both sides "
+        "come from one model).",
         "* Each model's chance floor is its own samples re-paired (clip i's audio with clip i+1's video): the same "
         "event counts without alignment. A connector comparison is untested unless one side aligns beyond it.",
         "",
-        why_not_note(summary, references) + "## AV-Align of jointly sampled clips (mean [95 % interval])",
+        why_not_note(summary, claim_rows, reference) + "## AV-Align of jointly sampled clips (mean [95 % interval])",
         "",
-        markdown_table(summary, ["variant", "gamma", "seeds", ("av_align_pm", "AV-Align"),
-                                 ("floor_pm", "chance floor"), ("gain_pm", "gain"),
-                                 ("audio_events_pm", "audio onsets / clip"), ("video_events_pm", "video peaks / clip"),
-                                 ("silent_clips_pm", "clips without events"), ("val_loss_pm", "val loss")],
-                       {"gamma": "g"}),
+        markdown_table(cells, ["variant", "gamma", "seeds", ("av_align", "AV-Align"), ("floor", "chance floor"),
+                               "gain", ("audio_events", "audio onsets / clip"), ("video_events", "video peaks / clip"),
+                               ("silent_clips", "clips without events"), ("val_loss", "val loss")], {"gamma": "g"}),
         "",
-        "Clips without any event are left out of a mean (AV-Align is undefined there) and counted in their own "
-        "column. The paper's claims are CMC-PE > cross-attention on alignment, and gamma = 1.5 >= gamma = 1.",
+        "Clips without any event are left out of a run's AV-Align (it is undefined there) and counted in their own "
+        "column; a run with no event at all has no AV-Align (counted as non-finite). The paper's claims are CMC-PE > "
+        "cross-attention on alignment, and gamma = 1.5 >= gamma = 1.",
         "",
-        "## Verdicts",
+        "## Claims",
         "",
-        markdown_table(verdicts, ["claim", "a", "b", "gain", "verdict"]),
+        claims_markdown(claim_rows),
         "",
         "## Runs",
         "",
-        markdown_table(rows, ["variant", "gamma", "seed", ("av_align", "AV-Align"), "floor", "gain",
+        markdown_table(rows, ["variant", "gamma", "seed", "lr", ("av_align", "AV-Align"), "floor", "gain",
                               ("val_loss", "val loss"), "parameters", ("train_seconds", "train s"),
                               ("sample_seconds", "sample s")],
-                       {"gamma": "g", "av_align": ".3f", "floor": ".3f", "gain": "+.3f", "val_loss": ".4f",
-                        "train_seconds": ".0f", "sample_seconds": ".1f"}),
+                       {"gamma": "g", "lr": "g", "av_align": ".3f", "floor": ".3f", "gain": "+.3f",
+                        "val_loss": ".4f", "train_seconds": ".0f", "sample_seconds": ".1f"}),
         "![AV-Align](av_align.png)",
         "",
         "![samples](samples.png)",
     ]
-    write_report(NAME, "Cross-modal: CMC-PE vs cross-attention for sounding-video diffusion", "\n".join(body),
-                 root=root)
-    return out_dir
+    return "\n".join(body)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--steps", type=int, help="shortcut for --set training.steps=N")
-    parser.add_argument("--seeds", type=int, nargs="+", help="shortcut for --set seeds=[...]")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="shortcut for --set variants=[...]")
-    parser.add_argument("--jobs", type=int, default=1, help="models trained in parallel (spawned workers)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same configuration")
-    args = parser.parse_args(argv)
-    preset = preset_from_args(args, NAME)
-    if args.steps is not None:
-        preset["training"]["steps"] = args.steps
-    if args.seeds:
-        preset["seeds"] = list(args.seeds)
-    if args.variants:
-        preset["variants"] = list(args.variants)
-    if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    check_preset(preset)
-    preset["device"] = device_options(args)
+# ------------------------------------------------------------------------------------------ benchmark
+class CrossModal(Benchmark):
+    name = "crossmodal"
+    title = "Cross-modal: CMC-PE vs cross-attention for sounding-video diffusion"
+    description = ("AV-Align above each model's chance floor for joint audio-video diffusion: CMC-PE vs "
+                   "cross-attention, and the timestep adjustment (Ishii et al. 2024)")
+    Config = Config
+    key_fields = ("variant", "seed")
 
-    import torch
+    def check(self, config: Config) -> None:
+        distinct("seeds", config.seeds)
+        distinct("variants", config.variants, allowed=VARIANTS)
+        for group in ("data", "model", "sampling"):
+            for key, value in dataclasses.asdict(getattr(config, group)).items():
+                if key != "gammas":
+                    positive(f"{group}.{key}", value)
+        positive("training.steps", config.training.steps)
+        positive("training.batch_size", config.training.batch_size)
+        positives("training.lrs", config.training.lrs)
+        positives("sampling.gammas", config.sampling.gammas)
+        if config.data.eval_clips < 2:
+            raise ValueError(f"data.eval_clips must be >= 2 (the chance floor pairs each clip's audio with another "
+                             f"clip's video), got {config.data.eval_clips}")
 
-    torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    train, val = make_data(preset)
-    references = reference_levels(val)
-    runs = [(v, s) for s in preset["seeds"] for v in preset["variants"]]
-    progress = Progress(len(runs), NAME)
-    runs_dir = Path(args.out) / NAME / "runs" / preset["preset"]
-    RunStore(runs_dir, resume=args.resume)  # creates the folder before workers write into it
-    pool = worker_pool(args.jobs) if args.jobs > 1 else None
-    futures = {run: pool.submit(run_one, *run, preset, str(runs_dir), args.resume, args.threads)
-               for run in runs} if pool is not None else {}
-    rows: list[dict[str, Any]] = []
-    samples: dict[str, Any] = {}
-    reused, out_dir = 0, None
-    shapes = (tuple(train.video.shape[1:]), tuple(train.audio.shape[1:]))
-    for variant, seed in runs:
-        if pool is None:
-            result = run_one(variant, seed, preset, str(runs_dir), args.resume, args.threads, data=(train, val))
-        else:
-            result = futures[(variant, seed)].result()
-        reused += result["reused"]
-        rows.extend(result["rows"])
-        samples.setdefault(variant, tuple(torch.tensor(x) for x in result["clip"]))
-        progress(f"{variant} seed {seed}: " + ", ".join(
-            f"gamma {r['gamma']:g} AV-Align {r['av_align']:.3f} (floor {r['floor']:.3f})" for r in result["rows"]))
-        out_dir = write_all(rows, samples, len(runs), references, shapes, preset, args.out,
-                            time.perf_counter() - start, args.jobs)
-    if pool is not None:
-        pool.shutdown()
-    print(f"{NAME}: {len(runs)} runs ({reused} reused), jobs={args.jobs}")
-    summary = summarize(rows)
-    print(markdown_table(summary, ["variant", "gamma", ("av_align_pm", "AV-Align"), ("floor_pm", "floor"),
-                                   ("gain_pm", "gain")], {"gamma": "g"}))
-    print(markdown_table(claims(summary), ["claim", "verdict"]))
-    print(f"wrote {out_dir}")
-    return 0
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        parts = {"data": dataclasses.asdict(config.data), "model": dataclasses.asdict(config.model),
+                 "training": {"steps": config.training.steps, "batch_size": config.training.batch_size},
+                 "sampling": dataclasses.asdict(config.sampling)}
+        return [{"variant": v, "seed": s, **parts, "draw": s == config.seeds[-1]}
+                for s in config.seeds for v in config.variants]
+
+    def tuning(self, config: Config) -> Tuning:
+        return Tuning(param="lr", values=[float(lr) for lr in config.training.lrs], metric="val_loss",
+                      maximize=False, group="variant")
+
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return run_one(spec)
+
+    def expand(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per gamma (the run's drawn clip, if any, on the first)."""
+        out = []
+        for index, scores in enumerate(row["gammas"]):
+            sample_seconds = scores["sample_seconds"]
+            out.append({"variant": row["variant"], "gamma": scores["gamma"], "seed": row["seed"],
+                        **{k: v for k, v in scores.items() if k not in ("gamma", "sample_seconds")},
+                        "lr": row["lr"], "val_loss": row["val_loss"],
+                        "train_seconds": row["train_seconds"], "sample_seconds": sample_seconds,
+                        "parameters": row["parameters"], "kind": "run",
+                        **({"clip": row["clip"]} if index == 0 and row["clip"] is not None else {})})
+        return out
+
+    def progress_label(self, row: dict[str, Any]) -> str:
+        return f"{row['variant']} seed {row['seed']} lr {row['lr']:g}: " + ", ".join(
+            f"gamma {g['gamma']:g} AV-Align {nan_if_missing(g['av_align']):.3f} "
+            f"(floor {nan_if_missing(g['floor']):.3f})" for g in row["gammas"])
+
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        val = make_data(1, result.config.data.eval_clips)[1]
+        reference = {"kind": "reference", **reference_levels(val), "video_shape": list(val.video.shape[1:]),
+                     "audio_shape": list(val.audio.shape[1:])}
+        return ([reference] + [{"kind": "summary", **s} for s in summarize_rows(result.rows)]
+                + claims(result.rows))
+
+    def plot(self, result: Result) -> dict[str, Any]:
+        summary = [s for s in result.derived if s["kind"] == "summary"]
+        reference = next(r for r in result.derived if r["kind"] == "reference")
+        samples = {r["variant"]: r["clip"] for r in result.rows if r.get("clip") is not None}
+        return {"av_align.png": plot_scores(summary, reference), **({"samples.png": plot_samples(samples)}
+                                                                     if samples else {})}
+
+    def report(self, result: Result) -> str:
+        return report_body(result)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="crossmodal", prog="python benchmarks/crossmodal.py"))

@@ -118,6 +118,14 @@ class Benchmark:
         """Run one spec (in a worker; ``spec["device"]`` and ``spec["threads"]`` set by the runner); a row."""
         raise NotImplementedError
 
+    def expand(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """The result rows of one run's row (default ``[row]``); a run that measures one trained model several
+        ways (e.g. one row per sampling setting) keeps them in a field of its row and splits them here.
+
+        The store, the executors and tuning see the run's row; ``Result.rows`` and ``results.json`` the expansion.
+        """
+        return [row]
+
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         """Summaries and claims computed from the rows (each a dict with a ``"kind"``)."""
         return []

@@ -17,6 +17,12 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "attention_stability": ("pe_toolkit.benchmarks.attention_stability:AttentionStability",
                             "final loss and attention logits over a base learning-rate sweep: MHA, QK-norm, the "
                             "Q/K learning-rate rule, MLA, QK-clip (Anson & Aitchison 2025; Kimi K2)"),
+    "crossmodal": ("pe_toolkit.benchmarks.crossmodal:CrossModal",
+                   "AV-Align above each model's chance floor for joint audio-video diffusion: CMC-PE vs "
+                   "cross-attention, and the timestep adjustment (Ishii et al. 2024)"),
+    "detection": ("pe_toolkit.benchmarks.detection:Detection",
+                  "RecursiveDet's shared decoder stage with box / centerness PEs against independent stages: "
+                  "COCO mAP and parameters, a 2 x 2 design (Zhao et al. 2023)"),
     "explain": ("pe_toolkit.benchmarks.explain:Explain",
                 "faithfulness of PE-aware LRP against plain LRP, gradient x input and rollout: perturbation AUCs "
                 "and conservation (Bakish et al. 2025)"),
@@ -32,6 +38,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "mha2mla": ("pe_toolkit.benchmarks.mha2mla:Mha2Mla",
                 "MHA -> MLA conversion per partial-RoPE strategy and latent size: KV-cache reduction against "
                 "validation loss, and absorbed vs plain decoding (Ji et al. 2025)"),
+    "multirobot": ("pe_toolkit.benchmarks.multirobot:MultiRobot",
+                   "NOPE with each object PE against tuned RANSAC + Procrustes on simulated robot pairs: match F1, "
+                   "non-overlap detection, pose success, bytes per message (Huang et al. 2025)"),
     "music": ("pe_toolkit.benchmarks.music:Music",
               "structure-informed PEs on Bach chorales: next-step prediction and accompaniment, NLL and generation "
               "metrics (Agarwal et al. 2024)"),

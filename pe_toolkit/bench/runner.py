@@ -168,6 +168,7 @@ def run(benchmark: Benchmark, config: Any, options: RunOptions, *, preset: str, 
             rows, trials, chosen = _tune(benchmark, specs, tuning, store, executor)
     finally:
         executor.close()
+    rows = [expanded for row in rows for expanded in benchmark.expand(row)]
     result = Result(config=config, preset=preset, rows=rows, trials=trials, chosen=chosen, device=device,
                     seconds=time.perf_counter() - start)
     result.derived = benchmark.analyze(result)

@@ -335,3 +335,30 @@ def decide_claim(a: Iterable[Any], b: Iterable[Any], *, kind: str = "difference"
     return ClaimResult(name=name, kind=kind, verdict=verdict, reason=reason, test=test, a=side_a, b=side_b,
                        difference=diff, higher_is_better=higher_is_better, paired=paired, alpha=alpha,
                        margin=margin, p_value=p, min_detectable_effect=mde)
+
+
+def claim_row(claim: ClaimResult, **extra: Any) -> dict[str, Any]:
+    """``claim.as_row()`` as a results.json row: ``kind`` ``"claim"`` (the claim's own kind kept as
+    ``claim_kind``), with ``extra`` fields (e.g. the metric, the gamma) before the claim's."""
+    row = claim.as_row()
+    return {"kind": "claim", **extra, **{k: v for k, v in row.items() if k != "kind"}, "claim_kind": row["kind"]}
+
+
+def claims_markdown(rows: Sequence[dict[str, Any]], fmt: str = ".3f") -> str:
+    """A markdown table of claim rows (:func:`claim_row`): both sides, the difference in the paper's direction
+    with its interval, the test and the verdict with its reason (the smallest detectable effect when inconclusive)."""
+    from pe_toolkit.bench.report import markdown_table
+
+    cells = []
+    for row in rows:
+        d = row["difference"]
+        difference = ("-" if d["mean"] is None or not math.isfinite(d["mean"])
+                      else f"{d['mean']:+{fmt}} [{d['low']:+{fmt}}, {d['high']:+{fmt}}]")
+        reason = row["reason"]
+        if row.get("min_detectable_effect") is not None:
+            reason += f"; smallest effect this n detects: {row['min_detectable_effect']:{fmt}}"
+        cells.append({"claim": row["name"], "a": format_side(row["a"], fmt), "b": format_side(row["b"], fmt),
+                      "difference": difference, "test": row["test"], "verdict": f"**{row['verdict']}**",
+                      "reason": reason})
+    return markdown_table(cells, ["claim", ("a", "a (favoured)"), ("b", "b (baseline)"),
+                                  ("difference", "a - b, paper's direction [95 %]"), "test", "verdict", "reason"])

@@ -130,3 +130,31 @@ def test_a_group_with_several_runs_gets_one_value_chosen_by_the_mean(tmp_path):
     assert [(r["method"], r["lr"]) for r in result.rows] == [(m, result.chosen[m]) for m in ("small", "large")
                                                             for _ in range(2)]
     assert len(result.trials) == 2 * 2 * 2  # methods x step counts x learning rates
+
+
+class Halves(Tiny):
+    """A multi-row run: a loss per half of the validation set in the run's row, split into two rows by ``expand``."""
+
+    def run_one(self, spec):
+        row = super().run_one(spec)
+        return {**row, "halves": [{"half": h, "loss": row["val_loss"] * (h + 1)} for h in (0, 1)]}
+
+    def expand(self, row):
+        shared = {k: v for k, v in row.items() if k != "halves"}
+        return [{**shared, **half} for half in row["halves"]]
+
+
+def test_expand_splits_a_run_into_rows_after_tuning_and_storing(tmp_path):
+    config, _ = load_config(Halves(), "quick")
+    result = run(Halves(), config, RunOptions(), preset="quick", out=tmp_path, command="halves")
+    assert [(r["method"], r["seed"], r["half"]) for r in result.rows] == [("small", 0, 0), ("small", 0, 1),
+                                                                          ("large", 0, 0), ("large", 0, 1)]
+    assert all(r["loss"] == r["val_loss"] * (r["half"] + 1) and "halves" not in r for r in result.rows)
+    assert all("halves" in t for t in result.trials)  # tuning and the store see the run's own row
+    for method in ("small", "large"):
+        trials = [t for t in result.trials if t["method"] == method]
+        assert result.chosen[method] == min(trials, key=lambda t: t["val_loss"])["lr"]
+    stored = [json.loads(p.read_text())["row"] for p in (tmp_path / "tiny" / "runs" / "quick").glob("*.json")]
+    assert len(stored) == 4 and all(len(row["halves"]) == 2 for row in stored)
+    document = json.loads((tmp_path / "tiny" / "results.json").read_text())
+    assert [r.get("half") for r in document["rows"] if r.get("kind") is None] == [0, 1, 0, 1]

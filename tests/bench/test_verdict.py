@@ -149,3 +149,21 @@ def test_bad_values():
         summarize([1.0], confidence=1.5)
     with pytest.raises(ValueError, match="bounds"):
         summarize([1.0], bounds=(1.0, 0.0))
+
+
+def test_claim_row_and_table():
+    from pe_toolkit.bench.verdict import claim_row, claims_markdown
+
+    decided = decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], higher_is_better=True, name="a beats b")
+    row = claim_row(decided, metric="acc")
+    assert row["kind"] == "claim" and row["claim_kind"] == "difference" and row["metric"] == "acc"
+    assert row["verdict"] == "reproduced" and row["a"]["n"] == 3
+    unsure = claim_row(decide_claim([1.0, 2.0, 3.0], [1.5, 2.0, 2.5], higher_is_better=True, name="unsure"))
+    gated = claim_row(untested_claim("gated", "side a not learned", [0.1, 0.2], [0.3, 0.4]))
+    table = claims_markdown([row, unsure, gated]).splitlines()
+    d = decided.difference
+    assert table[2].startswith("| a beats b | 0.920 [") and f"+{d['mean']:.3f} [+{d['low']:.3f}, +" in table[2]
+    assert "| **reproduced** | the difference's interval lies above 0 |" in table[2]
+    mde = unsure["min_detectable_effect"]
+    assert "**inconclusive**" in table[3] and f"smallest effect this n detects: {mde:.3f}" in table[3]
+    assert "| gated | 0.150 [" in table[4] and "| - | none | **untested** | side a not learned |" in table[4]

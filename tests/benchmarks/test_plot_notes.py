@@ -188,12 +188,15 @@ def test_extrapolation_ppl_with_no_perplexity(tmp_path):
     _saved(figure, tmp_path / "ppl.png")
 
 
-def test_detection_map_with_no_map(tmp_path, saved):
-    from benchmarks import detection
+def test_detection_map_with_no_map(tmp_path):
+    from pe_toolkit.bench.report import save_figure
+    from pe_toolkit.benchmarks import detection
 
-    rows = [{"variant": v, "parameters": 1000, "map": None, "map_ci": _no_value()} for v in ("a", "b")]
-    detection.plot_map(rows, tmp_path / "map.png")
-    _assert_all_panels_noted(saved)
+    rows = [{"variant": v, "seed": s, "parameters": 1000, "map": None} for v in ("a", "b") for s in (0, 1)]
+    figure = detection.plot_map(detection.summarize_rows(rows))
+    assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes)
+    save_figure(figure, tmp_path / "map.png", quick=True)
+    assert (tmp_path / "map.png").stat().st_size > 0
 
 
 def test_music_metrics_all_nan(tmp_path):
@@ -210,12 +213,16 @@ def test_music_metrics_all_nan(tmp_path):
     assert (tmp_path / "music.png").stat().st_size > 0
 
 
-def test_crossmodal_scores_all_nan(tmp_path, saved):
-    from benchmarks import crossmodal
+def test_crossmodal_scores_all_nan(tmp_path):
+    from pe_toolkit.bench.report import save_figure
+    from pe_toolkit.benchmarks import crossmodal
 
-    rows = [{"variant": v, "gamma": g, "av_align": NAN} for v in ("none", "cmc_pe") for g in (1.0, 1.5)]
-    crossmodal.plot_scores(rows, {"real": 0.8, "shuffled": 0.4}, tmp_path / "scores.png")
-    _assert_all_panels_noted(saved)
+    rows = [{"variant": v, "gamma": g, "seed": s, "av_align": None, "floor": None}
+            for v in ("none", "cmc_pe") for g in (1.0, 1.5) for s in (0, 1)]
+    figure = crossmodal.plot_scores(crossmodal.summarize_rows(rows), {"real": 0.8, "shuffled": 0.4})
+    assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes)
+    save_figure(figure, tmp_path / "scores.png", quick=True)
+    assert (tmp_path / "scores.png").stat().st_size > 0
 
 
 def test_translation_all_none(tmp_path, saved):
@@ -226,14 +233,15 @@ def test_translation_all_none(tmp_path, saved):
     _assert_all_panels_noted(saved)
 
 
-def test_multirobot_metrics_all_none(tmp_path, saved):
-    from benchmarks import multirobot
+def test_multirobot_metrics_all_none(tmp_path):
+    from pe_toolkit.bench.report import save_figure
+    from pe_toolkit.benchmarks import multirobot
 
-    none = {"low": None, "high": None}
-    rows = [{"method": m, **{k: None for k in ("f1", "nda", "coverage", "success")},
-             **{f"{k}_ci": none for k in ("f1", "nda", "coverage", "success")}} for m in ("a", "b")]
-    multirobot.plot_metrics(rows, tmp_path / "metrics.png")
-    _assert_all_panels_noted(saved)
+    rows = [{"method": m, "seed": s} for m in ("a", "b") for s in (0, 1)]  # every metric missing
+    figure = multirobot.plot_metrics(multirobot.summarize_rows(rows))
+    assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes)
+    save_figure(figure, tmp_path / "metrics.png", quick=True)
+    assert (tmp_path / "metrics.png").stat().st_size > 0
 
 
 def test_attention_stability_all_nan(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks import detection as bench
+from pe_toolkit.benchmarks import detection as bench
 from pe_toolkit.domains.detection import DETECTOR_VARIANTS, DetectorConfig, RecursiveDetector, count_parameters
 from pe_toolkit.domains.detection.encoders import BoxPE, CenternessPE
 

@@ -9,7 +9,10 @@ import warnings
 import pytest
 import torch
 
-from benchmarks import detection as bench
+from pe_toolkit.bench import load_config
+from pe_toolkit.bench.cli import main
+from pe_toolkit.bench.verdict import decide_claim
+from pe_toolkit.benchmarks import detection as bench
 from pe_toolkit.domains.detection.data import ShapesDetectionDataset
 
 TINY = dict(num_classes=3, dim=16, num_heads=2, ffn_dim=32, dynamic_dim=4, pooler_resolution=3, num_proposals=4,
@@ -40,26 +43,49 @@ def test_training_step_and_test_metrics():
         data.val_dataloader()
 
 
-def test_summary_verdicts_and_claim_check_use_only_the_rows():
-    rows = [{"variant": v, "seed": s, "map": m, "map_50": m, "map_75": m, "val_map": m, "parameters": p}
-            for v, p, ms in (("independent", 100, (0.2, 0.3, 0.4)), ("recursive_box_centerness", 60, (0.5, 0.55, 0.6)),
-                             ("recursive", 50, (0.25, 0.3, 0.35)))
-            for s, m in enumerate(ms)]
-    summary = bench.summarize(rows)
-    assert [r["variant"] for r in summary] == ["independent", "recursive_box_centerness", "recursive"]
+def _rows(spec):
+    return [{"variant": v, "seed": s, "map": m, "map_50": m, "map_75": m, "val_map": m, "parameters": p}
+            for v, p, ms in spec for s, m in enumerate(ms)]
+
+
+def test_summary_and_claims_use_only_the_rows():
+    rows = _rows((("independent", 100, (0.2, 0.3, 0.4)), ("recursive_box_centerness", 60, (0.5, 0.55, 0.6)),
+                  ("recursive", 50, (0.25, 0.3, 0.35)), ("recursive_box", 55, (0.3, 0.31, 0.32))))
+    summary = bench.summarize_rows(rows)
+    assert [r["variant"] for r in summary] == ["independent", "recursive_box_centerness", "recursive", "recursive_box"]
     # mean 0.3, sd 0.1, t(0.975, 2) = 4.3027: half-width 0.24841
-    assert summary[0]["map"] == pytest.approx(0.3) and summary[0]["map_ci"]["high"] == pytest.approx(0.54841, abs=1e-5)
-    checks = {v["comparison"]: v for v in bench.verdicts(summary)}
-    assert set(checks) == {"recursive_box_centerness vs independent", "recursive_box_centerness vs recursive",
+    assert summary[0]["map"]["mean"] == pytest.approx(0.3)
+    assert summary[0]["map"]["high"] == pytest.approx(0.54841, abs=1e-5)
+    assert summary[0]["map"]["low"] == pytest.approx(0.05159, abs=1e-5)
+    claims = {c["comparison"]: c for c in bench.claims(rows)}
+    assert set(claims) == {"recursive_box_centerness vs independent", "recursive_box_centerness vs recursive",
+                           "recursive_box vs recursive", "recursive_box_centerness vs recursive_box",
                            "recursive vs independent"}
-    assert checks["recursive_box_centerness vs recursive"]["verdict"] == "better"  # [0.426, 0.674] vs [0.126, 0.474]
-    assert checks["recursive_box_centerness vs independent"]["verdict"] == "tie"  # [0.052, 0.548] overlaps
-    assert checks["recursive vs independent"]["parameter_ratio"] == pytest.approx(0.5)
-    text = bench.claim_check(summary)
-    assert "60% of the parameters: tie" in text and "do not separate" in text
-    one_seed = bench.summarize([r for r in rows if r["seed"] == 0])
-    assert "tie" in bench.claim_check(one_seed)  # no interval from one seed
-    assert "not both were run" in bench.claim_check(summary[:1])
+    assert all(c["kind"] == "claim" and c["metric"] == "map" for c in claims.values())
+    expected = decide_claim([0.5, 0.55, 0.6], [0.25, 0.3, 0.35], higher_is_better=True, bounds=(0.0, 1.0))
+    assert claims["recursive_box_centerness vs recursive"]["verdict"] == expected.verdict == "reproduced"
+    assert claims["recursive_box_centerness vs recursive"]["difference"] == expected.difference
+    paper = claims["recursive_box_centerness vs independent"]
+    # the per-side intervals overlap ([0.43, 0.67] and [0.05, 0.55]); the difference's does not contain 0
+    assert paper["verdict"] == "reproduced" and paper["parameter_ratio"] == pytest.approx(0.6)
+    assert paper["difference"]["low"] > 0 and not paper["paired"] and paper["test"].startswith("Welch t")
+    sharing = claims["recursive vs independent"]
+    assert sharing["verdict"] == "inconclusive" and sharing["min_detectable_effect"] > 0
+    centerness = claims["recursive_box_centerness vs recursive_box"]
+    assert centerness["verdict"] == "untested" and "cancels in the dynamic layer's LayerNorm" in centerness["reason"]
+    assert centerness["a"]["n"] == 3  # both sides still summarised for the record
+
+
+def test_claims_need_learned_variants_fewer_parameters_and_two_seeds():
+    unlearned = _rows((("independent", 100, (0.0, 0.01, 0.02)), ("recursive_box_centerness", 60, (0.5, 0.6, 0.7))))
+    (claim,) = bench.claims(unlearned)
+    assert claim["verdict"] == "untested" and claim["reason"] == (
+        "independent is not learned (mean validation mAP 0.010 < 0.05)")
+    larger = _rows((("independent", 100, (0.2, 0.3, 0.4)), ("recursive_box_centerness", 120, (0.5, 0.55, 0.6))))
+    (claim,) = bench.claims(larger)
+    assert claim["verdict"] == "untested" and "120% of independent's parameters, not fewer" in claim["reason"]
+    (claim,) = bench.claims(_rows((("independent", 100, (0.3,)), ("recursive_box_centerness", 60, (0.5,)))))
+    assert claim["verdict"] == "untested" and "fewer than 2 replicates" in claim["reason"]
 
 
 def _tiny_config(tmp_path, **data):
@@ -68,47 +94,52 @@ def _tiny_config(tmp_path, **data):
     config = {"seeds": [0, 1], "model": {k: list(v) if isinstance(v, tuple) else v for k, v in TINY.items()
                                           if k != "num_classes"},
               "data": {"image_size": 32, "train_images": 8, "val_images": 4, "test_images": 4, **data},
-              "training": {"steps": 2, "batch_size": 4, "lr": [1e-3]}}
+              "training": {"steps": 2, "batch_size": 4, "lrs": [1e-3, 2e-3]}}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
-    return ["--quick", "--config", str(path), "--accelerator", "cpu", "--out", str(tmp_path)]
+    return ["detection", "--quick", "--config", str(path), "--accelerator", "cpu", "--out", str(tmp_path)]
 
 
 def test_tiny_benchmark_run(tmp_path, monkeypatch):
-    argv = [*_tiny_config(tmp_path), "--variants", "independent", "recursive_box_centerness"]
-    assert bench.main(argv) == 0
+    argv = [*_tiny_config(tmp_path), "--set", "variants=[independent, recursive_box_centerness]"]
+    assert main(argv) == 0
     out = tmp_path / "detection"
     doc = json.loads((out / "results.json").read_text())
     runs = [r for r in doc["rows"] if r["kind"] == "run"]
+    trials = [r for r in doc["rows"] if r["kind"] == "tuning_trial"]
     assert [(r["variant"], r["seed"]) for r in runs] == [("independent", 0), ("recursive_box_centerness", 0),
                                                          ("independent", 1), ("recursive_box_centerness", 1)]
-    assert runs[1]["parameters"] < runs[0]["parameters"] and all(r["lr"] == 1e-3 for r in runs)
-    assert doc["config"]["data"]["num_classes"] == 3 and doc["config"]["device"]["accelerator"] == "cpu"
-    assert [r["verdict"] for r in doc["rows"] if r["kind"] == "verdict"][0] in ("better", "worse", "tie")
+    assert len(trials) == 4  # seed 0 of each variant tried both lrs; the chosen one is used for seed 1
+    for variant in ("independent", "recursive_box_centerness"):
+        chosen = doc["config"]["chosen"][variant]
+        best = max((t for t in trials if t["variant"] == variant), key=lambda t: t["val_map"])
+        assert chosen == best["lr"] and {r["lr"] for r in runs if r["variant"] == variant} == {chosen}
+    assert runs[1]["parameters"] < runs[0]["parameters"]
+    assert [("predictions" in r) for r in runs] == [False, False, True, True]  # the last seed draws
+    assert doc["config"]["device"]["accelerator"] == "cpu"
+    (claim,) = [r for r in doc["rows"] if r["kind"] == "claim"]
+    assert claim["verdict"] in ("reproduced", "contradicted", "inconclusive", "untested")
     assert (out / "map_vs_parameters.png").stat().st_size > 0 and (out / "predictions.png").stat().st_size > 0
     report = (out / "report.md").read_text()
-    assert "Claim check" in report and "How the fairness rule is met" in report
-    stored = {p.stem: json.loads(p.read_text()) for p in (out / "runs" / "quick").glob("*.json")}
-    assert sorted(stored) == ["independent__seed0", "independent__seed1", "recursive_box_centerness__seed0",
-                              "recursive_box_centerness__seed1"]
-    assert stored["independent__seed0"]["map"] == runs[0]["map"]
+    assert "## Claims" in report and "How the fairness rule is met" in report
+    stored = {json.loads(p.read_text())["row"]["map"] for p in (out / "runs" / "quick").glob("*.json")}
+    assert len(list((out / "runs" / "quick").glob("*.json"))) == 6 and runs[0]["map"] in stored
 
     # --resume reuses the finished runs (training again would fail) and reports the same rows
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(bench, "train_one", no_training)
-    assert bench.main([*argv, "--resume"]) == 0
+    monkeypatch.setattr(bench, "run_one", no_training)
+    assert main([*argv, "--resume"]) == 0
     again = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["kind"] == "run"]
     assert again == runs
     with pytest.raises(AssertionError, match="trained again"):
-        bench.main([*argv, "--resume", "--steps", "3"])
+        main([*argv, "--resume", "--set", "training.steps=3"])
     with pytest.raises(AssertionError, match="trained again"):
-        bench.main(argv)
+        main(argv)
 
 
 def test_benchmark_reads_coco_files_of_mixed_sizes(tmp_path):
-    import yaml
     from PIL import Image
 
     train = ShapesDetectionDataset(6, image_size=40, max_size=16, num_classes=2, seed=0)
@@ -133,11 +164,18 @@ def test_benchmark_reads_coco_files_of_mixed_sizes(tmp_path):
     data["coco"]["test_image_dir"] = str(tmp_path / "other" / "images")
     with pytest.raises(ValueError, match="the test annotations have categories"):
         bench.build_datasets(data)
-    config = yaml.safe_load((bench.Path(bench.__file__).parent / "presets" / "detection" / "quick.yaml").read_text())
-    config["data"]["kind"] = "coco"
-    with pytest.raises(ValueError, match="needs data.coco.train_annotations"):
-        bench.check_preset(config)
-    config["data"]["kind"] = "shapes"
-    config["training"]["lr"] = 0.001
-    with pytest.raises(ValueError, match="training.lr must be a non-empty list"):
-        bench.check_preset(config)
+
+
+@pytest.mark.parametrize("override, match", [
+    ("data.kind=coco", "needs data.coco.train_annotations"),
+    ("data.kind=voc", "data.kind must be 'shapes' or 'coco'"),
+    ("training.lrs=0.001", "lrs"),
+    ("training.lrs=[]", "training.lrs must be a non-empty list"),
+    ("variants=[independent, shared]", "variants must be"),
+    ("seeds=[1, 1]", "seeds must be"),
+    ("data.image_size=0", "data.image_size must be a finite number > 0"),
+    ("training.lr=[0.001]", "training.lr"),
+])
+def test_bad_config_values_name_their_key(override, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(bench.Detection(), "quick", overrides=[override])

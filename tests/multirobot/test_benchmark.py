@@ -1,20 +1,18 @@
-"""Tiny end-to-end runs of benchmarks/multirobot.py: results.json, report.md, both plots, the fairness rule."""
+"""The multi-robot benchmark on the harness: a tiny end-to-end run (results.json, report.md, both plots, resume), the
+fairness rule, and the claims (pose claims untested unless the pose source fits its own training pairs)."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
-from pathlib import Path
 
-import lightning
 import pytest
 import yaml
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "multirobot.py"
-_SPEC = importlib.util.spec_from_file_location("multirobot_benchmark", _SCRIPT)
-bench = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench)
+from pe_toolkit.bench import load_config
+from pe_toolkit.bench.cli import main
+from pe_toolkit.bench.verdict import decide_claim
+from pe_toolkit.benchmarks import multirobot as bench
 
 TINY = {"seeds": [0, 1], "data": {"num_train": 16, "num_val": 8, "num_test": 12},
         "model": {"dim": 16, "num_heads": 4, "graph_layers": 1, "cross_layers": 1},
@@ -27,19 +25,20 @@ TINY = {"seeds": [0, 1], "data": {"num_train": 16, "num_val": 8, "num_test": 12}
 def tiny(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(TINY))
-    return ["--quick", "--config", str(path), "--accelerator", "cpu", "--out", str(tmp_path)]
+    return ["multirobot", "--quick", "--config", str(path), "--accelerator", "cpu", "--out", str(tmp_path)]
 
 
-def test_tiny_end_to_end_run(tmp_path, tiny):
-    assert bench.main([*tiny, "--pes", "fourier", "none", "--set", "training.steps=1"]) == 0
+def test_tiny_end_to_end_run_and_resume(tmp_path, tiny, monkeypatch):
+    argv = [*tiny, "--set", "pes=[fourier, none]", "--set", "training.steps=1"]
+    assert main(argv) == 0
     out = tmp_path / "multirobot"
     results = json.loads((out / "results.json").read_text())
     assert set(results) == {"benchmark", "config", "rows", "environment", "seconds"}
-    assert {r["kind"] for r in results["rows"]} == {"run", "bandwidth", "summary", "verdict"}
+    assert {r["kind"] for r in results["rows"]} == {"run", "bandwidth", "setting", "summary", "claim"}
     runs = [r for r in results["rows"] if r["kind"] == "run"]
-    assert {r["method"] for r in runs} == {"classical", "NOPE (fourier)", "NOPE (fourier)+procrustes",
-                                           "NOPE (none)", "NOPE (none)+procrustes"}
-    assert sorted({r["seed"] for r in runs}) == [0, 1]
+    assert [(r["method"], r["seed"]) for r in runs] == [
+        (m, s) for s in (0, 1) for m in ("classical", "NOPE (fourier)", "NOPE (fourier)+procrustes", "NOPE (none)",
+                                         "NOPE (none)+procrustes")]  # one NOPE run gives a row per pose source
     for row in runs:
         if row["method"] == "classical":  # tuned on the validation pairs, from its own grid
             assert row["ratio"] in TINY["tuning"]["baseline_ratio"]
@@ -47,44 +46,45 @@ def test_tiny_end_to_end_run(tmp_path, tiny):
         else:
             assert row["threshold"] in TINY["tuning"]["nope_match_threshold"] and row["steps"] == 1
         assert 0.0 <= row["nda"] <= 1.0 and 0.0 <= row["val_score"] <= 1.0
+        assert ("predictions" in row) == (row["seed"] == 0)  # the first seed's test predictions, for the plot
     assert results["config"]["device"]["accelerator"] == "cpu"
     summary = next(r for r in results["rows"] if r["kind"] == "summary" and r["method"] == "classical")
-    assert summary["nda_ci"]["n"] == 2 and summary["nda_ci"]["low"] <= summary["nda"] <= summary["nda_ci"]["high"]
-    verdicts = [r for r in results["rows"] if r["kind"] == "verdict"]
-    assert verdicts and {v["verdict"] for v in verdicts} <= {"better", "worse", "tie"}
-    raw = next(r for r in results["rows"] if r["method"] == "bandwidth" and "uncompressed" in r["payload"])
+    assert summary["nda"]["n"] == 2 and summary["nda"]["low"] <= summary["nda"]["mean"] <= summary["nda"]["high"]
+    claims = [r for r in results["rows"] if r["kind"] == "claim"]
+    assert claims and {c["verdict"] for c in claims} <= {"reproduced", "contradicted", "inconclusive", "untested"}
+    assert all(c["paired"] and c["a"]["n"] + c["a"]["n_nonfinite"] == 2 for c in claims)
+    raw = next(r for r in results["rows"] if r["kind"] == "bandwidth" and "uncompressed" in r["payload"])
     assert raw["bytes"] == 640 * 480 * 5
     report = (out / "report.md").read_text()
     assert "How the fairness rule is met" in report and "4 configurations" in report and "train vs test" in report
     for png in ("alignment.png", "metrics.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    def no_run(*args, **kwargs):
+        raise AssertionError("a finished run was run again")
 
-def test_resume_loads_the_trained_models_and_reports_the_same_metrics(tmp_path, tiny, monkeypatch):
-    argv = [*tiny, "--pes", "none", "--seeds", "0"]
-    assert bench.main(argv) == 0
-    out = tmp_path / "multirobot"
-    first = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["kind"] == "run"]
-    assert sorted(p.name for p in (out / "runs" / "quick").iterdir()) == ["none__seed0.json", "none__seed0.pt"]
-
-    def no_fit(*args, **kwargs):
-        raise AssertionError("a finished model was trained again")
-
-    monkeypatch.setattr(lightning.Trainer, "fit", no_fit)
-    assert bench.main([*argv, "--resume"]) == 0  # the stored weights are loaded and evaluated again
+    for name in ("run_nope", "run_classical", "run_bandwidth"):
+        monkeypatch.setattr(bench, name, no_run)
+    assert main([*argv, "--resume"]) == 0  # every run reused: the same rows
     again = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["kind"] == "run"]
-    assert [{k: v for k, v in r.items() if k != "train_seconds"} for r in again] == \
-        [{k: v for k, v in r.items() if k != "train_seconds"} for r in first]
-    with pytest.raises(AssertionError, match="trained again"):
-        bench.main([*argv, "--resume", "--steps", "3"])
+    assert again == runs
+    with pytest.raises(AssertionError, match="run again"):
+        main([*argv, "--resume", "--set", "training.steps=3"])
 
 
-def test_unequal_tuning_budgets_are_refused(tiny):
-    with pytest.raises(ValueError, match="tuning budgets differ: NOPE gets 4 match thresholds, the baseline 2 "
-                                         r"ratios x 1 inlier thresholds = 2"):
-        bench.main([*tiny, "--set", "tuning.baseline_inlier_threshold=[0.5]"])
-    with pytest.raises(ValueError, match="seeds must be distinct"):
-        bench.main([*tiny, "--seeds", "1", "1"])
+@pytest.mark.parametrize("override, match", [
+    ("tuning.baseline_inlier_threshold=[0.5]", "tuning budgets differ: NOPE gets 9 match thresholds, the baseline 3 "
+                                               r"ratios x 1 inlier thresholds = 3"),
+    ("seeds=[1, 1]", "seeds must be"),
+    ("pes=[fourier, sine]", "pes must be"),
+    ("training.lr=0", "training.lr must be a finite number > 0, got 0"),
+    ("data.num_val=0", "data.num_val must be a finite number > 0"),
+    ("tuning.baseline_ratio=[]", "tuning.baseline_ratio must be a non-empty list"),
+    ("raw_frames=0", "raw_frames must be a finite number > 0"),
+])
+def test_bad_configs_are_refused_naming_the_key(override, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(bench.MultiRobot(), "quick", overrides=[override])
 
 
 def test_tune_baseline_takes_the_best_validation_configuration():
@@ -99,3 +99,51 @@ def test_tune_baseline_takes_the_best_validation_configuration():
         pairs, ClassicalBaseline(ratio=r, inlier_threshold=t, seed=0)))) for r, t in itertools.product(ratios, inliers)}
     assert chosen["score"] == max(scores.values()) == scores[(chosen["ratio"], chosen["inlier_threshold"])]
     assert chosen["edge"] is False  # a grid of two values has no interior
+
+
+def _rows(method: str, pe: str | None, values: dict[str, list[float]]) -> list[dict]:
+    n = len(next(iter(values.values())))
+    return [{"method": method, "object_pe": pe, "seed": s, **{k: v[s] for k, v in values.items()}} for s in range(n)]
+
+
+def test_pose_claims_need_the_pose_source_to_fit_its_training_pairs():
+    classical = _rows("classical", None, {"nda": [0.80, 0.82, 0.84], "f1": [0.7, 0.71, 0.72],
+                                          "success": [0.7, 0.72, 0.75], "te_median": [0.2, 0.25, 0.22],
+                                          "train_success": [0.7, 0.7, 0.7]})
+    head = _rows("NOPE (fourier)", "fourier", {"nda": [0.90, 0.93, 0.94], "f1": [0.6, 0.62, 0.61],
+                                               "success": [0.8, 0.85, 0.9], "te_median": [0.1, 0.12, 0.11],
+                                               "train_success": [0.0, 0.01, 0.0]})
+    procrustes = _rows("NOPE (fourier)+procrustes", "fourier", {"nda": [0.90, 0.93, 0.94], "f1": [0.6, 0.62, 0.61],
+                                                                "success": [0.8, 0.85, 0.9],
+                                                                "te_median": [0.1, 0.12, 0.11],
+                                                                "train_success": [0.6, 0.7, 0.65]})
+    claims = {(c["comparison"], c["metric"]): c for c in bench.claims(classical + head + procrustes)}
+    nda = claims[("NOPE (fourier) vs classical", "nda")]
+    expected = decide_claim([0.90, 0.93, 0.94], [0.80, 0.82, 0.84], higher_is_better=True, paired=True,
+                            bounds=(0.0, 1.0))
+    assert nda["verdict"] == expected.verdict == "reproduced" and nda["difference"] == expected.difference
+    assert claims[("NOPE (fourier) vs classical", "f1")]["verdict"] == "contradicted"
+    for metric in ("success", "te_median"):  # the head fits none of its training pairs: its pose claims are untested
+        claim = claims[("NOPE (fourier) vs classical", metric)]
+        assert claim["verdict"] == "untested" and claim["pose"] and claim["reason"] == (
+            "NOPE (fourier) does not fit its own training pairs (mean training-pair success 0.003 < 0.5): its pose "
+            "is not learned")
+    fitted = claims[("NOPE (fourier)+procrustes vs classical", "success")]
+    assert fitted["verdict"] == "reproduced"  # Procrustes fits 65 % of its training pairs: the claim is decided
+    head_fit = [{**r, "train_success": 0.9} for r in head]
+    te = {(c["comparison"], c["metric"]): c for c in bench.claims(classical + head_fit)}[
+        ("NOPE (fourier) vs classical", "te_median")]
+    assert te["verdict"] == "reproduced" and not te["higher_is_better"]  # lower translation error is better
+
+
+def test_plots_show_the_example_pair_and_the_metrics():
+    from pe_toolkit.domains.multirobot.simulator import SimConfig, simulate_pairs
+
+    pairs = simulate_pairs(6, 2, SimConfig())
+    index = next(i for i, p in enumerate(pairs) if p.overlap)
+    pose = [float(x) for x in pairs[index].pose]
+    figure = bench.plot_alignment(pairs[index], {"classical": pose, "NOPE (none)": None}, "none")
+    labels = figure.axes[0].get_legend_handles_labels()[1]
+    assert "b's detections, classical" in labels and "NOPE (none): no overlap decided" in labels
+    summary = bench.summarize_rows(_rows("classical", None, {k: [0.5, 0.6] for k in bench.METRICS}))
+    assert summary[0]["success"]["n"] == 2 and len(bench.plot_metrics(summary).axes[0].patches) == 4
