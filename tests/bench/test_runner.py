@@ -125,3 +125,26 @@ def test_a_group_with_several_runs_gets_one_value_chosen_by_the_mean(tmp_path):
     assert [(r["method"], r["lr"]) for r in result.rows] == [(m, result.chosen[m]) for m in ("small", "large")
                                                             for _ in range(2)]
     assert len(result.trials) == 2 * 2 * 2  # methods x step counts x learning rates
+
+
+class TinyAlone(Tiny):
+    exclusive = True  # e.g. timings: its runs must not share the machine with another run
+
+
+@pytest.mark.parametrize("cls, used", [(Tiny, 2), (TinyAlone, 1)])
+def test_runs_that_must_run_alone_get_one_worker_whatever_jobs_says(tmp_path, monkeypatch, cls, used):
+    from pe_toolkit.bench import runner
+
+    made = []
+    real = runner.make_executor
+
+    def spy(kind, *, jobs, address=None):
+        made.append(jobs)
+        return real(kind, jobs=1, address=address)  # in this process: the test counts the workers asked for
+
+    monkeypatch.setattr(runner, "make_executor", spy)
+    config, _ = load_config(cls(), "quick", overrides=[f"log={tmp_path / 'executed.log'}"])
+    run(cls(), config, RunOptions(jobs=2), preset="quick", out=tmp_path / "out", command="tiny")
+    assert made == [used]
+    document = json.loads((tmp_path / "out" / "tiny" / "results.json").read_text())
+    assert document["config"]["jobs"] == used
