@@ -81,8 +81,9 @@ def _require_config_libraries() -> None:
     missing = [module for module in CONFIG_LIBRARIES if importlib.util.find_spec(module) is None]
     if missing:
         names = " ".join(f"'{CONFIG_LIBRARIES[m]}'" for m in missing)
-        raise ImportError(f"{__name__} reads presets with {', '.join(missing)}, not installed: pip install {names} "
-                          "(the 'bench' and 'train' extras include them)", name=missing[0])
+        raise ImportError(f"{__name__} reads and checks presets with jsonargparse and PyYAML; not installed: "
+                          f"{', '.join(missing)}. Install: pip install {names} (the 'bench' and 'train' extras "
+                          "include them)", name=missing[0])
 
 
 def read_yaml(path: str | Path, *, what: str) -> dict[str, Any]:
