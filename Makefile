@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n auto --markdown-docs -p no:cacheprovider --ignore=docs/scripts README.md docs
 
 bench: $(STAMP)
-	$(PY) benchmarks/run_all.py --quick $(if $(BENCH),--only $(BENCH),)
+	$(PY) -m pe_toolkit.bench all --preset quick $(if $(BENCH),--only $(BENCH),)
 
 lint: $(STAMP)
 	$(PY) -m ruff check pe_toolkit domains benchmarks tests docs/scripts

@@ -1,6 +1,6 @@
 """The attention-backend part of ``speed.py``: time and memory per encoder, backend and length.
 
-Every configuration runs in its own forked child (see ``common.peak_memory_in_subprocess``): one
+Every configuration runs in its own forked child (:func:`pe_toolkit.bench.memory.peak_memory_in_subprocess`): one
 causal ``MultiHeadAttention(dim, heads, backend=...)`` layer, float32, batch 1.
 
 * **training**: one forward + backward at length ``L`` (after a warm-up step at ``L = 256``); its
@@ -19,15 +19,17 @@ causal ``MultiHeadAttention(dim, heads, backend=...)`` layer, float32, batch 1.
 Memory is measured as users get it: the children run with glibc's default allocator settings (no
 ``mallopt``, no ``MALLOC_*`` environment variables). Under the default dynamic mmap threshold,
 buffers freed by one tile may stay on the heap; a backend whose peak RSS grows with that is reported
-as it is.
+as it is. Times are read with :func:`pe_toolkit.bench.timing.clock` (torch.utils.benchmark's timer,
+which synchronises CUDA).
 """
 
 from __future__ import annotations
 
-import time
+import statistics
 from typing import Any
 
 import pe_toolkit as pet
+from pe_toolkit.bench.timing import clock, time_interleaved
 
 
 def dense_bytes(length: int, batch: int, heads: int) -> int:
@@ -54,11 +56,9 @@ def train_step(name: str, length: int, backend: str, dim: int, heads: int, devic
     torch.manual_seed(0)
     layer = _layer(name, length, backend, dim, heads, device)
     x = torch.randn(1, length, dim, device=device, requires_grad=True)
-    start = time.perf_counter()
+    start = clock()
     layer(x).sum().backward()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def warm_train(name: str, backend: str, dim: int, heads: int, device: str):
@@ -79,11 +79,9 @@ def infer(name: str, length: int, backend: str, dim: int, heads: int, device: st
     times = []
     with torch.no_grad():
         for _ in range(3):
-            start = time.perf_counter()
+            start = clock()
             out = layer(x)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
+            times.append(clock() - start)
     # plain floats: a tensor would travel through shared memory that dies with this child
     return {"median_s": sorted(times)[1], "sample": out[0, -8:].double().cpu().flatten().tolist()}
 
@@ -117,16 +115,14 @@ def compiled_vs_eager(name: str, length: int, dim: int, heads: int, device: str,
     x = torch.randn(1, length, dim, device=device, requires_grad=True)
 
     def step(module) -> tuple[float, Any, Any]:
-        start = time.perf_counter()
+        start = clock()
         out = module(x)
         (grad,) = torch.autograd.grad(out.square().sum(), [x])
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        return time.perf_counter() - start, out.detach(), grad
+        return clock() - start, out.detach(), grad
 
-    start = time.perf_counter()
+    start = clock()
     _, out_compiled, grad_compiled = step(compiled)
-    compile_s = time.perf_counter() - start
+    compile_s = clock() - start
     _, out_eager, grad_eager = step(layer)  # eager warm-up
     eager_times, compiled_times = [], []
     for _ in range(rounds):
@@ -152,8 +148,6 @@ def overhead_vs_nope(configs: list[tuple[str, str]], length: int, dim: int, head
     ``rounds`` rounds or ``budget_s`` seconds (at least 3 rounds). Per configuration: the times and the
     per-round ratios to NoPE's SDPA step of the same round.
     """
-    import statistics
-
     import torch
 
     torch.manual_seed(0)
@@ -168,28 +162,17 @@ def overhead_vs_nope(configs: list[tuple[str, str]], length: int, dim: int, head
                 x.grad = None
                 layer.zero_grad(set_to_none=True)
                 layer(x).sum().backward()
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
 
-            start = time.perf_counter()
+            start = clock()
             step()
-            first[key] = time.perf_counter() - start
+            first[key] = clock() - start
             steps[key] = step
         except Exception as error:  # noqa: BLE001  (record it, keep the others)
             errors[key] = f"{type(error).__name__}: {error}".splitlines()[0][:200]
     if "nope/sdpa" not in steps:
         return {"errors": errors, "first_call_s": first, "times_s": {}, "ratios": {}}
-    keys = list(steps)
-    times: dict[str, list[float]] = {k: [] for k in keys}
-    started = time.perf_counter()
-    done = 0
-    while done < rounds and (done < 3 or budget_s is None or time.perf_counter() - started < budget_s):
-        order = keys[done % len(keys):] + keys[:done % len(keys)]
-        for k in order:
-            start = time.perf_counter()
-            steps[k]()
-            times[k].append(time.perf_counter() - start)
-        done += 1
+    timed = time_interleaved(steps, warmup=0, repeats=rounds, budget_s=budget_s, min_repeats=min(3, rounds))
+    times = {key: t["times_s"] for key, t in timed.items()}
     base = times["nope/sdpa"]
     ratios = {k: statistics.median(a / b for a, b in zip(v, base)) for k, v in times.items()}
     return {"errors": errors, "first_call_s": first, "times_s": times, "ratios": ratios}

@@ -154,62 +154,60 @@ def benchmarks_dir() -> Path | None:
     """``benchmarks/`` of the source checkout this package runs from, else of the current directory."""
     package_root = Path(__file__).resolve().parent.parent
     for candidate in (package_root / "benchmarks", Path.cwd() / "benchmarks"):
-        if (candidate / "run_all.py").is_file():
+        if (candidate / "presets").is_dir() and (candidate / "__init__.py").is_file():
             return candidate
     return None
 
 
-def _available_benchmarks(directory: Path) -> list[str]:
-    # run_all.py holds the rule for what counts as a benchmark; it imports its neighbour `common`.
-    sys.path.insert(0, str(directory))
-    try:
-        import run_all
-    finally:
-        sys.path.remove(str(directory))
-    return list(run_all.discover(directory))
+NOT_BENCHMARKS = {"common.py", "presets.py", "__init__.py", "conftest.py"}
+
+
+def legacy_benchmarks(directory: Path) -> list[str]:
+    """The scripts in ``directory`` not yet on the harness: ``<name>.py`` that the registry does not list."""
+    from pe_toolkit.bench.registry import BENCHMARKS
+
+    return [p.stem for p in sorted(directory.glob("*.py"))
+            if p.name not in NOT_BENCHMARKS and not p.name.startswith("_") and p.stem not in BENCHMARKS]
 
 
 def bench(arguments: Sequence[str]) -> int:
-    """``pe-toolkit bench ...``: a benchmark on the harness (:mod:`pe_toolkit.bench`, installed), else a
-    script of the source checkout not yet moved onto it (:func:`run_benchmark`)."""
+    """``pe-toolkit bench ...``: a benchmark on the harness (:mod:`pe_toolkit.bench`, installed; ``all``: every
+    registered one), else a script of the source checkout not yet moved onto it (:func:`run_benchmark`)."""
     from pe_toolkit.bench.cli import main as bench_main
     from pe_toolkit.bench.registry import BENCHMARKS
 
     arguments = list(arguments)
     name = next((a for a in arguments if not a.startswith("-")), None)
-    legacy = name is not None and name not in BENCHMARKS and ":" not in name
+    legacy = name is not None and name not in BENCHMARKS and name != "all" and ":" not in name
     if legacy:
         position = arguments.index(name)
         return run_benchmark(name, arguments[:position] + arguments[position + 1:])
     status = bench_main(arguments)
     directory = benchmarks_dir()
     if "--list" in arguments and directory is not None:
-        others = [n for n in _available_benchmarks(directory) if n not in BENCHMARKS]
+        others = legacy_benchmarks(directory)
         if others:
             print(f"  (source checkout, not yet on the harness: {', '.join(others)})")
     return status
 
 
 def run_benchmark(name: str, arguments: Sequence[str]) -> int:
-    """Run ``benchmarks/<name>.py`` (``all``: ``run_all.py``) with ``arguments``; its exit status."""
+    """Run ``benchmarks/<name>.py`` of the source checkout (not yet on the harness) with ``arguments``."""
     directory = benchmarks_dir()
     if directory is None:
-        raise RuntimeError("the benchmarks are not part of the installed package: run `pe-toolkit bench` from a "
-                           "source checkout (git clone the repository, then `make bench` or `pe-toolkit bench NAME` "
-                           "inside it)")
+        raise RuntimeError(f"{name!r} is not a benchmark of the installed package (pe-toolkit bench --list names "
+                           "them); a benchmark not yet on the harness runs from a source checkout only")
     missing = sorted({EXTRAS[extra][m] for extra in BENCHMARK_EXTRAS for m in missing_modules(extra)})
     if missing:
         verb = "is" if len(missing) == 1 else "are"
         raise ImportError(f"the benchmarks need {', '.join(missing)}, which {verb} not installed; install the "
                           f"'bench' extra: pip install '{DISTRIBUTION}[bench]' (or `make bench`, which installs it)")
-    if name == "all":
-        script = directory / "run_all.py"
-    else:
-        available = _available_benchmarks(directory)
-        if name not in available:
-            raise ValueError(f"unknown benchmark {name!r}; available: all, {', '.join(available)}")
-        script = directory / f"{name}.py"
-    return subprocess.call([sys.executable, str(script), *arguments], cwd=directory.parent)
+    from pe_toolkit.bench.registry import BENCHMARKS
+
+    available = legacy_benchmarks(directory)
+    if name not in available:
+        raise ValueError(f"unknown benchmark {name!r}; available: all, {', '.join(sorted([*BENCHMARKS, *available]))}")
+    return subprocess.call([sys.executable, str(directory / f"{name}.py"), *arguments], cwd=directory.parent)
 
 
 # ------------------------------------------------------------------------------------------ plot

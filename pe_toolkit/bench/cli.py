@@ -8,6 +8,7 @@ All three call :func:`main`, so they run the same code::
     pe-toolkit bench vision --preset gpu --accelerator cuda --executor ray --ray-address HEAD:6379
     pe-toolkit bench vision --config mine.yaml --set training.steps=300 --set seeds=[0,1,2]
     pe-toolkit bench my_package.my_module:MyBenchmark --config my_preset.yaml
+    pe-toolkit bench all --preset quick [--only speed]       # every registered one; results/summary.md
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pe_toolkit.bench.config import ACCELERATORS, EXECUTORS, PRECISIONS, RunOptions, load_config
-from pe_toolkit.bench.registry import get_benchmark, list_benchmarks
+from pe_toolkit.bench.registry import BENCHMARKS, get_benchmark, list_benchmarks
 
 __all__ = ["build_parser", "main"]
 
@@ -38,7 +39,7 @@ def build_parser(prog: str = "pe-toolkit bench", name: str | None = None) -> arg
         description="Run a benchmark on the pe_toolkit.bench harness.",
         epilog=f"benchmarks:\n{listing()}\n\nor MODULE:CLASS for a Benchmark subclass of your own.")
     if name is None:
-        parser.add_argument("name", nargs="?", help="a benchmark (see --list) or MODULE:CLASS")
+        parser.add_argument("name", nargs="?", help="a benchmark (see --list), MODULE:CLASS, or all")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and what each measures")
     parser.add_argument("--quick", action="store_true", help="= --preset quick (a pipeline check, not evidence)")
     parser.add_argument("--preset", help="a YAML preset of the benchmark: quick, full (default) or gpu")
@@ -56,7 +57,32 @@ def build_parser(prog: str = "pe-toolkit bench", name: str | None = None) -> arg
     parser.add_argument("--accelerator", choices=ACCELERATORS, help="Lightning accelerator of the runs (default auto)")
     parser.add_argument("--devices", type=int, help="devices per run (default 1)")
     parser.add_argument("--precision", choices=PRECISIONS, help="Lightning precision (default 32-true)")
+    if name is None:
+        group = parser.add_argument_group("all: every registered benchmark in turn, then OUT/summary.md")
+        group.add_argument("--only", action="append", default=[], metavar="NAME",
+                           help="with all: run only this one (a name or MODULE:CLASS; repeatable); the others "
+                                "keep their summary line")
+        group.add_argument("--timeout", type=float, help="with all: seconds after which a benchmark is stopped")
     return parser
+
+
+def run_all(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: Sequence[str], prog: str) -> int:
+    """``NAME = all``: every registered benchmark (or ``--only``) as its own process; ``OUT/summary.md``."""
+    from pe_toolkit.bench.suite import run_suite
+
+    if args.config is not None or args.overrides:
+        parser.error("all takes no --config / --set (they are one benchmark's keys); run that benchmark alone")
+    unknown = [n for n in args.only if n not in BENCHMARKS and ":" not in n]
+    if unknown:
+        parser.error(f"--only: unknown benchmark(s) {unknown}; registered: {', '.join(sorted(BENCHMARKS))}")
+    arguments = ["--preset", "quick" if args.quick else (args.preset or "full")]
+    for flag in ("executor", "ray_address", "jobs", "threads", "accelerator", "devices", "precision"):
+        if getattr(args, flag) is not None:
+            arguments += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    if args.resume:
+        arguments.append("--resume")
+    return run_suite(args.only or sorted(BENCHMARKS), arguments, args.out, available=sorted(BENCHMARKS),
+                     command=shlex.join([*prog.split(), *argv]), timeout=args.timeout)
 
 
 def main(argv: Sequence[str] | None = None, *, name: str | None = None, benchmark: type | None = None,
@@ -85,6 +111,10 @@ def main(argv: Sequence[str] | None = None, *, name: str | None = None, benchmar
         parser.error("give a benchmark NAME (see --list)")
     if args.quick and args.preset not in (None, "quick"):
         parser.error(f"--quick and --preset {args.preset} contradict each other; give one")
+    if name == "all":
+        return run_all(args, parser, argv, prog)
+    if getattr(args, "only", None) or getattr(args, "timeout", None) is not None:
+        parser.error("--only and --timeout go with all")
     preset = "quick" if args.quick else (args.preset or "full")
     try:
         benchmark = benchmark() if benchmark is not None else get_benchmark(name)

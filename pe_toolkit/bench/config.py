@@ -70,11 +70,20 @@ def trainer_options(device: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ YAML and merging
-def _require_config_libraries() -> None:
-    # jsonargparse (and its PyYAML) come with the `train` extra; the toolkit's message before a bare import error
-    from pe_toolkit.extras import require_extra
+CONFIG_LIBRARIES = {"jsonargparse": "jsonargparse[signatures]", "yaml": "pyyaml"}
+"""What reading and validating a preset needs (not Lightning: the speed benchmark trains nothing)."""
 
-    require_extra("train", __name__)
+
+def _require_config_libraries() -> None:
+    # the toolkit's message (what to install) before a bare import error
+    import importlib.util
+
+    missing = [module for module in CONFIG_LIBRARIES if importlib.util.find_spec(module) is None]
+    if missing:
+        names = " ".join(f"'{CONFIG_LIBRARIES[m]}'" for m in missing)
+        raise ImportError(f"{__name__} reads and checks presets with jsonargparse and PyYAML; not installed: "
+                          f"{', '.join(missing)}. Install: pip install {names} (the 'bench' and 'train' extras "
+                          "include them)", name=missing[0])
 
 
 def read_yaml(path: str | Path, *, what: str) -> dict[str, Any]:

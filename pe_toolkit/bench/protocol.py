@@ -93,6 +93,7 @@ class Benchmark:
         Config: a dataclass; every preset key is one of its fields (nested dataclasses for sections).
         key_fields: the spec fields that name a run in the run store (the tuned parameter is added).
         presets_dir: the folder of YAML presets (default ``presets/<name>/`` beside the module).
+        exclusive: its runs must run alone (timings): the runner runs them one at a time, whatever ``--jobs``.
     """
 
     name: ClassVar[str] = ""
@@ -101,6 +102,7 @@ class Benchmark:
     Config: ClassVar[type]
     key_fields: ClassVar[tuple[str, ...]] = ("method", "seed")
     presets_dir: ClassVar[Path | None] = None
+    exclusive: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ what a benchmark defines
     def check(self, config: Any) -> None:

@@ -46,6 +46,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "metrics (Agarwal et al. 2024)"),
     "recsys": ("pe_toolkit.benchmarks.recsys:Recsys",
                "SASRec with each positional encoding on MovieLens-100k and a contextual-count log: HR/NDCG/MRR"),
+    "speed": ("pe_toolkit.benchmarks.speed:Speed",
+              "time and memory of one attention layer per encoder and backend, torch.compile against eager, and "
+              "RoPE application against transformers / rotary-embedding-torch / x-transformers"),
     "vision": ("pe_toolkit.benchmarks.vision:Vision",
                "ViT accuracy at test resolutions it was not trained on, per 2-D encoding (Heo et al. 2024)"),
 }

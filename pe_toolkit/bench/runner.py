@@ -159,7 +159,8 @@ def run(benchmark: Benchmark, config: Any, options: RunOptions, *, preset: str, 
     if not specs:
         raise ValueError(f"{benchmark.name}: the config implies no runs")
     store = RunStore(Path(out) / benchmark.name / "runs" / preset, resume=options.resume)
-    executor = make_executor(options.executor, jobs=options.jobs, address=options.ray_address)
+    jobs = 1 if benchmark.exclusive else options.jobs  # runs that must run alone (timings): one at a time
+    executor = make_executor(options.executor, jobs=jobs, address=options.ray_address)
     try:
         tuning = benchmark.tuning(config)
         if tuning is None:
@@ -174,7 +175,7 @@ def run(benchmark: Benchmark, config: Any, options: RunOptions, *, preset: str, 
     result.derived = benchmark.analyze(result)
     folder = Path(out) / benchmark.name
     run_config = {"preset": preset, **dataclasses.asdict(config), "device": device, "chosen": chosen,
-                  "executor": options.executor, "jobs": options.jobs, "threads": options.threads,
+                  "executor": options.executor, "jobs": jobs, "threads": options.threads,
                   "damaged_run_files": store.damaged}
     trial_rows = [{**t, "kind": "tuning_trial"} for t in trials]
     write_results(benchmark.name, run_config, rows + trial_rows + result.derived, result.seconds, root=out)

@@ -45,3 +45,52 @@ def test_a_benchmark_of_ones_own_runs_by_module_and_class(tmp_path):
     assert (tmp_path / "tiny" / "report.md").read_text().startswith("> **Quick mode: a pipeline check")
     assert "Produced by `pe-toolkit bench tiny_benchmark:Tiny --quick --out " in (
         tmp_path / "tiny" / "report.md").read_text()
+
+
+def test_all_runs_each_benchmark_in_its_own_process_and_writes_the_summary(tmp_path):
+    out = tmp_path / "results"
+    result = _bench("all", "--preset", "quick", "--only", "tiny_benchmark:Tiny", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "=== tiny_benchmark:Tiny: -m pe_toolkit.bench tiny_benchmark:Tiny --preset quick --out" in result.stdout
+    assert (out / "tiny" / "report.md").is_file() and (out / "tiny" / "run.log").read_text()
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# Benchmark summary\n\nLast updated by `pe-toolkit bench all --preset quick --only "
+                              "tiny_benchmark:Tiny --out ")
+    assert "| benchmark | wall time (s) | status | claim verdicts | report | command | date |" in summary
+    (line,) = [row for row in summary.splitlines() if row.startswith("| tiny |")]
+    assert "| ok | n/a | [tiny/report.md](tiny/report.md) | `pe-toolkit bench tiny_benchmark:Tiny --preset quick` |" \
+        in line
+    for name in list_benchmarks():  # registered but not run this time: listed as such
+        assert f"| {name} | n/a | not run |" in summary
+
+
+def test_all_summary_counts_claim_verdicts_and_keeps_earlier_lines(tmp_path):
+    import json
+
+    from pe_toolkit.bench.suite import claim_counts, write_summary
+
+    (tmp_path / "a").mkdir()
+    rows = [{"kind": "claim", "verdict": v} for v in ("inconclusive", "reproduced", "reproduced")] + [{"kind": "x"}]
+    (tmp_path / "a" / "results.json").write_text(json.dumps({"rows": rows}))
+    assert claim_counts(tmp_path / "a" / "results.json") == "2 reproduced, 1 inconclusive"
+    assert claim_counts(tmp_path / "missing.json") == ""
+    (tmp_path / "a" / "report.md").write_text("# a\n")
+    entry = {"status": "ok", "seconds": 12.34, "claims": "2 reproduced, 1 inconclusive", "date": "d",
+             "command": "pe-toolkit bench a --preset quick"}
+    failed = {**entry, "status": "failed (exit code 1)", "claims": ""}
+    write_summary(tmp_path, {"a": entry, "gone": failed}, ["a", "b"], "pe-toolkit bench all")
+    text = (tmp_path / "summary.md").read_text()
+    assert "| a | 12.3 | ok | 2 reproduced, 1 inconclusive | [a/report.md](a/report.md) |" in text
+    assert "| b | n/a | not run |" in text
+    assert "| gone | 12.3 | failed (exit code 1) (no longer registered) | n/a | n/a |" in text
+    assert json.loads((tmp_path / "summary.json").read_text())["a"] == entry
+
+
+def test_all_rejects_an_unknown_name_and_one_benchmarks_settings(tmp_path):
+    result = _bench("all", "--quick", "--only", "no_such", "--out", str(tmp_path))
+    assert result.returncode == 2 and "--only: unknown benchmark(s) ['no_such']; registered: " in result.stderr
+    result = _bench("all", "--quick", "--set", "seeds=[0]", "--out", str(tmp_path))
+    assert result.returncode == 2 and "all takes no --config / --set" in result.stderr
+    result = _bench("vision", "--quick", "--only", "speed", "--out", str(tmp_path))
+    assert result.returncode == 2 and "--only and --timeout go with all" in result.stderr
+    assert not list(tmp_path.iterdir())

@@ -86,3 +86,19 @@ def test_trainer_options():
         "accelerator": "cuda", "devices": 2, "precision": "bf16-mixed"}
     with pytest.raises(ValueError, match=r"device has unknown keys \['gpus'\]"):
         trainer_options({"gpus": 1})
+
+
+def test_configs_need_jsonargparse_and_pyyaml_but_not_lightning(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['lightning'] = sys.modules['torchmetrics'] = None\n"
+            "from pe_toolkit.bench import get_benchmark, load_config\n"
+            "config, _ = load_config(get_benchmark('speed'), 'quick')\nprint(config.layer.lengths)\n"
+            "sys.modules['jsonargparse'] = None\n"
+            "try:\n    load_config(get_benchmark('speed'), 'quick')\nexcept ImportError as error:\n    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lengths, message = result.stdout.splitlines()
+    assert lengths == "[512, 2048]"
+    assert "not installed: jsonargparse. Install: pip install 'jsonargparse[signatures]'" in message

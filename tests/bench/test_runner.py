@@ -158,3 +158,26 @@ def test_expand_splits_a_run_into_rows_after_tuning_and_storing(tmp_path):
     assert len(stored) == 4 and all(len(row["halves"]) == 2 for row in stored)
     document = json.loads((tmp_path / "tiny" / "results.json").read_text())
     assert [r.get("half") for r in document["rows"] if r.get("kind") is None] == [0, 1, 0, 1]
+
+
+class TinyAlone(Tiny):
+    exclusive = True  # e.g. timings: its runs must not share the machine with another run
+
+
+@pytest.mark.parametrize("cls, used", [(Tiny, 2), (TinyAlone, 1)])
+def test_runs_that_must_run_alone_get_one_worker_whatever_jobs_says(tmp_path, monkeypatch, cls, used):
+    from pe_toolkit.bench import runner
+
+    made = []
+    real = runner.make_executor
+
+    def spy(kind, *, jobs, address=None):
+        made.append(jobs)
+        return real(kind, jobs=1, address=address)  # in this process: the test counts the workers asked for
+
+    monkeypatch.setattr(runner, "make_executor", spy)
+    config, _ = load_config(cls(), "quick", overrides=[f"log={tmp_path / 'executed.log'}"])
+    run(cls(), config, RunOptions(jobs=2), preset="quick", out=tmp_path / "out", command="tiny")
+    assert made == [used]
+    document = json.loads((tmp_path / "out" / "tiny" / "results.json").read_text())
+    assert document["config"]["jobs"] == used

@@ -1,4 +1,4 @@
-"""Tests of benchmarks/common.py (and run_all.py's discovery): output files, tables, timing, forked memory.
+"""Tests of benchmarks/common.py: output files, tables, timing, forked memory.
 
 The forked children here run pure Python (no torch compute), so they are safe even when earlier
 tests in this pytest process used torch's OpenMP thread pool.
@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from benchmarks import common, run_all
+from benchmarks import common
 
 MB = 10**6
 
@@ -244,40 +244,6 @@ def test_hung_child_times_out():
 def test_memory_limit_turns_oversized_child_into_error():
     with pytest.raises(RuntimeError, match="MemoryError"):
         common.peak_memory_in_subprocess(_allocate, 400 * MB, memory_limit_bytes=100 * MB, timeout=60)
-
-
-# ------------------------------------------------------------------------------------ run_all.py
-def test_run_all_discovers_benchmarks_but_not_helpers():
-    found = run_all.discover()
-    assert "speed" in found
-    assert not {"common", "run_all", "__init__"} & set(found)
-
-
-def test_run_all_unknown_only_lists_available(capsys):
-    with pytest.raises(SystemExit) as info:
-        run_all.main(["--only", "no_such_benchmark"])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert "no_such_benchmark" in err and "speed" in err
-
-
-def test_run_all_summary_links_reports(tmp_path):
-    (tmp_path / "speed").mkdir()
-    (tmp_path / "speed" / "report.md").write_text("# x\n")
-    entries = {
-        "speed": {
-            "status": "ok",
-            "seconds": 12.3,
-            "quick": True,
-            "date": "2026-01-01 00:00 UTC",
-            "command": "python benchmarks/speed.py --quick",
-        }
-    }
-    path = run_all.write_summary(tmp_path, entries, ["speed", "other"], "python benchmarks/run_all.py --quick")
-    text = path.read_text()
-    assert "| speed | ok | 12.3 | quick |" in text and "[speed/report.md](speed/report.md)" in text
-    assert "| other | not run |" in text
-    assert json.loads((tmp_path / "summary.json").read_text()) == entries
 
 
 def test_run_store_resumes_only_matching_complete_runs(tmp_path):

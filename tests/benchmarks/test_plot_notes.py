@@ -320,12 +320,19 @@ def test_extreme_inputs_no_memory(tmp_path):
     assert (tmp_path / "mem.png").stat().st_size > 0
 
 
-def test_speed_nothing_measured(tmp_path, saved):
-    from benchmarks import speed
+def test_speed_nothing_measured(tmp_path):
+    from pe_toolkit.bench.report import save_figure
+    from pe_toolkit.benchmarks import speed
 
     rows = [{"encoder": "rope", "length": n, "median_ms": None, "peak_mib": None} for n in (256, 512)]
-    speed._plot(rows, [], ["rope"], tmp_path)
-    _assert_all_panels_noted(saved)
+    figure = speed.plot_layer(rows)
+    assert [len(_notes(a)) for a in figure.axes] == [1, 1]
+    save_figure(figure, tmp_path / "layer.png", quick=True)
+    assert (tmp_path / "layer.png").stat().st_size > 0
+    overhead = [{"encoder": "alibi", "backend": "sdpa", "length": 512, "status": "failed: x"}]
+    figure = speed.plot_backend_overhead(overhead)
+    assert [len(_notes(a)) for a in figure.axes] == [1]
+    save_figure(figure, tmp_path / "overhead.png", quick=False)
 
 
 def test_an_empty_log_scaled_panel_is_still_written(tmp_path):
