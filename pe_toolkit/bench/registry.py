@@ -26,11 +26,17 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "graphs": ("pe_toolkit.benchmarks.graphs:Graphs",
                "CSL and PATTERN / CLUSTER accuracy per graph PE x model, and RWSE / LapPE precompute time against "
                "PyG"),
+    "length_generalization": ("pe_toolkit.benchmarks.length_generalization:LengthGeneralization",
+                              "exact match in and beyond the training lengths per encoder on synthetic tasks: copy, "
+                              "SCAN, counting, selective copy (Kazemnejad et al. 2023; CoPE; Golkar et al. 2024)"),
     "music": ("pe_toolkit.benchmarks.music:Music",
               "structure-informed PEs on Bach chorales: next-step prediction and accompaniment, NLL and generation "
               "metrics (Agarwal et al. 2024)"),
     "recsys": ("pe_toolkit.benchmarks.recsys:Recsys",
                "SASRec with each positional encoding on MovieLens-100k and a contextual-count log: HR/NDCG/MRR"),
+    "translation": ("pe_toolkit.benchmarks.translation:Translation",
+                    "XL-PE (input and head strategies) against PE alone on a toy SVO -> SOV pair: test BLEU (Ding "
+                    "et al. 2020)"),
     "vision": ("pe_toolkit.benchmarks.vision:Vision",
                "ViT accuracy at test resolutions it was not trained on, per 2-D encoding (Heo et al. 2024)"),
 }
