@@ -685,7 +685,7 @@ def plot(rows: list[dict[str, Any]]) -> Any:
 
     tasks = sorted({task_key(r) for r in rows})
     columns = max(1, min(3, len(tasks)))
-    grid_rows = math.ceil(len(tasks) / columns)
+    grid_rows = max(1, math.ceil(len(tasks) / columns))
     fig, axes = plt.subplots(grid_rows, columns, figsize=(5.5 * columns, 4 * grid_rows), squeeze=False)
     colors = {enc: f"C{i % 10}" for i, enc in enumerate(sorted({r["encoding"] for r in rows}))}  # one per encoder
     for ax in axes.flat[len(tasks):]:
