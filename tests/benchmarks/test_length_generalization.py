@@ -241,6 +241,12 @@ def test_early_stop_records_the_validation_curve_and_stops_below_the_target():
     Trainer.should_stop, Module.val_results = False, {3: (90, 100)}
     lg.ValidationCurve(0.05).on_validation_end(Trainer, Module)
     assert not Trainer.should_stop
+    Module.val_results = {3: (48, 50), 9: (49, 50)}
+    recorder = lg.ValidationCurve(0.05, stop=False)  # the families preset's counting: record, never stop
+    recorder.on_validation_end(Trainer, Module)
+    Trainer.global_step = 500
+    recorder.on_validation_end(Trainer, Module)
+    assert not Trainer.should_stop and recorder.reached_at == 250 and [s for s, _ in recorder.history] == [250, 500]
 
 
 def test_encoder_decoder_run_and_task_keys():
