@@ -5,57 +5,44 @@ differs, on the task's training split, then decodes greedily (KV cache) a fixed 
 at every evaluated length of the in-distribution (IID: the training split) and out-of-distribution (OOD:
 the test split: longer inputs, more regions, another density) splits. Reports exact-match accuracy per
 length, IID / OOD accuracy as a seed mean with its 95 % Student-t interval, the mean reciprocal rank
-(MRR) of the encoders across tasks, and a verdict per paper claim computed from the intervals.
+(MRR) of the encoders across tasks, and every paper claim decided by
+:func:`pe_toolkit.bench.verdict.decide_claim` (untested where a side did not learn the task in
+distribution: IID exact match below :data:`LEARNED_IID`).
 
-    python benchmarks/length_generalization.py --quick    # pipeline check, < 2 minutes
-    python benchmarks/length_generalization.py            # full CPU preset (presets/length_generalization/full.yaml)
-    python benchmarks/length_generalization.py --preset gpu --accelerator cuda     # the GPU preset
-    python benchmarks/length_generalization.py --tasks addition:icovr scan_length --encoders nope rope
-    python benchmarks/length_generalization.py --set training.steps=400 --set seeds=[0,1,2,3]
+    pe-toolkit bench length_generalization --quick        # pipeline check, < 2 minutes
+    pe-toolkit bench length_generalization                # full CPU preset: Kazemnejad's copy family and SCAN
+    pe-toolkit bench length_generalization --preset families   # CoPE counting, Golkar, selective copy, flip-flop
+    pe-toolkit bench length_generalization --preset gpu --accelerator cuda
+    pe-toolkit bench length_generalization --set "run_tasks=[addition:icovr, scan_length]" --set "encoders=[nope, rope]"
+    python benchmarks/length_generalization.py --quick    # the same code
 
-``--tasks`` takes any registered task (``pe_toolkit.tasks.list_tasks()``), optionally with a scratchpad
+``run_tasks`` takes any registered task (``pe_toolkit.tasks.list_tasks()``), optionally with a scratchpad
 format after a colon (``addition:icovr``, ``parity:10110``, ``addition:none`` for no scratchpad, ``:empty``
-for the frame without components; tasks with a ``scratchpad`` option only).
+for the frame without components; tasks with a ``scratchpad`` option only). ``model.dropout`` (default 0;
+the paper trains with 0.1) and ``model.scale_embeddings`` (default true: N(0, 1/dim) times sqrt(dim), unit
+scale like a sinusoidal PE; false: GPT-2's N(0, 0.02)) are config keys like the others.
 
-Every finished run is stored in ``results/length_generalization/runs/<preset>/`` with the spec that
-produced it (task, encoder, seed, model, training, evaluation, torch threads, device); ``--resume``
-reuses a run whose spec matches instead of training again.
-
-Outputs: ``results.json`` (one row per run: per-length accuracy, how wrong answers failed, loss and
-validation curves), ``report.md`` (tables with intervals, MRR, claims) and ``accuracy_vs_length.png``.
+Every finished run is stored in ``<out>/length_generalization/runs/<preset>/`` with its spec (the
+harness's run store; ``--resume`` reuses a run whose spec matches). Outputs: ``results.json`` (one row
+per run: per-length accuracy, how wrong answers failed, loss and validation curves; summaries; claims),
+``report.md`` and ``accuracy_vs_length.png``.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
+import dataclasses
 import math
 import random
-import shutil
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pe_toolkit.bench import Benchmark, Result, trainer_options
+from pe_toolkit.bench.plots import note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.stats import format_interval, mean_interval
+from pe_toolkit.bench.verdict import decide_claim, format_side, untested_claim
+from pe_toolkit.bench.verdict import summarize as bounded_interval
 
-from common import (  # noqa: E402
-    Progress,
-    RunStore,
-    format_interval,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    note_if_empty,
-    quiet,
-    standard_argparser,
-    worker_pool,
-    write_report,
-    write_results,
-)
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
-
-NAME = "length_generalization"
 DECODER = "decoder"
 ARCHITECTURES = (DECODER, "encdec_causal", "encdec_bidirectional")
 # Encoder options of the papers' code. Kazemnejad et al. 2023 (custom_t5_decoder_only.py): rotary on the
@@ -72,17 +59,67 @@ ENCODING_OPTIONS: dict[str, dict[str, Any]] = {
     "music_relative": {"max_distance": CONTEXT, "share_heads": True},
 }
 ENCODING_LABELS = {"music_relative": "relative PE (learned per distance)", "sinusoidal": "APE (sinusoidal)"}
-# Trunks of --model-size (over the preset's model; not for --quick).
-MODEL_SIZES: dict[str, dict[str, int]] = {"large": {"dim": 256, "num_heads": 8, "num_layers": 6}}
-# Spec keys that say how a run is executed, not what it computes. torch threads and the device are NOT
-# here: they change the numbers (reduction order, kernels), so they are part of a run's identity.
-RUNTIME_KEYS = ("print_loss", "checkpoint_every", "checkpoint_dir")
 LEARNED_IID = 0.9  # in-distribution exact match below this: the task was not learned, its OOD says nothing
+ACCURACY = (0.0, 1.0)
 
 
-def stored_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` without its runtime keys: what a stored run is matched on."""
-    return {k: v for k, v in spec.items() if k not in RUNTIME_KEYS}
+# ------------------------------------------------------------------------------------------- config
+@dataclasses.dataclass
+class Model:
+    dim: int
+    num_heads: int
+    num_layers: int
+    dropout: float = 0.0
+    scale_embeddings: bool = True
+
+
+@dataclasses.dataclass
+class Training:
+    steps: int
+    batch_size: int
+    lr: float
+    num_train: int
+
+
+@dataclasses.dataclass
+class Evaluation:
+    per_length: int
+    length_stride: int
+
+
+@dataclasses.dataclass
+class EarlyStop:
+    """Validation exact match on ``num_val`` in-distribution examples every ``every_n_steps`` steps; with
+    ``stop`` the fit ends once the error is below ``target_error``, else the curve is only recorded."""
+
+    target_error: float
+    every_n_steps: int
+    num_val: int
+    stop: bool = True
+
+
+@dataclasses.dataclass
+class TaskEntry:
+    """A task's settings: options of the registered task, and optionally its own encoders, architectures,
+    changes to ``training`` / ``evaluation`` and a validation curve (``early_stop``)."""
+
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    encoders: list[str] | None = None
+    architectures: list[str] | None = None
+    training: dict[str, Any] | None = None
+    early_stop: EarlyStop | None = None
+    evaluation: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass
+class Config:
+    run_tasks: list[str]
+    encoders: list[str]
+    seeds: list[int]
+    model: Model
+    training: Training
+    evaluation: Evaluation
+    tasks: dict[str, TaskEntry] = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------- tasks
@@ -98,13 +135,13 @@ def parse_task(text: str) -> tuple[str, dict[str, Any]]:
     name, _, scratchpad = str(text).partition(":")
     allowed = list_tasks()
     if name not in allowed:
-        raise ValueError(f"--tasks: unknown task {name!r}; registered tasks: {', '.join(allowed)} "
+        raise ValueError(f"run_tasks: unknown task {name!r}; registered tasks: {', '.join(allowed)} "
                          "(optionally NAME:SCRATCHPAD, e.g. addition:icovr)")
     if not scratchpad:
         return name, {}
     with_scratchpad = [t for t in allowed if "scratchpad" in task_options(t)]
     if name not in with_scratchpad:
-        raise ValueError(f"--tasks: task {name!r} has no scratchpad option; tasks with one: "
+        raise ValueError(f"run_tasks: task {name!r} has no scratchpad option; tasks with one: "
                          f"{', '.join(with_scratchpad)}")
     if scratchpad == "none":  # no scratchpad at all (a preset entry may set one)
         return name, {"scratchpad": None}
@@ -112,13 +149,13 @@ def parse_task(text: str) -> tuple[str, dict[str, Any]]:
     try:
         ScratchpadFormat.parse(mask)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"--tasks {text!r}: {error}") from None
+        raise ValueError(f"run_tasks {text!r}: {error}") from None
     return name, {"scratchpad": mask}
 
 
 def task_key(row: dict[str, Any]) -> str:
     """The task as the tables name it: ``addition[scratchpad icovr]``, ``contextual_counting (encdec_causal)``."""
-    options = row.get("task_options") or row.get("spec", {}).get("task_options") or {}
+    options = row.get("task_options") or {}
     name = row["task"]
     if options.get("scratchpad") is not None:
         name += f"[scratchpad {options['scratchpad'] or 'empty'}]"
@@ -126,21 +163,63 @@ def task_key(row: dict[str, Any]) -> str:
     return name if arch == DECODER else f"{name} ({arch})"
 
 
-def task_entry(preset: dict[str, Any], name: str) -> dict[str, Any]:
-    """The preset's entry of task ``name`` with every field filled (``options`` from the task's defaults)."""
-    entry = dict(preset.get("tasks", {}).get(name) or {})
-    unknown = set(entry) - {"options", "encoders", "architectures", "training", "early_stop", "evaluation"}
-    if unknown:
-        raise ValueError(f"preset tasks.{name}: unknown keys {sorted(unknown)}; allowed: options, encoders, "
-                         "architectures, training, early_stop, evaluation")
+def task_entry(config: Config, name: str) -> dict[str, Any]:
+    """The config's entry of task ``name`` with every field filled (``options`` from the task's defaults)."""
+    entry = config.tasks.get(name) or TaskEntry()
+    for section, cls in (("training", Training), ("evaluation", Evaluation)):
+        unknown = set(getattr(entry, section) or {}) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"config key tasks.{name}.{section}: unknown keys {sorted(unknown)}; allowed: "
+                             f"{sorted(f.name for f in dataclasses.fields(cls))}")
     return {
-        "options": dict(entry.get("options") or {}),
-        "encoders": list(entry.get("encoders") or preset["encoders"]),
-        "architectures": list(entry.get("architectures") or [DECODER]),
-        "training": {**preset["training"], **(entry.get("training") or {})},
-        "early_stop": entry.get("early_stop"),
-        "evaluation": {**preset["evaluation"], **(entry.get("evaluation") or {})},
+        "options": dict(entry.options or {}),
+        "encoders": list(entry.encoders or config.encoders),
+        "architectures": list(entry.architectures or [DECODER]),
+        "training": {**dataclasses.asdict(config.training), **(entry.training or {})},
+        "early_stop": dataclasses.asdict(entry.early_stop) if entry.early_stop else None,
+        "evaluation": {**dataclasses.asdict(config.evaluation), **(entry.evaluation or {})},
     }
+
+
+def build_specs(config: Config) -> list[dict[str, Any]]:
+    """One spec per (task, architecture, encoder, seed); CoPE only with causal attention."""
+    specs = []
+    for text in config.run_tasks:
+        name, extra = parse_task(text)
+        entry = task_entry(config, name)
+        for arch in entry["architectures"]:
+            if arch not in ARCHITECTURES:
+                raise ValueError(f"config key tasks.{name}.architectures: {arch!r} is not one of {ARCHITECTURES}")
+            for enc in entry["encoders"]:
+                if enc == "cope" and arch == "encdec_bidirectional":
+                    continue  # CoPE is defined for causal attention only
+                for seed in config.seeds:
+                    spec = {
+                        "task": name,
+                        "task_options": {**entry["options"], **extra},
+                        "encoding": enc,
+                        **({"encoding_options": ENCODING_OPTIONS[enc]} if enc in ENCODING_OPTIONS else {}),
+                        "seed": seed,
+                        "model": dataclasses.asdict(config.model),
+                        "training": entry["training"],
+                        "evaluation": entry["evaluation"],
+                        **({"early_stop": entry["early_stop"]} if entry["early_stop"] else {}),
+                        **({} if arch == DECODER else {"architecture": arch}),
+                    }
+                    specs.append({"case": case_name(spec), **spec})
+    return specs
+
+
+def case_name(spec: dict[str, Any]) -> str:
+    """A run's name without its seed: task, scratchpad, architecture, encoder, embedding scale."""
+    scratchpad = spec["task_options"].get("scratchpad")
+    parts = [spec["task"] + ("" if scratchpad is None else f"-sp{scratchpad or 'empty'}")]
+    if spec.get("architecture", DECODER) != DECODER:
+        parts.append(spec["architecture"])
+    parts.append(spec["encoding"])
+    if not spec["model"].get("scale_embeddings", True):
+        parts.append("gpt2emb")
+    return "__".join(parts)
 
 
 def evaluated_lengths(task: Any, split: str, stride: int) -> list[int]:
@@ -162,8 +241,8 @@ def evaluation_examples(task: Any, split: str, lengths: list[int], per_length: i
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and test one (task, encoder, seed); runs in a worker process. Returns a result row."""
     import lightning as L
-    import torch
 
+    from pe_toolkit.quiet import quiet_third_party
     from pe_toolkit.training import EncoderDecoderModule, SequenceLMModule, TaskDataModule
     from pe_toolkit.training.callbacks import FitClock, LossHistory
 
@@ -176,8 +255,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         def examples(self, split: str) -> list[Any]:
             return self.parts[self.part] if split == "test" else super().examples(split)
 
-    quiet()  # in-process calls (tests) too, not only worker_pool's workers
-    torch.set_num_threads(spec["threads"])
+    quiet_third_party()  # in-process calls (tests) too, not only the executor's workers
     start = time.perf_counter()
     L.seed_everything(spec["seed"], verbose=False)
     training, evaluation = spec["training"], spec["evaluation"]
@@ -222,15 +300,10 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         )
     trunk = module.model if architecture == DECODER else module
     label = f"{task_key(spec)} {spec['encoding']} seed {spec['seed']}"
-    losses = LossHistory(every_n_steps=max(1, steps // 20), label=label,
-                         stream=sys.stderr if spec.get("print_loss") else None)
+    losses = LossHistory(every_n_steps=max(1, steps // 20), label=label, stream=None)
     clock = FitClock()
-    curve = ValidationCurve(early_stop["target_error"]) if early_stop else None
+    curve = ValidationCurve(early_stop["target_error"], stop=early_stop.get("stop", True)) if early_stop else None
     callbacks: list[Any] = [losses, clock, *([curve] if curve else [])]
-    resume_from = None
-    if spec.get("checkpoint_dir"):
-        checkpoint, resume_from = run_checkpoint(spec)
-        callbacks.append(checkpoint)
     device = trainer_options(spec.get("device"))
     trainer = L.Trainer(
         max_steps=steps,
@@ -238,7 +311,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         # a same-seed rerun must reproduce: on a GPU, deterministic kernels where they exist
         deterministic="warn" if device["accelerator"] != "cpu" else None,
         logger=False,
-        enable_checkpointing=bool(spec.get("checkpoint_dir")),
+        enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=1.0 if early_stop else 0,
@@ -247,7 +320,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         num_sanity_val_steps=0,
         callbacks=callbacks,
     )
-    trainer.fit(module, data, ckpt_path=resume_from)
+    trainer.fit(module, data)
     final_loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
     steps_done = int(trainer.global_step)
     per_part = {}
@@ -263,6 +336,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         return correct / total if total else None
 
     return {
+        "kind": "run",
         "task": spec["task"],
         "task_options": spec["task_options"],
         "encoding": spec["encoding"],
@@ -282,10 +356,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "parameters_without_pe": _count(trunk, exclude_positional=True),
         "train_lengths": list(task.train_lengths),
         "test_lengths": list(task.test_lengths),
-        "seconds": time.perf_counter() - start + clock.resumed_seconds,
+        "seconds": time.perf_counter() - start,
         "train_seconds": clock.seconds,
-        "resumed": resume_from is not None,
-        "spec": stored_spec(spec),
     }
 
 
@@ -293,17 +365,17 @@ def _validation_curve_class():
     import lightning as L
 
     class _ValidationCurve(L.Callback):
-        """In-distribution validation error after each validation; stops the fit below ``target_error``.
+        """In-distribution validation error after each validation; with ``stop``, ends the fit below ``target_error``.
 
         :attr:`history` holds ``(global step, validation exact-match error)``; :attr:`reached_at` is the
         first step whose error was below the target (``None`` if the budget ran out first).
         """
 
-        def __init__(self, target_error: float) -> None:
+        def __init__(self, target_error: float, stop: bool = True) -> None:
             super().__init__()
             if not 0.0 < target_error < 1.0:
                 raise ValueError(f"early_stop.target_error must be in (0, 1), got {target_error}")
-            self.target_error = float(target_error)
+            self.target_error, self.stop = float(target_error), bool(stop)
             self.history: list[tuple[int, float]] = []
             self.reached_at: int | None = None
 
@@ -321,16 +393,17 @@ def _validation_curve_class():
             total = sum(t for _, t in pl_module.val_results.values())
             error = 1.0 - correct / max(total, 1)
             self.history.append((int(trainer.global_step), error))
-            if error < self.target_error:
+            if error < self.target_error and self.reached_at is None:
                 self.reached_at = int(trainer.global_step)
+            if error < self.target_error and self.stop:
                 trainer.should_stop = True
 
     return _ValidationCurve
 
 
-def ValidationCurve(target_error: float) -> Any:  # noqa: N802  (a class built lazily: Lightning stays out of the parent)
-    """A Lightning callback recording the validation error curve and stopping below ``target_error``."""
-    return _validation_curve_class()(target_error)
+def ValidationCurve(target_error: float, stop: bool = True) -> Any:  # noqa: N802  (built lazily: no Lightning here)
+    """A Lightning callback recording the validation error curve (with ``stop``: stopping below ``target_error``)."""
+    return _validation_curve_class()(target_error, stop)
 
 
 def resolve_encoding_options(options: dict[str, Any] | None, data: Any) -> dict[str, Any]:
@@ -345,29 +418,6 @@ def resolve_encoding_options(options: dict[str, Any] | None, data: Any) -> dict[
 def failures(outcomes: dict[str, int]) -> dict[str, int]:
     """The counts of the ways an answer went wrong (:data:`FAILURES`) from one length's outcome counts."""
     return {name: outcomes[name] for name in FAILURES}
-
-
-def run_checkpoint(spec: dict[str, Any]) -> tuple[Any, str | None]:
-    """The checkpoint callback of a run with ``checkpoint_dir``, and the checkpoint to resume from.
-
-    ``<checkpoint_dir>/last.ckpt`` is rewritten every ``checkpoint_every`` steps; ``spec.json`` beside it
-    records the configuration, and a checkpoint of another configuration is deleted, not resumed.
-    The training data are a seeded ``ResumableDataLoader``, so a resumed run sees the batches the
-    interrupted one would have.
-    """
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    directory = Path(spec["checkpoint_dir"])
-    configuration = json.dumps(stored_spec(spec), sort_keys=True)
-    spec_file = directory / "spec.json"
-    if directory.exists() and not (spec_file.exists() and spec_file.read_text() == configuration):
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    spec_file.write_text(configuration)
-    last = directory / "last.ckpt"
-    callback = ModelCheckpoint(dirpath=directory, every_n_train_steps=spec["checkpoint_every"], save_top_k=0,
-                               save_last=True)
-    return callback, (str(last) if last.exists() else None)
 
 
 def _count(module, exclude_positional: bool = False) -> int:
@@ -398,7 +448,8 @@ def mean_reciprocal_rank(rows: list[dict[str, Any]], metric: str = "ood_accuracy
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (task, encoder): IID / OOD accuracy over seeds as :func:`common.mean_interval` (mean, 95 % interval)."""
+    """Per (task, encoder): IID / OOD accuracy over seeds (mean, 95 % t interval within [0, 1], n; a missing value
+    is counted in ``n_nonfinite``, never dropped silently)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((task_key(row), row["encoding"]), []).append(row)
@@ -410,8 +461,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "task": task,
                 "encoding": enc,
                 "seeds": len(members),
-                "iid": mean_interval(m["iid_accuracy"] for m in members),
-                "ood": mean_interval(m["ood_accuracy"] for m in members),
+                "iid": bounded_interval((m["iid_accuracy"] for m in members), bounds=ACCURACY).as_dict(),
+                "ood": bounded_interval((m["ood_accuracy"] for m in members), bounds=ACCURACY).as_dict(),
                 "seconds": sum(seconds) / len(seconds) if seconds else None,
             }
         )
@@ -460,7 +511,6 @@ PAPER_GAP = 0.1
 # Golovneva et al. 2024, Table 3: in-distribution test error (%) on counting with 3 variables.
 PAPER_COUNTING_ERROR: dict[str, float] = {"cope": 1.2, "music_relative": 17.8, "sinusoidal": 67.6}
 PAPER_COUNTING_BUDGET = {"programs": 100 * 10_000, "batch_size": 64, "max_statements": 512}
-VERDICTS = {"better": "reproduced", "worse": "not reproduced (reversed)", "tie": "not reproduced (intervals overlap)"}
 
 
 def claim_list() -> list[dict[str, Any]]:
@@ -496,66 +546,78 @@ def claim_list() -> list[dict[str, Any]]:
     return claims
 
 
-def _metric(summary: dict[str, Any], metric: str) -> dict[str, Any]:
+def _values(members: list[dict[str, Any]], metric: str) -> list[Any]:
+    """Per-seed values of ``metric`` (``"ood"``, or ``"iid_error"`` = 1 - IID exact match); ``None`` when missing."""
     if metric == "iid_error":
-        s = summary["iid"]
-        return {"mean": 1 - s["mean"], "low": 1 - s["high"], "high": 1 - s["low"], "n": s["n"]}
-    return summary[metric]
+        return [None if m["iid_accuracy"] is None else 1.0 - m["iid_accuracy"] for m in members]
+    return [m[f"{metric}_accuracy"] for m in members]
 
 
-def claims(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each claim of :func:`claim_list` with its verdict from the intervals (:func:`common.interval_verdict`).
+def _iid_mean(members: list[dict[str, Any]]) -> float:
+    values = [m["iid_accuracy"] for m in members]
+    return math.nan if not values or any(v is None for v in values) else sum(values) / len(values)
 
-    ``reproduced``: the intervals separate in the paper's direction; ``not reproduced``: they overlap or
-    separate the other way; ``untested``: a side has no runs, fewer than 2 seeds (no interval), or (copy,
-    reverse, contextual counting, selective copy, flip-flop: every claim on an out-of-distribution metric) did
-    not learn the task in distribution (IID mean < :data:`LEARNED_IID`): its OOD numbers then say nothing.
+
+def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each claim of :func:`claim_list` decided by :func:`~pe_toolkit.bench.verdict.decide_claim` (Welch t on the
+    difference of per-seed values, accuracies bounded to [0, 1]).
+
+    ``untested`` when a side has no runs or fewer than 2 seeds, or (every claim on an out-of-distribution metric:
+    copy, reverse, SCAN, contextual counting, selective copy, flip-flop) when a side did not learn the task in
+    distribution (seed-mean IID exact match < :data:`LEARNED_IID`): its OOD numbers then say nothing.
     """
-    by = {(r["task"], r["encoding"]): r for r in summary}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((task_key(row), row["encoding"]), []).append(row)
     out = []
     for claim in claim_list():
-        a = by.get((claim["task"], claim["a"]))
-        b = by.get((claim.get("task_b", claim["task"]), claim["b"]))
-        result = {**claim, "a_value": None, "b_value": None}
+        a = groups.get((claim["task"], claim["a"]))
+        b = groups.get((claim.get("task_b", claim["task"]), claim["b"]))
+        name = f"{claim['paper']}, {claim['task']}: {claim['text']}"
+        common = {"higher_is_better": claim["higher_is_better"], "bounds": ACCURACY}
         if a is None or b is None:
-            missing = [name for name, side in ((claim["a"], a), (claim["b"], b)) if side is None]
-            result["verdict"], result["why"] = "untested", f"no runs of {missing}"
+            missing = [enc for enc, side in ((claim["a"], a), (claim["b"], b)) if side is None]
+            decided = untested_claim(name, f"no runs of {missing}", _values(a or [], claim["metric"]),
+                                     _values(b or [], claim["metric"]), **common)
+            iid = (math.nan, math.nan)
         else:
-            result["a_value"], result["b_value"] = _metric(a, claim["metric"]), _metric(b, claim["metric"])
-            unlearned = [s["encoding"] for s in (a, b) if claim["learned"] and not s["iid"]["mean"] >= LEARNED_IID]
-            if min(a["iid"]["n"], b["iid"]["n"]) < 2:
-                result["verdict"], result["why"] = "untested", "fewer than 2 seeds: no interval"
-            elif unlearned:
-                result["verdict"], result["why"] = "untested", f"not learned in distribution by {unlearned}"
-            else:
-                verdict = interval_verdict(result["a_value"], result["b_value"],
-                                           higher_is_better=claim["higher_is_better"])
-                result["verdict"], result["why"] = VERDICTS[verdict], ""
-        out.append(result)
+            iid = (_iid_mean(a), _iid_mean(b))
+            unlearned = [side[0]["encoding"] for side, mean in ((a, iid[0]), (b, iid[1])) if not mean >= LEARNED_IID]
+            preconditions = [(not (claim["learned"] and unlearned),
+                              f"not learned in distribution by {unlearned} (seed-mean IID exact match below "
+                              f"{LEARNED_IID})")]
+            decided = decide_claim(_values(a, claim["metric"]), _values(b, claim["metric"]), name=name,
+                                   preconditions=preconditions, **common)
+        row = decided.as_row()
+        out.append({**row, "claim_kind": row["kind"], "kind": "claim", "paper": claim["paper"],
+                    "task": claim["task"], "encoder_a": claim["a"], "encoder_b": claim["b"],
+                    "metric": claim["metric"], "iid_a": iid[0], "iid_b": iid[1]})
     return out
 
 
 def claim_lines(results: list[dict[str, Any]]) -> list[str]:
-    """The claims as report lines, grouped by task, with the measured intervals."""
+    """The claims as report lines, with both sides' intervals, the difference's and the test."""
     lines = []
     for r in results:
-        shown = ""
-        if r["a_value"] is not None:
-            fmt = ".3f"
-            shown = f" Measured {format_interval(r['a_value'], fmt)} vs {format_interval(r['b_value'], fmt)}."
-        why = f" ({r['why']})" if r["why"] else ""
-        lines.append(f"- {r['paper']}, {r['task']}: {r['text']}: **{r['verdict']}**{why}.{shown}")
+        diff = r["difference"]
+        shown = f" Measured {format_side(r['a'])} vs {format_side(r['b'])}"
+        if math.isfinite(diff["mean"]):
+            shown += f"; difference {diff['mean']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}] ({r['test']})"
+        if r.get("min_detectable_effect") is not None:
+            shown += f"; this n detects about {r['min_detectable_effect']:.3f}"
+        lines.append(f"- {r['name']}: **{r['verdict']}** ({r['reason']}).{shown}.")
     return lines
 
 
-def counting_section(rows: list[dict[str, Any]]) -> str:
+def counting_section(rows: list[dict[str, Any]], config: Config) -> str:
     """CoPE counting: the validation learning curves, whether the target was reached, and the paper's budget."""
     counting = [r for r in rows if r["task"] == "cope_counting" and r.get("validation_curve")]
     if not counting:
         return ""
-    target = counting[0]["spec"]["early_stop"]["target_error"]
-    batch = counting[0]["spec"]["training"]["batch_size"]
-    budget = counting[0]["spec"]["training"]["steps"]
+    entry = task_entry(config, "cope_counting")
+    early_stop = entry["early_stop"]
+    target, batch, budget = early_stop["target_error"], entry["training"]["batch_size"], entry["training"]["steps"]
+    stops = early_stop.get("stop", True)
     steps = sorted({s for r in counting for s, _ in r["validation_curve"]})
     encodings = sorted({r["encoding"] for r in counting})
     table = []
@@ -575,11 +637,15 @@ def counting_section(rows: list[dict[str, Any]]) -> str:
                      "last_error": r["validation_curve"][-1][1], "programs": r["steps_done"] * batch,
                      "s_per_step": per_step, "paper_hours": paper_steps * per_step / 3600})
     text = (
-        f"\n## CoPE counting: training until the in-distribution error is below {target:.0%}\n\n"
+        "\n## CoPE counting: the in-distribution validation error during training\n\n"
         f"Validation exact-match error on in-distribution programs (mean [95 % interval] over seeds) every "
-        f"{counting[0]['spec']['early_stop']['every_n_steps']} steps; a run stops once it is below {target:.0%} "
-        f"or after the preset's budget of {budget} steps of batch {batch}. 'stopped' = every run of that "
-        "encoder had stopped.\n\n"
+        f"{early_stop['every_n_steps']} steps; "
+        + (f"a run stops once it is below {target:.0%} or after the preset's budget of {budget} steps of batch "
+           f"{batch} ('stopped' = every run of that encoder had stopped; an early stop truncates the final error, "
+           "so the claims on it compare runs stopped at different errors)"
+           if stops else f"every run trains the whole budget of {budget} steps of batch {batch} (no early stop: "
+           f"the final error is the metric the claims compare); 'reached' = the first step below {target:.0%}")
+        + ".\n\n"
         + markdown_table(table, ["step", *encodings])
         + "\n" + markdown_table(
             runs, ["encoding", "seed", ("steps", "steps trained"), ("reached", f"error < {target:.0%}"),
@@ -610,7 +676,7 @@ def length_curve(members: list[dict[str, Any]], part: str) -> tuple[list[int], l
     return lengths, summaries
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
+def plot(rows: list[dict[str, Any]]) -> Any:
     """Accuracy against length per task: seed means with 95 % intervals as error bars (IID solid, OOD dashed)."""
     import matplotlib
 
@@ -618,8 +684,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     tasks = sorted({task_key(r) for r in rows})
-    columns = min(3, len(tasks))
-    grid_rows = math.ceil(len(tasks) / columns)
+    columns = max(1, min(3, len(tasks)))
+    grid_rows = max(1, math.ceil(len(tasks) / columns))
     fig, axes = plt.subplots(grid_rows, columns, figsize=(5.5 * columns, 4 * grid_rows), squeeze=False)
     colors = {enc: f"C{i % 10}" for i, enc in enumerate(sorted({r["encoding"] for r in rows}))}  # one per encoder
     for ax in axes.flat[len(tasks):]:
@@ -645,214 +711,55 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylim(-0.02, 1.02)
         if not note_if_empty(ax, "exact-match accuracy"):
             ax.legend(fontsize=7, loc="best")
+    if not tasks:
+        note_if_empty(axes.flat[0], "exact-match accuracy")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-# ------------------------------------------------------------------------------------------- command line
-def build_parser():
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--tasks", nargs="+", metavar="TASK[:SCRATCHPAD]",
-                        help="registered tasks to run (default: the preset's `run` list), e.g. addition:icovr")
-    parser.add_argument("--encoders", nargs="+", help="encoders of every task (default: the preset's, per task)")
-    parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's `seeds`)")
-    parser.add_argument("--steps", type=int, help="training steps per run (overrides the preset for every task)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
-    parser.add_argument(
-        "--threads", type=int,
-        help="torch threads per run (default: 1 with --jobs > 1, else 2); part of a run's identity. Use 1 when "
-        "another benchmark shares the CPUs: two multi-threaded processes on the same cores stall each other",
-    )
-    parser.add_argument(
-        "--embedding-scale", choices=["vaswani", "gpt2"], default="vaswani",
-        help="token embeddings: 'vaswani' (N(0, 1/dim) times sqrt(dim), unit scale like a sinusoidal PE; "
-        "default) or 'gpt2' (N(0, 0.02), under which an additive sinusoidal PE drowns the tokens)",
-    )
-    parser.add_argument("--model-size", choices=sorted(MODEL_SIZES),
-                        help=f"a larger trunk over the preset's; runs and report go to {NAME}_<size>/ (not --quick)")
-    parser.add_argument("--dropout", type=float, default=0.0,
-                        help=f"trunk dropout (default 0; the paper trains with 0.1); runs go to "
-                             f"{NAME}[_<size>]_dropout<p>/")
-    parser.add_argument("--checkpoint-every", type=int, metavar="STEPS",
-                        help="save each run every STEPS steps; an interrupted run restarted with --resume continues")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same spec")
-    parser.add_argument("--report-only", action="store_true",
-                        help="train nothing: write the report from the finished runs found (implies --resume)")
-    return parser
+def trunk_sizes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per task: the architecture and the trunk's parameters without the PE (the vocabulary is the task's)."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry = out.setdefault(task_key(row), {"task": task_key(row), "architecture": row.get("architecture", DECODER),
+                                               "counts": set()})
+        entry["counts"].add(row["parameters_without_pe"])
+    return [{"task": e["task"], "architecture": e["architecture"],
+             "parameters": " / ".join(f"{c:,}" for c in sorted(e["counts"]))} for e in out.values()]
 
 
-def run_key(spec: dict[str, Any]) -> str:
-    """The file name (without ``.json``) of a run: task, scratchpad, architecture, encoder, embedding, seed."""
-    scratchpad = spec["task_options"].get("scratchpad")
-    parts = [spec["task"] + ("" if scratchpad is None else f"-sp{scratchpad or 'empty'}")]
-    if spec.get("architecture", DECODER) != DECODER:
-        parts.append(spec["architecture"])
-    parts.append(spec["encoding"])
-    if not spec["model"].get("scale_embeddings", True):
-        parts.append("gpt2emb")
-    parts.append(f"seed{spec['seed']}")
-    return "__".join(parts)
-
-
-def build_specs(preset: dict[str, Any], tasks: list[tuple[str, dict[str, Any]]], *, encoders: list[str] | None,
-                seeds: list[int], model: dict[str, Any], steps: int | None, threads: int,
-                device: dict[str, Any], print_loss: bool) -> list[dict[str, Any]]:
-    """One spec per (task, architecture, encoder, seed); CoPE only with causal attention."""
-    specs = []
-    for name, extra in tasks:
-        entry = task_entry(preset, name)
-        training = {**entry["training"], **({"steps": steps} if steps is not None else {})}
-        for arch in entry["architectures"]:
-            if arch not in ARCHITECTURES:
-                raise ValueError(f"preset tasks.{name}.architectures: {arch!r} is not one of {ARCHITECTURES}")
-            for enc in encoders or entry["encoders"]:
-                if enc == "cope" and arch == "encdec_bidirectional":
-                    continue  # CoPE is defined for causal attention only
-                for seed in seeds:
-                    specs.append({
-                        "task": name,
-                        "task_options": {**entry["options"], **extra},
-                        "encoding": enc,
-                        **({"encoding_options": ENCODING_OPTIONS[enc]} if enc in ENCODING_OPTIONS else {}),
-                        "seed": seed,
-                        "model": model,
-                        "training": training,
-                        "evaluation": entry["evaluation"],
-                        **({"early_stop": entry["early_stop"]} if entry["early_stop"] else {}),
-                        **({} if arch == DECODER else {"architecture": arch}),
-                        "threads": threads,
-                        "device": device,
-                        "print_loss": print_loss,
-                    })
-    return specs
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.resume = args.resume or args.report_only
-    try:
-        preset = preset_from_args(args, NAME)
-        tasks = [parse_task(t) for t in (args.tasks or preset["run"])]
-    except ValueError as error:
-        parser.error(str(error))
-    import pe_toolkit as pet
-
-    if args.encoders:
-        bad = [e for e in args.encoders if e not in pet.list_encoders()]
-        if bad:
-            parser.error(f"unknown encoder(s) {bad}; available: {pet.list_encoders()}")
-    seeds = args.seeds or list(preset["seeds"])
-    if args.quick and args.model_size is not None:
-        parser.error(f"--model-size {args.model_size}: quick runs always use the quick trunk {preset['model']}")
-    if not 0.0 <= args.dropout < 1.0:
-        parser.error(f"--dropout must be in [0, 1), got {args.dropout}")
-    if args.threads is not None and args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
-    if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        parser.error(f"--checkpoint-every must be >= 1 step, got {args.checkpoint_every}")
-    jobs = max(1, args.jobs)
-    threads = args.threads or (1 if jobs > 1 else 2)
-    # a variant of the trunk keeps its runs and report apart: length_generalization_large_dropout0.1/
-    name = (NAME + (f"_{args.model_size}" if args.model_size else "")
-            + (f"_dropout{args.dropout:g}" if args.dropout else ""))
-    model = {**preset["model"], **(MODEL_SIZES[args.model_size] if args.model_size else {}),
-             "scale_embeddings": args.embedding_scale == "vaswani",
-             **({"dropout": args.dropout} if args.dropout else {})}
-    device = device_options(args)
-    try:
-        specs = build_specs(preset, tasks, encoders=args.encoders, seeds=seeds, model=model, steps=args.steps,
-                            threads=threads, device=device, print_loss=not args.quick)
-    except ValueError as error:
-        parser.error(str(error))
-
-    out_dir = Path(args.out) / name
-    store = RunStore(out_dir / "runs" / args.preset, resume=args.resume)  # presets never overwrite each other
-    start = time.perf_counter()
-    rows: list[dict[str, Any]] = []
-    todo = []
-    for spec in specs:
-        key = run_key(spec)
-        stored = store.load(key, stored_spec(spec))
-        if stored is not None:
-            for part in ("iid", "ood"):  # JSON keys are str
-                stored[f"per_length_{part}"] = {int(k): v for k, v in stored[f"per_length_{part}"].items()}
-            rows.append(stored)
-            continue
-        if args.checkpoint_every is not None:
-            checkpoints = store.runs_dir / "checkpoints" / key
-            if not args.resume:
-                shutil.rmtree(checkpoints, ignore_errors=True)  # a fresh run: never continue an old one
-            spec = {**spec, "checkpoint_every": args.checkpoint_every, "checkpoint_dir": str(checkpoints)}
-        todo.append((spec, key))
-    if args.report_only:
-        print(f"{name}: --report-only: {len(rows)} finished runs; not run: {[key for _, key in todo]}", flush=True)
-        if not rows:
-            parser.error("--report-only: no finished runs to report")
-        todo = []
-    print(f"{name}: {len(specs)} runs ({len(rows)} reused), {jobs} in parallel, preset {args.preset}", flush=True)
-    progress = Progress(len(todo), name)
-    with worker_pool(jobs) as pool:
-        futures = {pool.submit(run_one, spec): (spec, key) for spec, key in todo}
-        for future in concurrent.futures.as_completed(futures):
-            spec, key = futures[future]
-            row = future.result()
-            store.save(key, stored_spec(spec), {k: v for k, v in row.items() if k != "spec"})
-            if spec.get("checkpoint_dir"):
-                shutil.rmtree(spec["checkpoint_dir"], ignore_errors=True)  # the stored row is the record now
-            rows.append(row)
-            ood = "n/a" if row["ood_accuracy"] is None else f"{row['ood_accuracy']:.3f}"
-            progress(f"{task_key(row)} {spec['encoding']} seed {spec['seed']}: iid {row['iid_accuracy']:.3f} "
-                     f"ood {ood} ({row['seconds']:.0f}s, {row['steps_done']} steps)")
-    rows.sort(key=lambda r: (task_key(r), r["encoding"], r["seed"]))
-    seconds = time.perf_counter() - start
-    write_outputs(name, args, preset, rows, seconds, tasks=tasks, seeds=seeds, model=model, device=device,
-                  threads=threads, jobs=jobs)
-    print(f"{name}: wrote {out_dir} in {seconds:.0f} s", flush=True)
-    return 0
-
-
-def write_outputs(name: str, args: Any, preset: dict[str, Any], rows: list[dict[str, Any]], seconds: float, *,
-                  tasks: list[tuple[str, dict[str, Any]]], seeds: list[int], model: dict[str, Any],
-                  device: dict[str, Any], threads: int, jobs: int) -> None:
-    """``results.json``, ``accuracy_vs_length.png`` and ``report.md``."""
-    out_dir = Path(args.out) / name
-    config = {"preset": args.preset, "tasks": [f"{t}{':' + o['scratchpad'] if 'scratchpad' in o else ''}"
-                                               for t, o in tasks],
-              "seeds": seeds, "model": model, "device": device, "threads": threads, "jobs": jobs,
-              "task_entries": {t: task_entry(preset, t) for t, _ in tasks}}
-    run_seconds = sum(r["seconds"] for r in rows)
-    write_results(name, config, rows, seconds, root=args.out)
-    plot(rows, out_dir / "accuracy_vs_length.png")
+def report_body(result: Result) -> str:
+    config, rows, seconds = result.config, result.rows, result.seconds
+    verdicts = [r for r in result.derived if r["kind"] == "claim"]
     summary = summarize(rows)
     mrr = mean_reciprocal_rank(rows)
     failing = failure_summary(rows)
-    verdicts = claims(summary)
-    counts = {v: sum(r["verdict"].startswith(v) for r in verdicts)
-              for v in ("reproduced", "not reproduced", "untested")}
-    if args.report_only:
-        timing = (f"\nAssembled with --report-only from {len(rows)} stored runs, which took {run_seconds:.0f} s of "
-                  "worker time when they ran.\n")
-    else:
-        timing = f"\nTotal wall time {seconds:.0f} s ({run_seconds:.0f} s of worker time, {jobs} jobs).\n"
-    per_task = "; ".join(
-        f"{task_key({'task': t, 'task_options': o})}: "
-        f"{task_entry(preset, t)['training']['steps'] if args.steps is None else args.steps} steps"
-        for t, o in tasks)
+    counts = {v: sum(r["verdict"] == v for r in verdicts) for v in ("reproduced", "contradicted", "inconclusive",
+                                                                   "untested")}
+    kazemnejad = [r for r in verdicts if r["paper"].startswith("Kazemnejad") and r["task"] in
+                  {task_key({"task": parse_task(t)[0], "task_options": parse_task(t)[1]}) for t in config.run_tasks}]
+    run_seconds = sum(r["seconds"] for r in rows)
+    per_task = "; ".join(f"{t}: {task_entry(config, parse_task(t)[0])['training']['steps']} steps"
+                         for t in config.run_tasks)
     table = [{"task": s["task"], "encoding": s["encoding"], "seeds": s["seeds"],
-              "iid": format_interval(s["iid"]), "ood": format_interval(s["ood"]), "seconds": s["seconds"]}
+              "iid": format_side(s["iid"]), "ood": format_side(s["ood"]), "seconds": s["seconds"]}
              for s in summary]
-    body = (
-        f"Preset `{args.preset}`. Model: {model} (same trunk for every encoder; {rows[0]['parameters_without_pe']:,} "
-        f"parameters without the PE in the first run), batch {preset['training']['batch_size']}, AdamW lr "
-        f"{preset['training']['lr']}; {per_task}. Seeds {seeds}; torch threads {threads}; device {device}. "
-        f"Encoder options: {ENCODING_OPTIONS} ({CONTEXT!r} = the run's longest training sequence + 1; the rest "
-        "use their defaults). Accuracy is exact match of greedy decoding on "
-        f"{preset['evaluation']['per_length']} examples per evaluated length and split (unless a task's "
-        "evaluation says otherwise); IID = the training split, OOD = the test split (longer inputs; more regions "
-        "for contextual counting; another density for selective copy and flip-flop).\n\n"
-        "## Accuracy per task and encoder (mean [95 % Student-t interval] over seeds)\n\n"
+    model = dataclasses.asdict(config.model)
+    head = config.model.dim // config.model.num_heads
+    rotary = int(head * ENCODING_OPTIONS["rope"]["rotary_fraction"]) // 2
+    return (
+        f"Preset `{result.preset}`. Model: {model} (head size {head}: RoPE rotates "
+        f"{ENCODING_OPTIONS['rope']['rotary_fraction']:.0%} of it, {rotary} frequencies; the same trunk for every "
+        f"encoder), batch {config.training.batch_size}, AdamW lr {config.training.lr}; {per_task}. Seeds "
+        f"{config.seeds}; device {result.device}. Encoder options: {ENCODING_OPTIONS} ({CONTEXT!r} = the run's "
+        "longest training sequence + 1; the rest use their defaults). Accuracy is exact match of greedy decoding on "
+        f"{config.evaluation.per_length} examples per evaluated length and split (unless a task's evaluation says "
+        "otherwise); IID = the training split, OOD = the test split (longer inputs; more regions for contextual "
+        "counting; another density for selective copy and flip-flop).\n\n"
+        "Trunk parameters without the PE, per task (the embedding and output layers follow the task's "
+        "vocabulary):\n\n"
+        + markdown_table(trunk_sizes(rows), ["task", "architecture", ("parameters", "parameters without the PE")])
+        + "\n## Accuracy per task and encoder (mean [95 % Student-t interval] over seeds)\n\n"
         + markdown_table(table, ["task", "encoding", "seeds", ("iid", "IID exact match"),
                                  ("ood", "OOD exact match"), ("seconds", "s / run")], {"seconds": ".0f"})
         + "\n## Mean reciprocal rank across tasks (by seed-mean OOD accuracy)\n\n"
@@ -866,18 +773,88 @@ def write_outputs(name: str, args: Any, preset: dict[str, Any], rows: list[dict[
                                     ("stopped_early", "stopped early"), ("ran_over", "ran over"),
                                     ("wrong_tokens", "wrong token")], {n: ".3f" for n in FAILURES})
            if failing else "No run recorded its answers' outcomes.\n")
-        + counting_section(rows)
+        + counting_section(rows, config)
         + "\n## Against the papers' claims\n\n"
-        f"Verdicts from the 95 % intervals over seeds (`interval_verdict`): **reproduced** = the intervals "
-        "separate in the paper's direction. Kazemnejad et al.'s claims are every pair of encoders whose paper "
-        f"means differ by >= {PAPER_GAP} (their reverse numbers are for `reverse_x2`, compared only with "
-        f"`reverse_x2` here). Counts: {counts['reproduced']} reproduced, {counts['not reproduced']} not, "
-        f"{counts['untested']} untested.\n\n" + "\n".join(claim_lines(verdicts)) + "\n"
+        "Each claim is decided by `pe_toolkit.bench.verdict.decide_claim` on the difference of per-seed values "
+        "(Welch t, two-sided, alpha 0.05; accuracies bounded to [0, 1]): **reproduced** = the difference's interval "
+        "lies on the paper's side of 0, **contradicted** = on the other side, **inconclusive** = it contains 0 "
+        "(the row gives the smallest difference this n could detect), **untested** = a side has no runs or fewer "
+        f"than 2 seeds, or did not learn the task in distribution (seed-mean IID exact match below {LEARNED_IID}). "
+        "Kazemnejad et al.'s claims are every pair of encoders whose paper means differ by >= "
+        f"{PAPER_GAP} (their reverse numbers are for `reverse_x2`, compared only with `reverse_x2` here). Counts: "
+        + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".\n\n"
+        + (markdown_table([{"task": r["task"], "claim": f"{r['encoder_a']} > {r['encoder_b']}",
+                            "paper": f"{PAPER_OOD_ACCURACY[r['task']][r['encoder_a']]:.3f} vs "
+                                     f"{PAPER_OOD_ACCURACY[r['task']][r['encoder_b']]:.3f}",
+                            "measured": f"{format_side(r['a'])} vs {format_side(r['b'])}",
+                            "verdict": r["verdict"]} for r in kazemnejad],
+                          ["task", "claim", ("paper", "paper OOD"), ("measured", "measured OOD"), "verdict"])
+           + "\n" if kazemnejad else "")
+        + "\n".join(claim_lines(verdicts)) + "\n"
         + "\n![accuracy vs length](accuracy_vs_length.png)\n"
-        + timing
+        + f"\nTotal wall time {seconds:.0f} s ({run_seconds:.0f} s of run time).\n"
     )
-    write_report(name, "Length generalization of positional encodings", body, root=args.out)
+
+
+# ------------------------------------------------------------------------------------------- benchmark
+class LengthGeneralization(Benchmark):
+    name = "length_generalization"
+    title = "Length generalization of positional encodings"
+    description = ("exact match in and beyond the training lengths per encoder on synthetic tasks: copy, SCAN, "
+                   "counting, selective copy (Kazemnejad et al. 2023; CoPE; Golkar et al. 2024)")
+    Config = Config
+    key_fields = ("case", "seed")
+
+    def check(self, config: Config) -> None:
+        import pe_toolkit as pet
+
+        seeds = config.seeds
+        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            raise ValueError(f"config key 'seeds' must be a non-empty list of distinct ints >= 0, got {seeds!r}")
+        if not config.run_tasks:
+            raise ValueError("config key 'run_tasks' must name at least one task")
+        encoders = set(config.encoders) | {e for t in config.tasks.values() for e in (t.encoders or [])}
+        bad = sorted(encoders - set(pet.list_encoders()))
+        if bad:
+            raise ValueError(f"config key 'encoders': unknown encoder(s) {bad}; available: {pet.list_encoders()}")
+        if not 0.0 <= config.model.dropout < 1.0:
+            raise ValueError(f"config key 'model.dropout' must be in [0, 1), got {config.model.dropout!r}")
+        for key, value in (("model.dim", config.model.dim), ("model.num_heads", config.model.num_heads),
+                           ("model.num_layers", config.model.num_layers), ("training.steps", config.training.steps),
+                           ("training.batch_size", config.training.batch_size),
+                           ("training.num_train", config.training.num_train),
+                           ("evaluation.per_length", config.evaluation.per_length),
+                           ("evaluation.length_stride", config.evaluation.length_stride)):
+            if value < 1:
+                raise ValueError(f"config key {key!r} must be a positive int, got {value!r}")
+        build_specs(config)  # unknown tasks, scratchpads, architectures and task keys: ValueError naming them
+
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        return build_specs(config)
+
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return run_one(spec)
+
+    def progress_label(self, row: dict[str, Any]) -> str:
+        ood = "n/a" if row["ood_accuracy"] is None else f"{row['ood_accuracy']:.3f}"
+        return (f"{task_key(row)} {row['encoding']} seed {row['seed']}: iid {row['iid_accuracy']:.3f} ood {ood} "
+                f"({row['seconds']:.0f}s, {row['steps_done']} steps)")
+
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        result.rows.sort(key=lambda r: (task_key(r), r["encoding"], r["seed"]))
+        summary = [{**s, "kind": "summary"} for s in summarize(result.rows)]
+        return summary + claims(result.rows)
+
+    def plot(self, result: Result) -> dict[str, Any]:
+        return {"accuracy_vs_length.png": plot(result.rows)}
+
+    def report(self, result: Result) -> str:
+        return report_body(result)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="length_generalization", prog="python benchmarks/length_generalization.py"))
+
+

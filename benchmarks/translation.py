@@ -15,53 +15,40 @@ where the cross-lingual positions come from ``positions:`` in the preset:
 * ``oracle``: the BTG reordering of each pair's own alignment, also for validation and test. It reads the
   reference translation, so its rows are an **oracle upper bound**, never a method: no claim is checked on them.
 
-Fairness rule (``docs/benchmarks.md``): every (variant, positions) cell trains for the same steps on the same
-training pairs, once per lr of the same grid (``training.lr``), and keeps the lr with the best BLEU on the same
-validation pairs (ties: lower validation loss); the test set is translated once, by the chosen model; >= 3 seeds
-(full and gpu presets) give the mean and Student-t 95 % interval, and every verdict is
-:func:`common.interval_verdict` of those intervals.
+Fairness rule (``docs/benchmarks.md``), through the harness's tuning: every (variant, positions) cell trains for
+the same steps on the same training pairs once per lr of the same grid (``training.lrs``) on the first seed, keeps
+the lr with the best BLEU on the same validation pairs, then runs the other seeds with it; the test set is
+translated once per run. The claims (XL-PE with reorderer positions above PE alone) are decided by
+:func:`pe_toolkit.bench.verdict.decide_claim` on the difference of test BLEU over >= 3 seeds.
 
-    python benchmarks/translation.py --quick                  # pipeline check, < 2 minutes here
-    python benchmarks/translation.py --jobs 2                 # full CPU preset, < 30 minutes on 2 idle cores
-    python benchmarks/translation.py --preset gpu --accelerator cuda
-    python benchmarks/translation.py --set training.steps=400 --set seeds=[0,1,2,3]
-    python benchmarks/translation.py --resume                 # reuse the finished runs of an interrupted one
+    pe-toolkit bench translation --quick                   # pipeline check, < 2 minutes here
+    pe-toolkit bench translation                           # full CPU preset (its run: section: --jobs 2)
+    pe-toolkit bench translation --preset gpu --accelerator cuda
+    pe-toolkit bench translation --set training.steps=400 --set seeds=[0,1,2,3]
+    pe-toolkit bench translation --resume                  # reuse the finished runs of an interrupted one
+    python benchmarks/translation.py --quick               # the same code
 
 Presets: ``benchmarks/presets/translation/{quick,full,gpu}.yaml``. Outputs in ``<out>/translation/``:
-``results.json`` (one row per run, the summaries and verdicts), ``report.md``, ``bleu.png``, and every finished
-run in ``runs/<preset>/`` with its spec (what ``--resume`` compares).
+``results.json`` (one row per run, the tuning trials, summaries and claims), ``report.md``, ``bleu.png``; every
+finished run in ``runs/<preset>/`` (the harness's run store).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import dataclasses
+import functools
+import json
 import math
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
+from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.stats import format_interval
+from pe_toolkit.bench.verdict import decide_claim, format_side
+from pe_toolkit.bench.verdict import summarize as bounded_interval
 
-from common import (  # noqa: E402
-    Progress,
-    RunStore,
-    format_interval,
-    interval_verdict,
-    markdown_table,
-    mean_interval,
-    nan_if_missing,
-    note_if_empty,
-    results_dir,
-    standard_argparser,
-    worker_pool,
-    write_report,
-    write_results,
-)
-from presets import device_options, preset_from_args, trainer_options  # noqa: E402
-
-NAME = "translation"
 VARIANTS: dict[str, dict[str, Any]] = {
     "pe": {"encoding": "sinusoidal", "encoding_options": {}},
     "xl_input": {"encoding": "xl_pe", "encoding_options": {"strategy": "input"}},
@@ -70,96 +57,107 @@ VARIANTS: dict[str, dict[str, Any]] = {
 POSITIONS = ("reorderer", "oracle")
 #: what a row is: the oracle reads the reference translation (an upper bound), the others are methods
 ROLES = {"-": "method", "reorderer": "method", "oracle": "oracle upper bound (reads the reference)"}
-MIN_SEEDS = 3
-PRESET_KEYS = {
-    "seeds", "variants", "positions", "jobs", "threads", "data", "reorderer", "model", "training",
-}
-SECTION_KEYS = {
-    "data": {"train_pairs", "val_pairs", "test_pairs", "max_depth"},
-    "reorderer": {"epochs"},
-    "model": {"dim", "num_heads", "encoder_layers", "decoder_layers", "dropout"},
-    "training": {"steps", "batch_size", "lr"},
-}
+BLEU_BOUNDS = (0.0, 100.0)
 
 
-# ------------------------------------------------------------------------------------------ preset
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+# ------------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class Data:
+    train_pairs: int
+    val_pairs: int
+    test_pairs: int
+    max_depth: int
 
 
-def check_preset(preset: dict[str, Any]) -> dict[str, Any]:
-    """``preset`` unchanged when it can run; otherwise a ``ValueError`` naming the preset key at fault."""
-    missing = PRESET_KEYS - set(preset)
-    if missing:
-        raise ValueError(f"preset is missing the keys {sorted(missing)}")
-    unknown = set(preset) - PRESET_KEYS - {"preset"}
-    if unknown:
-        raise ValueError(f"preset has unknown keys {sorted(unknown)}; allowed: {sorted(PRESET_KEYS)}")
-    for section, keys in SECTION_KEYS.items():
-        if not isinstance(preset[section], dict) or set(preset[section]) != keys:
-            got = sorted(preset[section]) if isinstance(preset[section], dict) else preset[section]
-            raise ValueError(f"preset key {section!r} must be a mapping with the keys {sorted(keys)}, got {got!r}")
-    seeds = preset["seeds"]
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        raise ValueError(f"preset key 'seeds' must be a non-empty list of distinct ints >= 0, got {seeds!r}")
-    variants = preset["variants"]
-    if not isinstance(variants, list) or not variants or not set(variants) <= set(VARIANTS):
-        raise ValueError(f"preset key 'variants' must be a non-empty list from {list(VARIANTS)}, got {variants!r}")
-    positions = preset["positions"]
-    if not isinstance(positions, list) or not set(positions) <= set(POSITIONS) or len(set(positions)) != len(positions):
-        raise ValueError(f"preset key 'positions' must be a list from {list(POSITIONS)}, got {positions!r}")
-    if any(v != "pe" for v in variants) and not positions:
-        raise ValueError("preset key 'positions' is empty but the XL-PE variants need cross-lingual positions")
-    if isinstance(preset["jobs"], bool) or not isinstance(preset["jobs"], int) or preset["jobs"] < 0:
-        raise ValueError(f"preset key 'jobs' must be an int >= 0 (0: in this process), got {preset['jobs']!r}")
-    checks = [("threads", preset["threads"]), ("reorderer.epochs", preset["reorderer"]["epochs"])]
-    checks += [(f"data.{k}", v) for k, v in preset["data"].items() if k != "max_depth"]
-    checks += [(f"model.{k}", v) for k, v in preset["model"].items() if k != "dropout"]
-    checks += [(f"training.{k}", preset["training"][k]) for k in ("steps", "batch_size")]
+@dataclasses.dataclass
+class Reorderer:
+    epochs: int
+
+
+@dataclasses.dataclass
+class Model:
+    dim: int
+    num_heads: int
+    encoder_layers: int
+    decoder_layers: int
+    dropout: float
+
+
+@dataclasses.dataclass
+class Training:
+    steps: int
+    batch_size: int
+    lrs: list[float]
+
+
+@dataclasses.dataclass
+class Config:
+    seeds: list[int]
+    variants: list[str]
+    positions: list[str]
+    data: Data
+    reorderer: Reorderer
+    model: Model
+    training: Training
+
+
+def check_config(config: Config) -> None:
+    """``ValueError`` naming the config key that cannot run (types are checked by the loader)."""
+    seeds = config.seeds
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ValueError(f"config key 'seeds' must be a non-empty list of distinct ints >= 0, got {seeds!r}")
+    if not config.variants or not set(config.variants) <= set(VARIANTS) \
+            or len(set(config.variants)) != len(config.variants):
+        raise ValueError(f"config key 'variants' must be a non-empty list from {list(VARIANTS)}, got "
+                         f"{config.variants!r}")
+    if not set(config.positions) <= set(POSITIONS) or len(set(config.positions)) != len(config.positions):
+        raise ValueError(f"config key 'positions' must be a list from {list(POSITIONS)}, got {config.positions!r}")
+    if any(v != "pe" for v in config.variants) and not config.positions:
+        raise ValueError("config key 'positions' is empty but the XL-PE variants need cross-lingual positions")
+    checks = [("reorderer.epochs", config.reorderer.epochs)]
+    checks += [(f"data.{k}", v) for k, v in dataclasses.asdict(config.data).items() if k != "max_depth"]
+    checks += [(f"model.{k}", v) for k, v in dataclasses.asdict(config.model).items() if k != "dropout"]
+    checks += [("training.steps", config.training.steps), ("training.batch_size", config.training.batch_size)]
     for key, value in checks:
-        if not _positive_int(value):
-            raise ValueError(f"preset key {key!r} must be a positive int, got {value!r}")
-    depth = preset["data"]["max_depth"]
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise ValueError(f"preset key 'data.max_depth' must be an int >= 0, got {depth!r}")
-    dropout = preset["model"]["dropout"]
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-        raise ValueError(f"preset key 'model.dropout' must be a number in [0, 1), got {dropout!r}")
-    model = preset["model"]
-    if model["dim"] % (2 * model["num_heads"]):
-        raise ValueError(f"preset keys 'model.dim' ({model['dim']}) and 'model.num_heads' ({model['num_heads']}): dim "
-                         "must be a multiple of 2 * num_heads")
-    lrs = preset["training"]["lr"]
-    if not isinstance(lrs, list) or not lrs or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in lrs):
-        raise ValueError(f"preset key 'training.lr' must be a non-empty list of positive numbers (the tuning grid "
-                         f"every cell gets), got {lrs!r}")
-    return preset
+        if value < 1:
+            raise ValueError(f"config key {key!r} must be a positive int, got {value!r}")
+    if config.data.max_depth < 0:
+        raise ValueError(f"config key 'data.max_depth' must be an int >= 0, got {config.data.max_depth!r}")
+    if not 0 <= config.model.dropout < 1:
+        raise ValueError(f"config key 'model.dropout' must be a number in [0, 1), got {config.model.dropout!r}")
+    if config.model.dim % (2 * config.model.num_heads):
+        raise ValueError(f"config keys 'model.dim' ({config.model.dim}) and 'model.num_heads' "
+                         f"({config.model.num_heads}): dim must be a multiple of 2 * num_heads")
+    lrs = config.training.lrs
+    if not lrs or not all(math.isfinite(v) and v > 0 for v in lrs) or len(set(lrs)) != len(lrs):
+        raise ValueError(f"config key 'training.lrs' must be a non-empty list of distinct positive numbers (the "
+                         f"tuning grid every cell gets), got {lrs!r}")
 
 
-def cells(preset: dict[str, Any]) -> list[tuple[str, str]]:
-    """The (variant, positions) cells of a preset: ``("pe", "-")`` and each XL variant with each positions source."""
+def cells(config: Config) -> list[tuple[str, str]]:
+    """The (variant, positions) cells: ``("pe", "-")`` and each XL variant with each positions source."""
     out = []
-    for variant in preset["variants"]:
-        out.extend([(variant, "-")] if variant == "pe" else [(variant, p) for p in preset["positions"]])
+    for variant in config.variants:
+        out.extend([(variant, "-")] if variant == "pe" else [(variant, p) for p in config.positions])
     return out
 
 
-def run_specs(preset: dict[str, Any], device: dict[str, Any]) -> list[dict[str, Any]]:
-    """One spec per (seed, cell), seeds outermost (an interrupted run still has every cell at the first seeds)."""
-    threads = preset["threads"] if preset["jobs"] == 0 else 1
-    return [{"variant": v, "positions": p, "seed": s, "data": preset["data"], "reorderer": preset["reorderer"],
-             "model": preset["model"], "training": preset["training"], "device": device, "threads": threads}
-            for s in preset["seeds"] for v, p in cells(preset)]
-
-
-def run_key(spec: dict[str, Any]) -> str:
-    positions = "none" if spec["positions"] == "-" else spec["positions"]
-    return f"{spec['variant']}__{positions}__seed{spec['seed']}"
+def cell_name(variant: str, positions: str) -> str:
+    return variant if positions == "-" else f"{variant} ({positions})"
 
 
 # ------------------------------------------------------------------------------------------ data
+@functools.lru_cache(maxsize=4)
+def _cached_data(key: str) -> dict[str, Any]:
+    options = json.loads(key)
+    return build_data(options["data"], options["reorderer"])
+
+
+def shared_data(spec: dict[str, Any]) -> dict[str, Any]:
+    """:func:`build_data` of a run's data and reorderer settings, built once per process."""
+    return _cached_data(json.dumps({"data": spec["data"], "reorderer": spec["reorderer"]}, sort_keys=True))
+
+
 def build_data(data: dict[str, Any], reorderer_options: dict[str, Any]) -> dict[str, Any]:
     """Corpora (train / val / test from fixed seeds), vocabularies, the oracle and reorderer positions of every
     split, and the reorderer's accuracy against the oracle on each split.
@@ -195,24 +193,9 @@ def build_data(data: dict[str, Any], reorderer_options: dict[str, Any]) -> dict[
 
 
 # ------------------------------------------------------------------------------------------ one run
-def best_trial(trials: list[dict[str, Any]]) -> dict[str, Any]:
-    """The trial the tuning keeps: the highest validation BLEU, ties broken by the lower validation loss, then by
-    the earlier lr of the grid. Only validation numbers enter (the test set is never looked at here)."""
-    if not trials:
-        raise ValueError("best_trial: no trials")
-
-    def key(trial: dict[str, Any]) -> tuple[float, float]:
-        bleu, loss = nan_if_missing(trial["val_bleu"]), nan_if_missing(trial["val_loss"])
-        return (bleu if math.isfinite(bleu) else -math.inf, -loss if math.isfinite(loss) else -math.inf)
-
-    return max(trials, key=key)  # max keeps the first of equal keys: the earlier lr
-
-
-def train_one(spec: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-    """Train one (variant, positions, seed) cell once per lr of the grid, keep the best validation BLEU (ties:
-    lower validation loss), translate the test set once with that model. Runs in a spawned worker with jobs > 1."""
+def train_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train one (variant, positions, seed) cell at ``spec["lr"]``, validate, translate the test set once; a row."""
     import lightning as L
-    import torch
 
     from pe_toolkit.domains.translation.lightning_module import (
         TranslationDataModule,
@@ -220,51 +203,39 @@ def train_one(spec: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
         TranslationModule,
     )
 
-    torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
+    data = shared_data(spec)
     sv, tv = data["source_vocab"], data["target_vocab"]
     if spec["positions"] == "-":  # the baseline reads no cross-lingual position: the identity fills the field
         xl = {split: [list(range(len(p.source))) for p in pairs] for split, pairs in data["pairs"].items()}
     else:
         xl = data["positions"][spec["positions"]]
     splits = {split: TranslationDataset(data["pairs"][split], sv, tv, xl[split]) for split in ("train", "val", "test")}
-    training, device = spec["training"], trainer_options(spec["device"])
+    training, device = spec["training"], trainer_options(spec.get("device"))
     options = {**spec["model"], **VARIANTS[spec["variant"]]}
     quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
              "enable_model_summary": False}
     evaluator = L.Trainer(**device, **quiet)
-    best: dict[str, Any] | None = None
-    tried = []
-    for lr in training["lr"]:
-        L.seed_everything(spec["seed"], verbose=False)
-        module = TranslationModule(tv.itos, len(sv), options, lr=lr, max_steps=training["steps"],
-                                   warmup_steps=max(1, training["steps"] // 20))
-        loaders = TranslationDataModule(splits["train"], splits["val"], splits["test"],
-                                        batch_size=training["batch_size"], seed=spec["seed"])
-        trainer = L.Trainer(max_steps=training["steps"], **device, **quiet, limit_val_batches=0,
-                            num_sanity_val_steps=0)
-        trainer.fit(module, loaders)
-        train_loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
-        val = evaluator.validate(module, loaders, verbose=False)[0]
-        trial = {"lr": lr, "val_bleu": float(val["val/bleu"]), "val_loss": float(val["val/loss"]),
-                 "train_loss": train_loss}
-        tried.append(trial)
-        if best_trial(tried) is trial:
-            best = {**trial, "module": module, "loaders": loaders}
-    module = best["module"]
-    evaluator.test(module, best["loaders"].test_dataloader(), verbose=False)  # the test set, once
-    grid = training["lr"]
-    subsets = agreement_subsets(module.hypotheses, data)
+    L.seed_everything(spec["seed"], verbose=False)
+    module = TranslationModule(tv.itos, len(sv), options, lr=spec["lr"], max_steps=training["steps"],
+                               warmup_steps=max(1, training["steps"] // 20))
+    loaders = TranslationDataModule(splits["train"], splits["val"], splits["test"],
+                                    batch_size=training["batch_size"], seed=spec["seed"])
+    trainer = L.Trainer(max_steps=training["steps"], **device, **quiet, limit_val_batches=0, num_sanity_val_steps=0)
+    trainer.fit(module, loaders)
+    train_loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
+    val = evaluator.validate(module, loaders, verbose=False)[0]
+    evaluator.test(module, loaders.test_dataloader(), verbose=False)
     return {
-        "variant": spec["variant"], "positions": spec["positions"], "role": ROLES[spec["positions"]],
-        "seed": spec["seed"], "bleu": module.results["bleu"], "exact_match": module.results["exact_match"],
-        "val_bleu": best["val_bleu"], "val_loss": best["val_loss"], "train_loss": best["train_loss"],
-        "lr": best["lr"], "lr_tried": tried, "lr_at_edge": len(grid) >= 2 and best["lr"] in (min(grid), max(grid)),
+        "kind": "run", "variant": spec["variant"], "positions": spec["positions"], "cell": spec["cell"],
+        "role": ROLES[spec["positions"]], "seed": spec["seed"], "bleu": module.results["bleu"],
+        "exact_match": module.results["exact_match"], "val_bleu": float(val["val/bleu"]),
+        "val_loss": float(val["val/loss"]), "train_loss": train_loss, "lr": spec["lr"],
         "parameters": sum(p.numel() for p in module.model.parameters()), "steps": training["steps"],
-        "seconds": time.perf_counter() - start, **subsets,
+        "seconds": time.perf_counter() - start, **agreement_subsets(module.hypotheses, data),
         "example": " ".join(module.hypotheses[0]) if module.hypotheses else None,
+        "reorderer": {k: v for k, v in data["reorderer"].items() if k != "seconds"},
     }
-
 
 def agreement_subsets(hypotheses: list[list[str]], data: dict[str, Any]) -> dict[str, Any]:
     """Test BLEU and exact match on the test sentences where the reorderer's cross-lingual positions equal the
@@ -298,7 +269,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                "lrs": sorted({r["lr"] for r in members})}
         for metric, fmt in (("bleu", ".2f"), ("exact_match", ".3f"), ("val_bleu", ".2f"), ("bleu_agree", ".2f"),
                             ("bleu_differ", ".2f"), ("exact_match_differ", ".3f")):
-            ci = mean_interval([nan_if_missing(r.get(metric)) for r in members])
+            bounds = BLEU_BOUNDS if "bleu" in metric else (0.0, 1.0)
+            ci = bounded_interval((r.get(metric) for r in members), bounds=bounds).as_dict()
             row[metric] = ci["mean"] if ci["n"] else None
             row[f"{metric}_ci"] = ci
             row[f"{metric}_pm"] = format_interval(ci, fmt)
@@ -307,62 +279,51 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _claim_status(verdict: str, n: int, min_seeds: int) -> str:
-    if n < min_seeds:
-        return "untested"
-    return "reproduced" if verdict == "better" else "not reproduced"
-
-
-def verdicts(summary: list[dict[str, Any]], min_seeds: int = MIN_SEEDS) -> list[dict[str, Any]]:
-    """Test-BLEU comparisons, each with its :func:`interval_verdict`.
+def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Test-BLEU comparisons decided by :func:`~pe_toolkit.bench.verdict.decide_claim` (Welch t on the difference).
 
     ``kind="claim"``: an XL-PE strategy with reorderer positions against ``pe`` (Ding et al. 2020: XL-PE improves
-    BLEU), ``reproduced`` only when its interval lies above, ``untested`` with fewer than ``min_seeds`` seeds.
-    ``kind="upper bound"``: the oracle rows against the same strategy with reorderer positions and against ``pe``;
-    they say how much a perfect reorderer could add, and are no method comparison.
+    BLEU). ``kind="upper bound"``: the oracle rows against the same strategy with reorderer positions and against
+    ``pe``; they say how much a perfect reorderer could add, decided by the same rule, and are no method claim.
     """
-    by = {(r["variant"], r["positions"]): r for r in summary}
+    present = {(r["variant"], r["positions"]) for r in rows}
+
+    def bleu(cell: tuple[str, str]) -> list[Any]:
+        return [r["bleu"] for r in rows if (r["variant"], r["positions"]) == cell]
+
     out = []
 
-    def compare(kind: str, a: tuple[str, str], b: tuple[str, str], what: str) -> None:
-        if a not in by or b not in by:
+    def compare(kind: str, a: tuple[str, str], b: tuple[str, str], text: str) -> None:
+        if a not in present or b not in present:
             return
-        ra, rb = by[a], by[b]
-        verdict = interval_verdict(ra["bleu_ci"], rb["bleu_ci"], higher_is_better=True)
-        n = min(ra["bleu_ci"]["n"], rb["bleu_ci"]["n"])
-        name_a = a[0] if a[1] == "-" else f"{a[0]} ({a[1]})"
-        name_b = b[0] if b[1] == "-" else f"{b[0]} ({b[1]})"
-        row = {"kind": kind, "comparison": f"{name_a} vs {name_b}", "measures": what, "a": ra["bleu_pm"],
-               "b": rb["bleu_pm"], "verdict": verdict, "seeds": n}
-        if kind == "claim":
-            row["claim"] = _claim_status(verdict, n, min_seeds)
-        out.append(row)
+        decided = decide_claim(bleu(a), bleu(b), higher_is_better=True, bounds=BLEU_BOUNDS,
+                               name=f"{cell_name(*a)} vs {cell_name(*b)}: {text}")
+        row = decided.as_row()
+        out.append({**row, "claim_kind": row["kind"], "kind": kind, "comparison": f"{cell_name(*a)} vs "
+                    f"{cell_name(*b)}", "paper": "Ding et al. 2020" if kind == "claim" else None})
 
-    for variant in VARIANTS:
-        if variant == "pe":
-            continue
+    xl = [v for v in VARIANTS if v != "pe"]
+    for variant in xl:
         compare("claim", (variant, "reorderer"), ("pe", "-"),
-                f"Ding et al. 2020: XL-PE ({VARIANTS[variant]['encoding_options']['strategy']} strategy, source-only "
-                "reorderer positions) improves BLEU over PE alone")
-    for variant in VARIANTS:
-        if variant == "pe":
-            continue
+                f"XL-PE ({VARIANTS[variant]['encoding_options']['strategy']} strategy, source-only reorderer "
+                "positions) improves test BLEU over PE alone")
+    for variant in xl:
         compare("upper bound", (variant, "oracle"), (variant, "reorderer"),
                 "what a reorderer that always agreed with the reference alignment could add")
         compare("upper bound", (variant, "oracle"), ("pe", "-"), "XL-PE with the reference's reordering vs PE alone")
     return out
 
 
-def verdict_sentence(row: dict[str, Any]) -> str:
-    """The sentence a report prints for one comparison, from its measured intervals only."""
-    meaning = {"better": "higher (the intervals do not overlap)", "worse": "lower (the intervals do not overlap)",
-               "tie": "not separated (the intervals overlap, or a side has fewer than 2 seeds)"}[row["verdict"]]
-    text = f"{row['comparison']}: test BLEU {row['a']} vs {row['b']}, {meaning}"
-    if row["kind"] == "claim":
-        text += f"; claim **{row['claim']}**"
-        if row["claim"] == "untested":
-            text += f" ({row['seeds']} seed(s), fewer than {MIN_SEEDS})"
-    return text + "."
+def claim_sentence(row: dict[str, Any]) -> str:
+    """The report's line for one decided comparison: both sides, the difference, the test, the verdict."""
+    diff = row["difference"]
+    shown = (f"; difference {diff['mean']:+.2f} [{diff['low']:+.2f}, {diff['high']:+.2f}] ({row['test']})"
+             if math.isfinite(diff["mean"]) else "")
+    text = (f"{row['comparison']}: test BLEU {format_side(row['a'], '.2f')} vs {format_side(row['b'], '.2f')}"
+            f"{shown}: **{row['verdict']}** ({row['reason']}")
+    if row.get("min_detectable_effect") is not None:
+        text += f"; this n detects a difference of about {row['min_detectable_effect']:.1f} BLEU"
+    return text + ")" + ("" if row["kind"] == "claim" else " [oracle upper bound, not a claim]") + "."
 
 
 # ------------------------------------------------------------------------------------------ outputs
@@ -373,7 +334,7 @@ def _label(row: dict[str, Any]) -> str:
     return f"{row['variant']}\n({suffix})"
 
 
-def plot(summary: list[dict[str, Any]], path: Path) -> None:
+def plot(summary: list[dict[str, Any]]) -> Any:
     """Test BLEU per cell with its 95 % interval; oracle upper-bound bars grey and hatched."""
     import matplotlib
 
@@ -395,43 +356,45 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("test BLEU (mean, 95 % interval)")
     ax.set_title("SVO -> SOV toy translation (hatched: oracle upper bound)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
-def report_body(rows: list[dict[str, Any]], summary: list[dict[str, Any]], checks: list[dict[str, Any]],
-                preset: dict[str, Any], reorderer: dict[str, Any], planned: int) -> str:
-    data, model, training = preset["data"], preset["model"], preset["training"]
-    grid = training["lr"]
-    partial = "" if len(rows) == planned else f" **Partial: {len(rows)} of {planned} runs finished.**"
-    edges = sorted({f"{r['variant']} ({r['positions']})" for r in rows if r["lr_at_edge"]})
+def report_body(result: Result) -> str:
+    config, rows = result.config, result.rows
+    summary = summarize(rows)
+    checks = [r for r in result.derived if r["kind"] in ("claim", "upper bound")]
+    data, model, training = config.data, config.model, config.training
+    grid = training.lrs
+    edges = sorted(cell for cell, lr in result.chosen.items() if len(grid) >= 2 and lr in (min(grid), max(grid)))
+    reorderer = rows[0]["reorderer"]
     acc = reorderer["accuracy"]
     body = [
-        f"Preset `{preset['preset']}`. Toy SVO -> SOV translation with nested relative and complement clauses "
-        f"({data['train_pairs']} training, {data['val_pairs']} validation, {data['test_pairs']} test pairs, clause "
-        f"depth <= {data['max_depth']}); encoder-decoder Transformer with scaled token embeddings, dim {model['dim']}, "
-        f"{model['encoder_layers']}+{model['decoder_layers']} layers, {training['steps']} steps of batch "
-        f"{training['batch_size']}, seeds {preset['seeds']}. Greedy decoding; corpus BLEU (sacrebleu, "
-        f"`tokenize='none'`) on the target tokens. Device: {preset['device']}.{partial}\n",
+        f"Preset `{result.preset}`. Toy SVO -> SOV translation with nested relative and complement clauses "
+        f"({data.train_pairs} training, {data.val_pairs} validation, {data.test_pairs} test pairs, clause "
+        f"depth <= {data.max_depth}); encoder-decoder Transformer with scaled token embeddings, dim {model.dim}, "
+        f"{model.encoder_layers}+{model.decoder_layers} layers, {training.steps} steps of batch "
+        f"{training.batch_size}, seeds {config.seeds}. Greedy decoding; corpus BLEU (sacrebleu, "
+        f"`tokenize='none'`) on the target tokens. Device: {result.device}; {result.seconds:.0f} s in all.\n",
         "## How the fairness rule is met\n",
         f"* Same tuning budget on the same validation data: every (variant, positions) cell trains with each lr of "
-        f"{grid} ({len(grid)} run(s) per cell and seed: same steps, same training pairs, same seed) and keeps the lr "
-        f"with the best BLEU on the same {data['val_pairs']} validation pairs (ties: lower validation loss)"
+        f"{grid} on the first seed ({config.seeds[0]}; same steps, same training pairs) and keeps the lr with the "
+        f"best BLEU on the same {data.val_pairs} validation pairs; the other seeds run with it"
         + (" (one value: no cell is tuned)" if len(grid) == 1 else "") + ". The BTG reorderer is trained once, on "
         "the training alignments only, and shared by every XL-PE method.\n"
         "* Nothing from the test target reaches a method: the reorderer rows see the reorderer's positions of the "
         "test source. The `oracle` rows read the reference translation's alignment; they are an upper bound, not a "
         "method, and no claim is checked on them.\n"
-        f"* Seeds: mean and Student-t 95 % interval over {len(preset['seeds'])} seed(s); every verdict is "
-        f"`interval_verdict` (better / worse only when the intervals do not overlap); a claim with fewer than "
-        f"{MIN_SEEDS} seeds is untested.\n"
+        f"* Seeds: mean and Student-t 95 % interval over {len(config.seeds)} seed(s). Every verdict is "
+        "`pe_toolkit.bench.verdict.decide_claim` on the difference of test BLEU (Welch t, two-sided, alpha 0.05): "
+        "reproduced / contradicted when its interval excludes 0, inconclusive when it does not, untested with "
+        "fewer than 2 seeds per side.\n"
         + (f"* The chosen lr lies on the edge of the grid for: {', '.join(edges)}.\n" if edges else ""),
         "## Test BLEU, mean [95 % interval] over seeds\n",
         markdown_table(summary, ["variant", "positions", "role", "seeds", ("bleu_pm", "BLEU"),
                                  ("exact_match_pm", "exact match"), ("val_bleu_pm", "val BLEU"), ("lrs", "lr chosen"),
                                  "parameters", ("seconds", "s/run")], {"seconds": ".0f"}),
-        "## Verdicts (test BLEU, from the intervals)\n",
-        "\n".join(f"* {verdict_sentence(r)}" for r in checks) + "\n" if checks else "No comparison was run.\n",
+        "## Claims (test BLEU, decided on the difference)\n",
+        "\n".join(f"* {claim_sentence(r)}" for r in checks) + "\n" if checks else "No comparison was run.\n",
         "## Source-only BTG reorderer\n",
         f"Perceptron epochs: {len(reorderer['train_accuracy_per_epoch'])}; training-sentence accuracy per epoch "
         f"{', '.join(f'{a:.3f}' for a in reorderer['train_accuracy_per_epoch'])}. Agreement with the oracle "
@@ -455,89 +418,49 @@ def report_body(rows: list[dict[str, Any]], summary: list[dict[str, Any]], check
     return "\n".join(body)
 
 
-def write_all(rows: list[dict[str, Any]], planned: int, data: dict[str, Any], preset: dict[str, Any], root: Path,
-              seconds: float, *, jobs: int) -> Path:
-    """results.json, report.md and bleu.png for the runs finished so far (called after every finished run)."""
-    summary = summarize(rows)
-    checks = verdicts(summary)
-    stored = [{k: v for k, v in r.items() if not k.endswith("_pm")} for r in summary]
-    config = {**preset, "jobs": jobs, "reorderer_result": data["reorderer"], "runs_finished": len(rows),
-              "runs_planned": planned}
-    out_dir = write_results(NAME, config, [{**r, "kind": "run"} for r in rows]
-                            + [{**r, "kind": "summary"} for r in stored]
-                            + [{**c, "kind": f"verdict ({c['kind']})"} for c in checks], seconds, root=root).parent
-    plot(summary, out_dir / "bleu.png")
-    write_report(NAME, "Translation: cross-lingual position representations (XL-PE)",
-                 report_body(rows, summary, checks, preset, data["reorderer"], planned), root=root)
-    return out_dir
+# ------------------------------------------------------------------------------------------ benchmark
+class Translation(Benchmark):
+    name = "translation"
+    title = "Translation: cross-lingual position representations (XL-PE)"
+    description = ("XL-PE (input and head strategies) against PE alone on a toy SVO -> SOV pair: test BLEU "
+                   "(Ding et al. 2020)")
+    Config = Config
+    key_fields = ("variant", "positions", "seed")
 
+    def check(self, config: Config) -> None:
+        check_config(config)
 
-def main(argv: list[str] | None = None) -> int:
-    parser = standard_argparser(__doc__.splitlines()[0], presets=NAME)
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="shortcut for --set variants=[...]")
-    parser.add_argument("--positions", nargs="+", choices=list(POSITIONS),
-                        help="sources of the cross-lingual positions (shortcut for --set positions=[...])")
-    parser.add_argument("--seeds", nargs="+", type=int, help="shortcut for --set seeds=[...]")
-    parser.add_argument("--steps", type=int, help="shortcut for --set training.steps=N")
-    parser.add_argument("--jobs", type=int, help="runs in parallel, one thread each (0: in this process)")
-    parser.add_argument("--threads", type=int, help="torch threads with --jobs 0 (shortcut for --set threads=N)")
-    parser.add_argument("--resume", action="store_true", help="reuse finished runs with the same spec")
-    args = parser.parse_args(argv)
-    preset = preset_from_args(args, NAME)
-    for key in ("variants", "positions", "seeds", "jobs", "threads"):
-        if getattr(args, key) is not None:
-            preset[key] = list(getattr(args, key)) if isinstance(getattr(args, key), list) else getattr(args, key)
-    if args.steps is not None:
-        preset["training"]["steps"] = args.steps
-    check_preset(preset)
-    device = device_options(args)  # part of each run's spec: a run on another device is never reused
-    preset["device"] = device
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        # seeds outermost: an interrupted run still has every cell at the first seeds
+        shared = {"data": dataclasses.asdict(config.data), "reorderer": dataclasses.asdict(config.reorderer),
+                  "model": dataclasses.asdict(config.model),
+                  "training": {"steps": config.training.steps, "batch_size": config.training.batch_size}}
+        return [{"variant": v, "positions": p, "cell": cell_name(v, p), "seed": s, **shared}
+                for s in config.seeds for v, p in cells(config)]
 
-    import torch
+    def tuning(self, config: Config) -> Tuning:
+        return Tuning(param="lr", values=[float(v) for v in config.training.lrs], metric="val_bleu", maximize=True,
+                      group="cell")
 
-    torch.set_num_threads(preset["threads"])
-    start = time.perf_counter()
-    data = build_data(preset["data"], preset["reorderer"])
-    specs = run_specs(preset, device)
-    store = RunStore(results_dir(NAME, args.out) / "runs" / preset["preset"], resume=args.resume)
-    done: dict[str, dict[str, Any]] = {}
-    todo = []
-    for spec in specs:
-        stored = store.load(run_key(spec), spec)
-        if stored is not None:
-            done[run_key(spec)] = {k: v for k, v in stored.items() if k != "spec"}
-        else:
-            todo.append(spec)
-    print(f"{NAME}: {len(specs)} runs ({len(specs) - len(todo)} reused), jobs={preset['jobs']}", flush=True)
-    progress = Progress(len(todo), NAME)
-    out_dir = results_dir(NAME, args.out)
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return train_one(spec)
 
-    def record(spec: dict[str, Any], row: dict[str, Any]) -> None:
-        store.save(run_key(spec), spec, row)  # every finished run survives an interruption
-        done[run_key(spec)] = row
-        progress(f"{row['variant']} ({row['positions']}) seed {row['seed']}: BLEU {row['bleu']:.2f}, exact "
-                 f"{row['exact_match']:.3f} (lr {row['lr']}, {row['seconds']:.0f}s)")
-        ordered = [done[run_key(s)] for s in specs if run_key(s) in done]
-        write_all(ordered, len(specs), data, preset, args.out, time.perf_counter() - start, jobs=preset["jobs"])
+    def progress_label(self, row: dict[str, Any]) -> str:
+        return (f"{row['cell']} seed {row['seed']} lr {row['lr']:g}: BLEU {row['bleu']:.2f}, exact "
+                f"{row['exact_match']:.3f} ({row['seconds']:.0f}s)")
 
-    if preset["jobs"] == 0 or len(todo) <= 1:
-        for spec in todo:
-            record(spec, train_one(spec, data))
-    else:
-        with worker_pool(min(preset["jobs"], len(todo))) as pool:
-            futures = {pool.submit(train_one, spec, data): spec for spec in todo}
-            for future in concurrent.futures.as_completed(futures):
-                record(futures[future], future.result())
-    ordered = [done[run_key(s)] for s in specs]
-    out_dir = write_all(ordered, len(specs), data, preset, args.out, time.perf_counter() - start,
-                        jobs=preset["jobs"])
-    summary = summarize(ordered)
-    print(markdown_table(summary, ["variant", "positions", "role", ("bleu_pm", "BLEU")]), end="")
-    for check in verdicts(summary):
-        print(verdict_sentence(check))
-    print(f"{NAME}: wrote {out_dir} in {time.perf_counter() - start:.0f} s", flush=True)
-    return 0
+    def analyze(self, result: Result) -> list[dict[str, Any]]:
+        stored = [{k: v for k, v in r.items() if not k.endswith("_pm")} for r in summarize(result.rows)]
+        return [{**r, "kind": "summary"} for r in stored] + claims(result.rows)
+
+    def plot(self, result: Result) -> dict[str, Any]:
+        return {"bleu.png": plot(summarize(result.rows))}
+
+    def report(self, result: Result) -> str:
+        return report_body(result)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="translation", prog="python benchmarks/translation.py"))

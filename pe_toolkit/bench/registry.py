@@ -35,6 +35,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "graphs": ("pe_toolkit.benchmarks.graphs:Graphs",
                "CSL and PATTERN / CLUSTER accuracy per graph PE x model, and RWSE / LapPE precompute time against "
                "PyG"),
+    "length_generalization": ("pe_toolkit.benchmarks.length_generalization:LengthGeneralization",
+                              "exact match in and beyond the training lengths per encoder on synthetic tasks: copy, "
+                              "SCAN, counting, selective copy (Kazemnejad et al. 2023; CoPE; Golkar et al. 2024)"),
     "mha2mla": ("pe_toolkit.benchmarks.mha2mla:Mha2Mla",
                 "MHA -> MLA conversion per partial-RoPE strategy and latent size: KV-cache reduction against "
                 "validation loss, and absorbed vs plain decoding (Ji et al. 2025)"),
@@ -49,6 +52,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "speed": ("pe_toolkit.benchmarks.speed:Speed",
               "time and memory of one attention layer per encoder and backend, torch.compile against eager, and "
               "RoPE application against transformers / rotary-embedding-torch / x-transformers"),
+    "translation": ("pe_toolkit.benchmarks.translation:Translation",
+                    "XL-PE (input and head strategies) against PE alone on a toy SVO -> SOV pair: test BLEU (Ding "
+                    "et al. 2020)"),
     "vision": ("pe_toolkit.benchmarks.vision:Vision",
                "ViT accuracy at test resolutions it was not trained on, per 2-D encoding (Heo et al. 2024)"),
 }

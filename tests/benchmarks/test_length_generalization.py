@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 
 import pytest
 
-from benchmarks import length_generalization as lg
-from benchmarks.common import mean_interval
-from benchmarks.presets import available_presets, load_preset
+from pe_toolkit.bench.cli import main
+from pe_toolkit.bench.config import load_config
+from pe_toolkit.bench.stats import mean_interval
+from pe_toolkit.benchmarks import length_generalization as lg
 from pe_toolkit.tasks import get_task, list_tasks, task_options
+
+BENCHMARK = lg.LengthGeneralization()
 
 CPU = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
 
@@ -32,13 +34,17 @@ def test_mrr_ranks_seed_means():
     assert lg.mean_reciprocal_rank(rows) == {"y": 1.0, "x": 0.5}
 
 
-def test_summary_rows_hold_the_seed_intervals():
+def test_summary_rows_hold_the_seed_intervals_within_0_and_1():
     rows = [row("a", "x", 0.2, seed=0, iid=1.0), row("a", "x", 0.4, seed=1, iid=0.5), row("a", "x", 0.3, seed=2)]
     (summary,) = lg.summarize(rows)
     assert summary["seeds"] == 3
-    assert summary["ood"] == pytest.approx(mean_interval([0.2, 0.4, 0.3]))
-    assert summary["iid"] == pytest.approx(mean_interval([1.0, 0.5, 1.0]))
-    assert summary["ood"]["low"] < 0.3 < summary["ood"]["high"]
+    ood, iid = mean_interval([0.2, 0.4, 0.3]), mean_interval([1.0, 0.5, 1.0])
+    assert (summary["ood"]["mean"], summary["ood"]["low"], summary["ood"]["high"]) == pytest.approx(
+        (ood["mean"], ood["low"], ood["high"]))
+    assert summary["iid"]["high"] == 1.0 and iid["high"] > 1.0  # the t interval is cut at the bound, as stated
+    assert summary["iid"]["low"] == pytest.approx(iid["low"]) and summary["iid"]["method"] == "t within [0, 1]"
+    (missing,) = lg.summarize([row("a", "x", None, seed=0), row("a", "x", 0.5, seed=1)])
+    assert missing["ood"]["n"] == 1 and missing["ood"]["n_nonfinite"] == 1  # counted, not dropped
 
 
 # ------------------------------------------------------------------------------------------- tasks
@@ -75,56 +81,84 @@ def test_an_unknown_task_is_rejected_naming_it_and_the_registered_ones(capsys):
         lg.parse_task("copy_repeet")
     assert all(name in str(error.value) for name in list_tasks())
     with pytest.raises(SystemExit):
-        lg.main(["--quick", "--tasks", "copy_repeet"])
+        main(["--quick", "--set", "run_tasks=[copy_repeet]"], name="length_generalization")
     assert "unknown task 'copy_repeet'" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------- presets
-@pytest.mark.parametrize("name", ["quick", "full", "gpu"])
+def config_of(name="quick", *overrides):
+    return load_config(BENCHMARK, name, overrides=list(overrides))[0]
+
+
+@pytest.mark.parametrize("name", ["quick", "full", "families", "gpu"])
 def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
     import pe_toolkit as pet
 
-    assert set(available_presets("length_generalization")) == {"quick", "full", "gpu"}
-    preset = load_preset("length_generalization", name)
-    specs = lg.build_specs(preset, [lg.parse_task(t) for t in preset["run"]], encoders=None,
-                           seeds=preset["seeds"], model=preset["model"], steps=None, threads=1, device=CPU,
-                           print_loss=False)
-    for spec in specs:
+    assert set(BENCHMARK.preset_names()) == {"quick", "full", "families", "gpu"}
+    config = config_of(name)
+    for spec in BENCHMARK.runs(config):
         get_task(spec["task"], **{k: tuple(v) if isinstance(v, list) else v for k, v in spec["task_options"].items()})
         assert spec["encoding"] in pet.list_encoders()
-    for task in preset["tasks"]:  # every catalogue entry is a registered task with valid options
-        entry = lg.task_entry(preset, task)
+    for task in config.tasks:  # every catalogue entry is a registered task with valid options
+        entry = lg.task_entry(config, task)
         get_task(task, **{k: tuple(v) if isinstance(v, list) else v for k, v in entry["options"].items()})
     if name != "quick":
-        assert len(preset["seeds"]) >= 3 and preset["evaluation"]["per_length"] >= 100
-        counting = lg.task_entry(preset, "cope_counting")
+        assert len(config.seeds) >= 3 and config.evaluation.per_length >= 100
+        counting = lg.task_entry(config, "cope_counting")
         assert counting["early_stop"]["target_error"] == 0.05 and "music_relative" in counting["encoders"]
-        regions = lg.task_entry(preset, "contextual_counting")["options"]
+        regions = lg.task_entry(config, "contextual_counting")["options"]
         assert regions["test_regions"][0] > regions["train_regions"][1]  # more regions at test
-        assert "reverse_x2" in preset["run"] and "reverse" not in preset["run"]
+
+
+def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
+    config = config_of("full")
+    assert config.run_tasks == ["copy_repeat", "copy_replace", "copy_random", "copy_repeat_x2", "scan_length"]
+    assert config.encoders == ["nope", "t5", "alibi", "rope", "sinusoidal"] and len(config.seeds) == 3
+    assert config.model.num_layers >= 4
+    head = config.model.dim // config.model.num_heads
+    assert int(head * lg.ENCODING_OPTIONS["rope"]["rotary_fraction"]) // 2 >= 4  # RoPE: several frequencies
+    assert len(BENCHMARK.runs(config)) == 5 * 5 * 3
+    families = config_of("families")
+    assert set(families.run_tasks) == {"cope_counting", "contextual_counting", "selective_copy", "flip_flop"}
+    assert lg.task_entry(families, "cope_counting")["early_stop"]["stop"] is False  # no truncated metric
 
 
 def test_the_gpu_preset_is_bigger_than_the_cpu_one():
-    full, gpu = load_preset("length_generalization", "full"), load_preset("length_generalization", "gpu")
-    assert gpu["model"]["dim"] * gpu["model"]["num_layers"] > full["model"]["dim"] * full["model"]["num_layers"]
-    assert len(gpu["seeds"]) > len(full["seeds"]) and gpu["training"]["num_train"] > full["training"]["num_train"]
+    full, gpu = config_of("full"), config_of("gpu")
+    assert gpu.model.dim * gpu.model.num_layers > full.model.dim * full.model.num_layers
+    assert len(gpu.seeds) > len(full.seeds) and gpu.training.num_train > full.training.num_train
 
 
-def test_cli_overrides_and_the_device_reach_every_spec(tmp_path, capsys):
-    preset = load_preset("length_generalization", "full", overrides=["training.steps=7", "seeds=[4, 5]"])
-    specs = lg.build_specs(preset, [("copy_repeat", {}), ("cope_counting", {})], encoders=None,
-                           seeds=preset["seeds"], model=preset["model"], steps=None, threads=3,
-                           device={"accelerator": "cuda", "devices": 1, "precision": "bf16-mixed"}, print_loss=False)
-    copy = [s for s in specs if s["task"] == "copy_repeat"]
+def test_overrides_and_task_entries_reach_every_spec():
+    config = config_of("full", "training.steps=7", "seeds=[4, 5]", "run_tasks=[reverse, cope_counting]")
+    specs = BENCHMARK.runs(config)
+    copy = [s for s in specs if s["task"] == "reverse"]
     assert {s["training"]["steps"] for s in copy} == {7} and {s["seed"] for s in specs} == {4, 5}
-    counting_steps = lg.task_entry(preset, "cope_counting")["training"]["steps"]  # the task's own budget
+    counting_steps = lg.task_entry(config, "cope_counting")["training"]["steps"]  # the task's own budget
     assert counting_steps != 7 and {s["training"]["steps"] for s in specs if s["task"] == "cope_counting"} == {
         counting_steps}
-    assert all(lg.stored_spec(s)["threads"] == 3 and lg.stored_spec(s)["device"]["precision"] == "bf16-mixed"
-               for s in specs)  # threads and device are part of a run's identity
-    with pytest.raises(SystemExit):
-        lg.main(["--quick", "--set", "training.stepz=3", "--out", str(tmp_path)])
-    assert "preset key 'training.stepz' does not exist" in capsys.readouterr().err
+    assert len({(s["case"], s["seed"]) for s in specs}) == len(specs)  # the store keys are unique
+    scaled = BENCHMARK.runs(config_of("quick", "model.scale_embeddings=false", "model.dropout=0.1"))
+    assert scaled[0]["case"] == "copy_repeat__nope__gpt2emb" and scaled[0]["model"]["dropout"] == 0.1
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("training.stepz=3", "'training.stepz' does not exist"),
+        ("run_tasks=[copy_repeet]", "unknown task 'copy_repeet'"),
+        ("encoders=[nope, ropez]", "unknown encoder"),
+        ("model.dropout=1.0", "'model.dropout' must be in"),
+        ("seeds=[1, 1]", "'seeds'"),
+        ("training.steps=0", "'training.steps'"),
+        ("tasks.copy_repeat.training.stepz=3", "tasks.copy_repeat.training: unknown keys"),
+        ("tasks.copy_repeat.architectures=[rnn]", "'rnn' is not one of"),
+        ("tasks.copy_repeat.colour=red", "'tasks.copy_repeat.colour' does not exist"),
+    ],
+)
+def test_bad_config_values_name_their_key(override, message):
+    with pytest.raises(ValueError, match=message):
+        config_of("quick", override)
 
 
 def tiny_spec(encoding="alibi", steps=5, **extra):
@@ -163,7 +197,7 @@ def test_one_tiny_run_tests_a_fixed_number_of_examples_per_length_in_each_split(
 @pytest.mark.parametrize("name", ["addition:icovr", "scan_length", "pcfg_productivity", "sort_multi", "lego"])
 def test_tasks_the_old_benchmark_could_not_reach_run_end_to_end(name):
     task, extra = lg.parse_task(name)
-    entry = lg.task_entry(load_preset("length_generalization", "full"), task)
+    entry = lg.task_entry(config_of("full"), task)
     short = {"train_lengths": [4, 4], "test_lengths": [5, 5]}  # short answers: an untrained model decodes fast
     spec = {**tiny_spec("nope", steps=2), "task": task, "task_options": {**entry["options"], **extra, **short},
             "evaluation": {"per_length": 2, "length_stride": 1}}
@@ -176,7 +210,7 @@ def test_tasks_the_old_benchmark_could_not_reach_run_end_to_end(name):
 def test_a_same_seed_rerun_reproduces_the_run():
     spec = tiny_spec("t5", steps=8)
     first, second = lg.run_one(spec), lg.run_one(spec)
-    for key in ("loss_history", "final_train_loss", "per_length_iid", "per_length_ood", "spec"):
+    for key in ("loss_history", "final_train_loss", "per_length_iid", "per_length_ood", "encoding_options"):
         assert first[key] == second[key], key
     other = lg.run_one({**spec, "seed": 1})
     assert other["loss_history"] != first["loss_history"]  # the seed matters: the comparison can fail
@@ -207,6 +241,12 @@ def test_early_stop_records_the_validation_curve_and_stops_below_the_target():
     Trainer.should_stop, Module.val_results = False, {3: (90, 100)}
     lg.ValidationCurve(0.05).on_validation_end(Trainer, Module)
     assert not Trainer.should_stop
+    Module.val_results = {3: (48, 50), 9: (49, 50)}
+    recorder = lg.ValidationCurve(0.05, stop=False)  # the families preset's counting: record, never stop
+    recorder.on_validation_end(Trainer, Module)
+    Trainer.global_step = 500
+    recorder.on_validation_end(Trainer, Module)
+    assert not Trainer.should_stop and recorder.reached_at == 250 and [s for s, _ in recorder.history] == [250, 500]
 
 
 def test_encoder_decoder_run_and_task_keys():
@@ -234,9 +274,10 @@ def test_context_options_cover_the_longest_training_sequence():
     data = TaskDataModule("copy_repeat", {"train_lengths": [1, 3], "test_lengths": [4, 5]}, num_train=64,
                           num_val=0, num_test=0, batch_size=8, seed=0)
     context = data.max_sequence_length(["train"]) + 1
-    result = lg.run_one(tiny_spec("cope", steps=1, encoding_options={"npos_max": lg.CONTEXT}))
+    spec = tiny_spec("cope", steps=1, encoding_options={"npos_max": lg.CONTEXT})
+    result = lg.run_one(spec)
     assert result["encoding_options"] == {"npos_max": context}
-    assert result["spec"]["encoding_options"] == {"npos_max": "context"}
+    assert spec["encoding_options"] == {"npos_max": "context"}  # the stored spec keeps the rule, not the value
     assert result["parameters"] - result["parameters_without_pe"] == context * 8  # one table, head_dim 8
     options = lg.ENCODING_OPTIONS["music_relative"]
     relative = lg.run_one(tiny_spec("music_relative", steps=1, encoding_options=options))
@@ -245,109 +286,108 @@ def test_context_options_cover_the_longest_training_sequence():
     assert lg.resolve_encoding_options({"npos_max": 16}, data=None) == {"npos_max": 16}
 
 
-def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_run(tmp_path):
-    spec = tiny_spec("alibi", steps=10, checkpoint_every=4, checkpoint_dir=str(tmp_path / "ckpt"))
-    first = lg.run_one(spec)
-    assert first["resumed"] is False and (tmp_path / "ckpt" / "last.ckpt").exists()
-    second = lg.run_one(spec)
-    assert second["resumed"] is True
-    assert second["loss_history"] == first["loss_history"] and second["per_length_ood"] == first["per_length_ood"]
-    assert second["spec"] == first["spec"] == {k: v for k, v in spec.items()
-                                               if k not in ("checkpoint_every", "checkpoint_dir")}
-
-
 # ------------------------------------------------------------------------------------------- claims
-def summary_row(task, enc, values, iid=1.0):
-    return {"task": task, "encoding": enc, "seeds": len(values), "iid": mean_interval([iid] * len(values)),
-            "ood": mean_interval(values)}
+def rows_of(task, enc, ood_values, iid=1.0):
+    iids = iid if isinstance(iid, list) else [iid] * len(ood_values)
+    return [row(task, enc, v, seed=i, iid=iids[i]) for i, v in enumerate(ood_values)]
 
 
-def copy_claim(summary, a="nope", b="rope"):
-    (claim,) = [r for r in lg.claims(summary) if r["task"] == "copy_repeat" and r["a"] == a and r["b"] == b]
+def copy_claim(rows, a="nope", b="rope"):
+    (claim,) = [r for r in lg.claims(rows) if r["task"] == "copy_repeat" and r["encoder_a"] == a
+                and r["encoder_b"] == b]
     return claim
 
 
-def test_claim_verdicts_come_from_the_intervals():
+def test_claim_verdicts_come_from_the_difference():
     high, low = [0.8, 0.82, 0.81], [0, 0, 0.01]
-    separated = [summary_row("copy_repeat", "nope", high), summary_row("copy_repeat", "rope", low)]
-    results = {(r["a"], r["b"]): r for r in lg.claims(separated) if r["task"] == "copy_repeat"}
-    assert results[("nope", "rope")]["verdict"] == "reproduced"
-    assert results[("t5", "rope")]["verdict"] == "untested" and "no runs of ['t5']" in results[("t5", "rope")]["why"]
-    overlapping = [summary_row("copy_repeat", "nope", [0.1, 0.9, 0.5]), summary_row("copy_repeat", "rope", [0, 0.3, 0])]
+    separated = rows_of("copy_repeat", "nope", high) + rows_of("copy_repeat", "rope", low)
+    results = {(r["encoder_a"], r["encoder_b"]): r for r in lg.claims(separated) if r["task"] == "copy_repeat"}
+    claim = results[("nope", "rope")]
+    assert claim["verdict"] == "reproduced" and claim["kind"] == "claim" and claim["claim_kind"] == "difference"
+    assert claim["a"]["n"] == claim["b"]["n"] == 3 and claim["test"].startswith("Welch t")
+    assert claim["difference"]["mean"] == pytest.approx(0.81 - 0.01 / 3)
+    missing = results[("t5", "rope")]
+    assert missing["verdict"] == "untested" and "no runs of ['t5']" in missing["reason"]
+    # overlapping per-side intervals, yet the difference is detected: never "not reproduced" from an overlap
+    overlapping = rows_of("copy_repeat", "nope", [0.6, 0.7, 0.8]) + rows_of("copy_repeat", "rope", [0.3, 0.4, 0.5])
     claim = copy_claim(overlapping)
-    assert claim["verdict"] == "not reproduced (intervals overlap)"
-    reversed_ = [summary_row("copy_repeat", "nope", low), summary_row("copy_repeat", "rope", high)]
+    assert claim["a"]["low"] < claim["b"]["high"] and claim["verdict"] == "reproduced"
+    wide = rows_of("copy_repeat", "nope", [0.1, 0.9, 0.5]) + rows_of("copy_repeat", "rope", [0, 0.3, 0])
+    assert copy_claim(wide)["verdict"] == "inconclusive" and copy_claim(wide)["min_detectable_effect"] > 0
+    reversed_ = rows_of("copy_repeat", "nope", low) + rows_of("copy_repeat", "rope", high)
     claim = copy_claim(reversed_)
-    assert claim["verdict"] == "not reproduced (reversed)"
+    assert claim["verdict"] == "contradicted"
     lines = lg.claim_lines([claim])
-    assert "**not reproduced (reversed)**" in lines[0] and "(n=3)" in lines[0]
+    assert "**contradicted**" in lines[0] and "(n=3)" in lines[0] and "difference -0.807" in lines[0]
 
 
 def test_claims_untested_with_one_seed_or_a_task_not_learned():
-    one_seed = [summary_row("copy_repeat", "nope", [0.9]), summary_row("copy_repeat", "rope", [0.0])]
+    one_seed = rows_of("copy_repeat", "nope", [0.9]) + rows_of("copy_repeat", "rope", [0.0])
     claim = copy_claim(one_seed)
-    assert claim["verdict"] == "untested" and "fewer than 2 seeds" in claim["why"]
-    unlearned = [summary_row("copy_repeat", "nope", [0.8, 0.82, 0.81]),
-                 summary_row("copy_repeat", "rope", [0, 0, 0.01], iid=0.5)]
+    assert claim["verdict"] == "untested" and "fewer than 2 replicates" in claim["reason"]
+    unlearned = rows_of("copy_repeat", "nope", [0.8, 0.82, 0.81]) + rows_of("copy_repeat", "rope", [0, 0, 0.01],
+                                                                              iid=[0.95, 0.9, 0.6])
     claim = copy_claim(unlearned)
-    assert claim["verdict"] == "untested"
-    assert "not learned in distribution by ['rope']" in claim["why"]
+    assert claim["verdict"] == "untested" and claim["iid_b"] == pytest.approx(0.8166, abs=1e-4)
+    assert "not learned in distribution by ['rope']" in claim["reason"] and "0.9" in claim["reason"]
+    learned = rows_of("copy_repeat", "nope", [0.8, 0.82, 0.81]) + rows_of("copy_repeat", "rope", [0, 0, 0.01],
+                                                                            iid=[0.95, 0.9, 0.85])
+    assert copy_claim(learned)["verdict"] == "reproduced"  # the seed mean 0.9 meets the threshold
 
 
 def test_out_of_distribution_claims_of_every_paper_need_the_task_learned_in_distribution():
     """Golkar's contextual counting and CoPE's selective copy / flip-flop compare OOD accuracy: a pair that
     did not learn the task in distribution is untested, not a tie (counting's claim is on the IID error)."""
     causal, bidirectional = "contextual_counting (encdec_causal)", "contextual_counting (encdec_bidirectional)"
-    summary = [summary_row(causal, "nope", [0.0, 0.01, 0.0], iid=0.1),
-               summary_row(bidirectional, "nope", [0.0, 0.0, 0.0], iid=0.1),
-               summary_row("flip_flop", "cope", [0.6, 0.62, 0.61], iid=0.95),
-               summary_row("flip_flop", "rope", [0.2, 0.21, 0.2], iid=0.95)]
-    results = lg.claims(summary)
-    (golkar,) = [r for r in results if r["task"] == causal and r.get("task_b") == bidirectional and r["a"] == "nope"]
-    assert golkar["verdict"] == "untested" and "not learned in distribution" in golkar["why"]
-    (flip,) = [r for r in results if r["task"] == "flip_flop" and r["b"] == "rope"]
+
+    def rows_for(task, arch, enc, values, iid):
+        return [{**r, "task": task, "architecture": arch} for r in rows_of(task, enc, values, iid)]
+
+    rows = (rows_for("contextual_counting", "encdec_causal", "nope", [0.0, 0.01, 0.0], 0.1)
+            + rows_for("contextual_counting", "encdec_bidirectional", "nope", [0.0, 0.0, 0.0], 0.1)
+            + rows_of("flip_flop", "cope", [0.6, 0.62, 0.61], iid=0.95)
+            + rows_of("flip_flop", "rope", [0.2, 0.21, 0.2], iid=0.95))
+    results = lg.claims(rows)
+    (golkar,) = [r for r in results
+                 if r["task"] == causal and "bidirectional" in r["name"] and r["encoder_a"] == "nope"]
+    assert golkar["verdict"] == "untested" and "not learned in distribution" in golkar["reason"]
+    assert bidirectional == lg.task_key(rows[3])
+    (flip,) = [r for r in results if r["task"] == "flip_flop" and r["encoder_b"] == "rope"]
     assert flip["verdict"] == "reproduced"
 
 
 def test_reverse_is_compared_only_with_the_papers_reverse_x2_and_counting_by_its_error():
     tasks = {c["task"] for c in lg.claim_list()}
     assert "reverse_x2" in tasks and "reverse" not in tasks
-    counting = [summary_row("cope_counting", "cope", [0.5] * 3, iid=0.99),
-                summary_row("cope_counting", "music_relative", [0.5] * 3, iid=0.8)]
-    counting[0]["iid"] = mean_interval([0.99, 0.98, 0.985])
-    counting[1]["iid"] = mean_interval([0.80, 0.82, 0.81])
-    (claim,) = [r for r in lg.claims(counting) if r["task"] == "cope_counting" and r["b"] == "music_relative"]
-    assert claim["verdict"] == "reproduced" and claim["a_value"]["mean"] == pytest.approx(1 - 0.985)
+    counting = (rows_of("cope_counting", "cope", [0.5] * 3, iid=[0.99, 0.98, 0.985])
+                + rows_of("cope_counting", "music_relative", [0.5] * 3, iid=[0.80, 0.82, 0.81]))
+    (claim,) = [r for r in lg.claims(counting) if r["task"] == "cope_counting" and r["encoder_b"] == "music_relative"]
+    assert claim["verdict"] == "reproduced" and claim["a"]["mean"] == pytest.approx(1 - 0.985)
+    assert claim["higher_is_better"] is False
 
 
 # ------------------------------------------------------------------------------------------- end to end
-def test_main_writes_intervals_and_a_resumed_rerun_reuses_every_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(lg, "worker_pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(1))
-    argv = ["--quick", "--encoders", "nope", "--seeds", "0", "1", "--set", "training.steps=3",
-            "--set", "training.num_train=64", "--set", "evaluation.per_length=2",
+def test_a_tiny_run_writes_intervals_and_a_resumed_rerun_reuses_every_run(tmp_path, monkeypatch):
+    argv = ["--quick", "--jobs", "1", "--set", "encoders=[nope]", "--set", "seeds=[0, 1]",
+            "--set", "training.steps=3", "--set", "training.num_train=64", "--set", "evaluation.per_length=2",
             "--set", "tasks.copy_repeat.options.test_lengths=[9,10]", "--accelerator", "cpu", "--out", str(tmp_path)]
-    assert lg.main(argv) == 0
+    assert main(argv, name="length_generalization") == 0
     out = tmp_path / "length_generalization"
     report = (out / "report.md").read_text()
     assert "| copy_repeat | nope | 2 |" in report and "(n=2)" in report and "Against the papers' claims" in report
-    runs = sorted(p.name for p in (out / "runs" / "quick").glob("*.json"))
-    assert runs == ["copy_repeat__nope__seed0.json", "copy_repeat__nope__seed1.json"]
-    stored = json.loads((out / "runs" / "quick" / runs[0]).read_text())
-    assert stored["spec"]["threads"] == 1 and stored["spec"]["device"]["accelerator"] == "cpu"
+    assert "| copy_repeat | decoder |" in report  # the trunk's size per task, not one row's
+    document = json.loads((out / "results.json").read_text())
+    runs = [r for r in document["rows"] if r["kind"] == "run"]
+    assert [(r["encoding"], r["seed"]) for r in runs] == [("nope", 0), ("nope", 1)]
+    claims = [r for r in document["rows"] if r["kind"] == "claim"]
+    assert claims and all(r["verdict"] in ("reproduced", "contradicted", "inconclusive", "untested") for r in claims)
+    assert len(list((out / "runs" / "quick").glob("*.json"))) == 2
     assert (out / "accuracy_vs_length.png").exists()
-    capsys.readouterr()
-    assert lg.main([*argv, "--resume"]) == 0
-    assert "2 runs (2 reused)" in capsys.readouterr().out
-    store = lg.RunStore(out / "runs" / "quick", resume=True)  # another thread count is another run
-    assert store.load(runs[0][:-5], stored["spec"]) is not None
-    assert store.load(runs[0][:-5], {**stored["spec"], "threads": 2}) is None
 
+    def no_training(spec):
+        raise AssertionError("a finished run was trained again")
 
-def test_argument_checks(capsys):
-    for argv, message in ((["--threads", "0"], "--threads must be >= 1, got 0"),
-                          (["--checkpoint-every", "0"], "--checkpoint-every must be >= 1 step, got 0"),
-                          (["--dropout", "1.0"], "--dropout must be in [0, 1), got 1.0"),
-                          (["--model-size", "large"], "--model-size large: quick runs always use the quick trunk")):
-        with pytest.raises(SystemExit):
-            lg.main(["--quick", *argv])
-        assert message in capsys.readouterr().err
+    monkeypatch.setattr(lg, "run_one", no_training)
+    assert main([*argv, "--resume"], name="length_generalization") == 0
+    again = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["kind"] == "run"]
+    assert again == runs

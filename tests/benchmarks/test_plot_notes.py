@@ -225,12 +225,12 @@ def test_crossmodal_scores_all_nan(tmp_path):
     assert (tmp_path / "scores.png").stat().st_size > 0
 
 
-def test_translation_all_none(tmp_path, saved):
-    from benchmarks import translation
+def test_translation_all_none():
+    from pe_toolkit.benchmarks import translation
 
-    rows = [{"variant": "rope", "positions": "-", "bleu": None, "bleu_std": None}]
-    translation.plot(rows, tmp_path / "bleu.png")
-    _assert_all_panels_noted(saved)
+    figure = translation.plot([{"variant": "rope", "positions": "-", "bleu": None, "bleu_std": None}])
+    assert [len(_notes(a)) for a in figure.axes] == [1]
+    plt.close(figure)
 
 
 def test_multirobot_metrics_all_none(tmp_path):
@@ -272,13 +272,17 @@ def test_mha2mla_all_nan(tmp_path):
     _saved(figure, tmp_path / "mha2mla.png")
 
 
-def test_length_generalization_no_counts(tmp_path, saved):
-    from benchmarks import length_generalization
+def test_length_generalization_no_counts():
+    from pe_toolkit.benchmarks import length_generalization
 
     rows = [{"task": "copy", "encoding": e, "per_length": {21: {"correct": 0, "total": 0}}, "train_lengths": [1, 20]}
             for e in ("rope", "nope")]
-    length_generalization.plot(rows, tmp_path / "lg.png")
-    _assert_all_panels_noted(saved)
+    figure = length_generalization.plot(rows)
+    assert [len(_notes(a)) for a in figure.axes if a.get_visible()] == [1]
+    plt.close(figure)
+    empty = length_generalization.plot([])  # no run at all: one panel that says so
+    assert [len(_notes(a)) for a in empty.axes] == [1]
+    plt.close(empty)
 
 
 def test_graphs_accuracy_none(tmp_path):

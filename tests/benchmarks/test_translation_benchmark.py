@@ -1,118 +1,81 @@
-"""The translation benchmark: presets and their errors, cells and run identity, intervals and verdicts (the oracle
-an upper bound, never a claim), the agreement split, the plot, one tiny end-to-end run with --resume.
-
-The end-to-end run goes through ``translation.main`` in a fresh interpreter, as a user runs it (see
-tests/benchmarks/test_extrapolation.py for why a benchmark's workers are not started from the pytest process).
-"""
+"""The translation benchmark on the harness: presets and their errors, cells and run identity, intervals and claims
+(the oracle an upper bound, never a claim), the agreement split, the plot, one tiny end-to-end run with --resume."""
 
 from __future__ import annotations
 
-import copy
-import importlib
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from benchmarks import translation as bench
+from pe_toolkit.bench.cli import main
+from pe_toolkit.bench.config import load_config
+from pe_toolkit.benchmarks import translation as bench
 
-presets = importlib.import_module("presets")  # the module translation imports (benchmarks/ is on sys.path)
-ROOT = Path(bench.__file__).resolve().parents[1]
+BENCHMARK = bench.Translation()
 
 
-@pytest.fixture(scope="module")
-def loaded():
-    return {name: presets.load_preset("translation", name) for name in ("quick", "full", "gpu")}
+def quick(*overrides: str):
+    return load_config(BENCHMARK, "quick", overrides=list(overrides))[0]
 
 
 # ------------------------------------------------------------------------------------------ presets
-def test_presets_load_and_follow_the_fairness_rule(loaded):
-    assert presets.available_presets("translation") == ["full", "gpu", "quick"]
-    for name, preset in loaded.items():
-        assert bench.check_preset(preset) is preset and preset["preset"] == name
-        assert preset["variants"] == ["pe", "xl_input", "xl_head"] and preset["positions"] == ["reorderer", "oracle"]
-    for name in ("full", "gpu"):
-        preset = loaded[name]
-        assert len(preset["seeds"]) >= 3
-        assert len(preset["training"]["lr"]) >= 3  # a grid that can bracket each cell's optimum
-    assert loaded["full"]["jobs"] == 2 and loaded["full"]["threads"] == 1
-
-
-def _bad(loaded, edit):
-    preset = copy.deepcopy(loaded["quick"])
-    edit(preset)
-    return preset
+def test_presets_load_and_follow_the_fairness_rule():
+    assert BENCHMARK.preset_names() == ["full", "gpu", "quick"]
+    for name in ("quick", "full", "gpu"):
+        config, run = load_config(BENCHMARK, name)
+        assert config.variants == ["pe", "xl_input", "xl_head"] and config.positions == ["reorderer", "oracle"]
+        assert run["threads"] == 1
+        if name != "quick":
+            assert len(config.seeds) >= 3
+            assert len(config.training.lrs) >= 3  # a grid that can bracket each cell's optimum
+    assert load_config(BENCHMARK, "full")[1]["jobs"] == 2
 
 
 @pytest.mark.parametrize(
-    ("edit", "key"),
+    ("override", "message"),
     [
-        (lambda p: p.update(seeds=[]), "'seeds'"),
-        (lambda p: p.update(seeds=[0, 0]), "'seeds'"),
-        (lambda p: p.update(variants=["pe", "rope"]), "'variants'"),
-        (lambda p: p.update(positions=["gold"]), "'positions'"),
-        (lambda p: p.update(positions=[]), "'positions'"),
-        (lambda p: p.update(jobs=-1), "'jobs'"),
-        (lambda p: p["training"].update(lr=0.001), "'training.lr'"),
-        (lambda p: p["training"].update(lr=[]), "'training.lr'"),
-        (lambda p: p["training"].update(steps=0), "'training.steps'"),
-        (lambda p: p["data"].update(train_pairs=1.5), "'data.train_pairs'"),
-        (lambda p: p["data"].update(max_depth=-1), "'data.max_depth'"),
-        (lambda p: p["model"].update(dim=30), "'model.dim'"),
-        (lambda p: p["model"].update(dropout=1.0), "'model.dropout'"),
-        (lambda p: p["reorderer"].update(epochs=0), "'reorderer.epochs'"),
-        (lambda p: p["model"].pop("dim"), "'model'"),
-        (lambda p: p.pop("reorderer"), "'reorderer'"),
-        (lambda p: p.update(extra=1), "'extra'"),
+        ("seeds=[]", "'seeds'"),
+        ("seeds=[0, 0]", "'seeds'"),
+        ("variants=[pe, rope]", "'variants'"),
+        ("positions=[gold]", "'positions'"),
+        ("positions=[]", "'positions' is empty"),
+        ("training.lrs=[]", "'training.lrs'"),
+        ("training.lrs=[0.001, 0.001]", "'training.lrs'"),
+        ("training.lrs=[-0.001]", "'training.lrs'"),
+        ("training.steps=0", "'training.steps'"),
+        ("data.max_depth=-1", "'data.max_depth'"),
+        ("model.dim=30", "'model.dim'"),
+        ("model.dropout=1.0", "'model.dropout'"),
+        ("reorderer.epochs=0", "'reorderer.epochs'"),
+        ("training.stepz=3", "'training.stepz' does not exist"),
+        ("data.pairs=3", "'data.pairs' does not exist"),
+        ("extra=1", "'extra' does not exist"),
     ],
 )
-def test_bad_preset_values_name_their_key(loaded, edit, key):
-    with pytest.raises(ValueError, match=key):
-        bench.check_preset(_bad(loaded, edit))
+def test_bad_config_values_name_their_key(override, message):
+    with pytest.raises(ValueError, match=message):
+        quick(override)
 
 
-def test_bad_preset_keys_on_the_command_line_are_value_errors_naming_the_key(tmp_path):
-    out = ["--out", str(tmp_path)]
-    with pytest.raises(ValueError, match="'training.stepz' does not exist"):
-        bench.main(["--quick", *out, "--set", "training.stepz=3"])
-    with pytest.raises(ValueError, match="'data.pairs' does not exist"):
-        bench.main(["--quick", *out, "--set", "data.pairs=3"])
-    config = tmp_path / "typo.yaml"
-    config.write_text("model: {layers: 3}\n")
-    with pytest.raises(ValueError, match="'model.layers' does not exist"):
-        bench.main(["--quick", *out, "--config", str(config)])
-    with pytest.raises(ValueError, match="'training.lr' must be a non-empty list"):
-        bench.main(["--quick", *out, "--set", "training.lr=0.001"])
-    assert not (tmp_path / "translation" / "results.json").exists()  # nothing ran
+def test_a_mistyped_value_is_an_error_naming_the_field():
+    with pytest.raises(ValueError, match="lrs"):
+        quick("training.lrs=0.001")
+    with pytest.raises(ValueError, match="train_pairs"):
+        quick("data.train_pairs=1.5")
 
 
-def test_cells_specs_and_run_keys(loaded):
-    preset = copy.deepcopy(loaded["quick"])
-    assert bench.cells(preset) == [("pe", "-"), ("xl_input", "reorderer"), ("xl_input", "oracle"),
+def test_cells_runs_and_tuning():
+    config = quick()
+    assert bench.cells(config) == [("pe", "-"), ("xl_input", "reorderer"), ("xl_input", "oracle"),
                                    ("xl_head", "reorderer"), ("xl_head", "oracle")]
-    preset.update(seeds=[0, 1], variants=["xl_head", "pe"], positions=["reorderer"])
-    device = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
-    specs = bench.run_specs(preset, device)
-    assert [bench.run_key(s) for s in specs] == ["xl_head__reorderer__seed0", "pe__none__seed0",
-                                                 "xl_head__reorderer__seed1", "pe__none__seed1"]
-    assert all(s["device"] == device and s["threads"] == 1 and s["training"] == preset["training"] for s in specs)
-    assert bench.run_specs({**preset, "jobs": 0, "threads": 2}, device)[0]["threads"] == 2
-
-
-def test_best_trial_uses_validation_bleu_then_loss_then_grid_order():
-    trials = [{"lr": 0.001, "val_bleu": 50.0, "val_loss": 1.0}, {"lr": 0.002, "val_bleu": 60.0, "val_loss": 2.0},
-              {"lr": 0.004, "val_bleu": 60.0, "val_loss": 1.5}]
-    assert bench.best_trial(trials)["lr"] == 0.004  # equal BLEU: the lower validation loss
-    assert bench.best_trial(trials[:2])["lr"] == 0.002
-    same = [{"lr": lr, "val_bleu": 1.0, "val_loss": 1.0} for lr in (0.001, 0.002)]
-    assert bench.best_trial(same)["lr"] == 0.001  # a full tie: the earlier lr of the grid
-    nan = [{"lr": 0.001, "val_bleu": float("nan"), "val_loss": 1.0}, {"lr": 0.002, "val_bleu": 0.0, "val_loss": 9.0}]
-    assert bench.best_trial(nan)["lr"] == 0.002  # a NaN score never wins
-    with pytest.raises(ValueError, match="no trials"):
-        bench.best_trial([])
+    config = quick("seeds=[0, 1]", "variants=[xl_head, pe]", "positions=[reorderer]")
+    specs = BENCHMARK.runs(config)
+    assert [(s["cell"], s["seed"]) for s in specs] == [("xl_head (reorderer)", 0), ("pe", 0),
+                                                       ("xl_head (reorderer)", 1), ("pe", 1)]
+    assert all(s["training"] == {"steps": 150, "batch_size": 32} and "lr" not in s for s in specs)
+    tuning = BENCHMARK.tuning(quick("training.lrs=[0.001, 0.002]"))
+    assert (tuning.param, list(tuning.values), tuning.metric, tuning.maximize, tuning.group) == (
+        "lr", [0.001, 0.002], "val_bleu", True, "cell")  # every cell: the same grid, the same validation pairs
 
 
 # ------------------------------------------------------------------------------------------ summaries
@@ -143,27 +106,35 @@ def test_summary_intervals_by_hand():
     assert [r["role"] for r in summary] == ["method", "method", "oracle upper bound (reads the reference)", "method",
                                             "oracle upper bound (reads the reference)"]
     assert summary[0]["bleu_differ"] == pytest.approx(71.0) and summary[0]["lrs"] == [0.002]
+    near_top = bench.summarize(_rows({("pe", "-"): (99.0, 100.0, 100.0)}))[0]["bleu_ci"]
+    assert near_top["high"] == 100.0  # BLEU's interval stays within [0, 100]
 
 
-def test_verdicts_come_from_the_intervals_and_the_oracle_is_never_a_claim():
-    checks = bench.verdicts(bench.summarize(_rows(CELLS)))
+def test_claims_are_decided_on_the_difference_and_the_oracle_is_never_a_claim():
+    checks = bench.claims(_rows(CELLS))
     by = {c["comparison"]: c for c in checks}
     claims = [c for c in checks if c["kind"] == "claim"]
     assert [c["comparison"] for c in claims] == ["xl_input (reorderer) vs pe", "xl_head (reorderer) vs pe"]
-    assert by["xl_input (reorderer) vs pe"]["verdict"] == "better"  # [88.5, 93.5] above [78.5, 83.5]
-    assert by["xl_input (reorderer) vs pe"]["claim"] == "reproduced"
-    assert by["xl_head (reorderer) vs pe"]["verdict"] == "tie"  # [77.0, 87.0] overlaps
-    assert by["xl_head (reorderer) vs pe"]["claim"] == "not reproduced"
+    # xl_input - pe: 10, se sqrt(1/3 + 1/3) = 0.8165, Welch df 4, t 2.776: [7.73, 12.27] above 0
+    xl_input = by["xl_input (reorderer) vs pe"]
+    assert xl_input["verdict"] == "reproduced" and xl_input["test"].startswith("Welch t")
+    assert xl_input["difference"]["low"] == pytest.approx(10 - 2.776445 * 0.816497, abs=1e-3)
+    # xl_head - pe: 1, se sqrt(4/3 + 1/3) = 1.29: the interval contains 0
+    xl_head = by["xl_head (reorderer) vs pe"]
+    assert xl_head["verdict"] == "inconclusive" and xl_head["min_detectable_effect"] > 1
+    assert xl_head["a"]["n"] == xl_head["b"]["n"] == 3 and xl_head["paper"] == "Ding et al. 2020"
     bounds = [c for c in checks if c["kind"] == "upper bound"]
-    assert all("oracle" in c["comparison"] and "claim" not in c for c in bounds)
-    assert by["xl_input (oracle) vs xl_input (reorderer)"]["verdict"] == "better"
-    assert by["xl_head (oracle) vs xl_head (reorderer)"]["verdict"] == "tie"
-    text = bench.verdict_sentence(by["xl_head (reorderer) vs pe"])
+    assert len(bounds) == 4 and all("oracle" in c["comparison"] for c in bounds)
+    assert by["xl_input (oracle) vs xl_input (reorderer)"]["verdict"] == "reproduced"
+    assert by["xl_head (oracle) vs xl_head (reorderer)"]["verdict"] == "inconclusive"
+    text = bench.claim_sentence(xl_head)
     assert text.startswith("xl_head (reorderer) vs pe: test BLEU 82.00 [77.03, 86.97] (n=3) vs 81.00")
-    assert "overlap" in text and "**not reproduced**" in text
-    one_seed = bench.verdicts(bench.summarize([r for r in _rows(CELLS) if r["seed"] == 0]))
-    assert {c["claim"] for c in one_seed if c["kind"] == "claim"} == {"untested"}
-    assert "fewer than 3" in bench.verdict_sentence(one_seed[0])
+    assert "**inconclusive**" in text and "not reproduced" not in text
+    one_seed = bench.claims([r for r in _rows(CELLS) if r["seed"] == 0])
+    assert {c["verdict"] for c in one_seed} == {"untested"}
+    assert "fewer than 2 replicates" in bench.claim_sentence(one_seed[0])
+    reversed_ = bench.claims(_rows({("pe", "-"): (90.0, 91.0, 92.0), ("xl_input", "reorderer"): (80.0, 81.0, 82.0)}))
+    assert reversed_[0]["verdict"] == "contradicted"
 
 
 def test_agreement_subsets_split_the_test_set_where_the_positions_differ():
@@ -185,66 +156,56 @@ def test_agreement_subsets_split_the_test_set_where_the_positions_differ():
 
 
 def test_plot_takes_interval_rows_and_bare_rows(tmp_path):
-    summary = bench.summarize(_rows(CELLS))
-    bench.plot(summary, tmp_path / "bleu.png")
-    bench.plot([{"variant": "pe", "positions": "-", "bleu": None, "bleu_std": None}], tmp_path / "empty.png")
+    from pe_toolkit.bench.report import save_figure
+
+    save_figure(bench.plot(bench.summarize(_rows(CELLS))), tmp_path / "bleu.png", quick=False)
+    save_figure(bench.plot([{"variant": "pe", "positions": "-", "bleu": None}]), tmp_path / "empty.png", quick=False)
     assert (tmp_path / "bleu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "empty.png").stat().st_size > 0
 
 
 # ------------------------------------------------------------------------------------------ end to end
-TINY = ["--quick", "--accelerator", "cpu", "--jobs", "0", "--variants", "pe", "xl_input",
+TINY = ["--quick", "--accelerator", "cpu", "--jobs", "1", "--set", "variants=[pe, xl_input]",
         "--set", "data.train_pairs=24", "--set", "data.val_pairs=4", "--set", "data.test_pairs=6",
         "--set", "model.dim=8", "--set", "model.num_heads=2", "--set", "training.steps=2",
-        "--set", "training.batch_size=4", "--set", "training.lr=[0.003]"]
-
-
-def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import translation; " \
-           "sys.exit(translation.main(sys.argv[2:]))"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    completed = subprocess.run([sys.executable, "-c", code, str(ROOT), *TINY, "--out", str(out), *extra],
-                               capture_output=True, text=True, timeout=600, env=env)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    return completed
+        "--set", "training.batch_size=4", "--set", "training.lrs=[0.003]"]
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("translation_out")
-    first = _run(out)
-    document = json.loads((out / "translation" / "results.json").read_text())
-    again = _run(out, "--resume")
-    return out / "translation", first.stdout, again.stdout, document
+    assert main([*TINY, "--out", str(out)], name="translation") == 0
+    return out / "translation", json.loads((out / "translation" / "results.json").read_text())
 
 
 def test_tiny_end_to_end_run_writes_results_report_and_plot(tiny_run):
-    out, stdout, _, document = tiny_run
-    assert set(document) == {"benchmark", "config", "rows", "environment", "seconds"}
+    out, document = tiny_run
     config = document["config"]
-    assert config["preset"] == "quick" and config["device"]["accelerator"] == "cpu" and config["training"]["steps"] == 2
-    assert config["runs_finished"] == config["runs_planned"] == 3
+    assert config["preset"] == "quick" and config["device"]["accelerator"] == "cpu"
+    assert config["training"]["steps"] == 2 and config["chosen"] == {"pe": 0.003, "xl_input (reorderer)": 0.003,
+                                                                     "xl_input (oracle)": 0.003}
     runs = [r for r in document["rows"] if r["kind"] == "run"]
     assert [(r["variant"], r["positions"]) for r in runs] == [("pe", "-"), ("xl_input", "reorderer"),
                                                               ("xl_input", "oracle")]
     for row in runs:
-        assert [t["lr"] for t in row["lr_tried"]] == [0.003] and row["lr"] == 0.003
-        assert 0.0 <= row["bleu"] <= 100.0 and row["test_agree"] + row["test_differ"] == 6
+        assert row["lr"] == 0.003 and 0.0 <= row["bleu"] <= 100.0 and row["test_agree"] + row["test_differ"] == 6
     assert runs[2]["role"] == "oracle upper bound (reads the reference)" and runs[1]["role"] == "method"
-    verdicts = [r for r in document["rows"] if r["kind"].startswith("verdict")]
-    claim = next(r for r in verdicts if r["kind"] == "verdict (claim)")
-    assert claim["comparison"] == "xl_input (reorderer) vs pe" and claim["claim"] == "untested"  # one seed
+    claim = next(r for r in document["rows"] if r["kind"] == "claim")
+    assert claim["comparison"] == "xl_input (reorderer) vs pe" and claim["verdict"] == "untested"  # one seed
     report = (out / "report.md").read_text()
-    for text in ("How the fairness rule is met", "oracle upper bound", "claim **untested**", "BLEU differ"):
+    for text in ("How the fairness rule is met", "oracle upper bound", "**untested**", "BLEU differ"):
         assert text in report
     assert (out / "bleu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.stem for p in (out / "runs" / "quick").glob("*.json")) == [
-        "pe__none__seed0", "xl_input__oracle__seed0", "xl_input__reorderer__seed0"]
-    assert "3 runs (0 reused)" in stdout
+    assert len(list((out / "runs" / "quick").glob("*.json"))) == 3
 
 
-def test_resume_reuses_every_finished_run(tiny_run):
-    out, _, again, document = tiny_run
-    assert "3 runs (3 reused)" in again
+def test_resume_reuses_every_finished_run(tiny_run, monkeypatch):
+    out, document = tiny_run
+
+    def no_training(spec):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(bench, "train_one", no_training)
+    assert main([*TINY, "--out", str(out.parent), "--resume"], name="translation") == 0
     rerun = json.loads((out / "results.json").read_text())
     assert [r for r in rerun["rows"] if r["kind"] == "run"] == [r for r in document["rows"] if r["kind"] == "run"]
