@@ -19,7 +19,6 @@ import ast
 import inspect
 import json
 import re
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,6 @@ from typing import Any
 
 from pe_toolkit import registry
 from pe_toolkit.encoders.base import PositionalEncoding
-from pe_toolkit.extras import DISTRIBUTION, EXTRAS, missing_modules
 
 
 # ------------------------------------------------------------------------------------------ list
@@ -145,69 +143,11 @@ def describe(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ bench
-BENCHMARK_EXTRAS = ("train", "plot", "graphs", "music", "recsys", "detection", "multirobot", "crossmodal",
-                    "translation", "vision")
-"""What the benchmarks import (the ``bench`` extra installs these and the reference libraries)."""
-
-
-def benchmarks_dir() -> Path | None:
-    """``benchmarks/`` of the source checkout this package runs from, else of the current directory."""
-    package_root = Path(__file__).resolve().parent.parent
-    for candidate in (package_root / "benchmarks", Path.cwd() / "benchmarks"):
-        if (candidate / "presets").is_dir() and (candidate / "__init__.py").is_file():
-            return candidate
-    return None
-
-
-NOT_BENCHMARKS = {"common.py", "presets.py", "__init__.py", "conftest.py"}
-
-
-def legacy_benchmarks(directory: Path) -> list[str]:
-    """The scripts in ``directory`` not yet on the harness: ``<name>.py`` that the registry does not list."""
-    from pe_toolkit.bench.registry import BENCHMARKS
-
-    return [p.stem for p in sorted(directory.glob("*.py"))
-            if p.name not in NOT_BENCHMARKS and not p.name.startswith("_") and p.stem not in BENCHMARKS]
-
-
 def bench(arguments: Sequence[str]) -> int:
-    """``pe-toolkit bench ...``: a benchmark on the harness (:mod:`pe_toolkit.bench`, installed; ``all``: every
-    registered one), else a script of the source checkout not yet moved onto it (:func:`run_benchmark`)."""
+    """``pe-toolkit bench ...``: the benchmark harness's command line (:mod:`pe_toolkit.bench.cli`)."""
     from pe_toolkit.bench.cli import main as bench_main
-    from pe_toolkit.bench.registry import BENCHMARKS
 
-    arguments = list(arguments)
-    name = next((a for a in arguments if not a.startswith("-")), None)
-    legacy = name is not None and name not in BENCHMARKS and name != "all" and ":" not in name
-    if legacy:
-        position = arguments.index(name)
-        return run_benchmark(name, arguments[:position] + arguments[position + 1:])
-    status = bench_main(arguments)
-    directory = benchmarks_dir()
-    if "--list" in arguments and directory is not None:
-        others = legacy_benchmarks(directory)
-        if others:
-            print(f"  (source checkout, not yet on the harness: {', '.join(others)})")
-    return status
-
-
-def run_benchmark(name: str, arguments: Sequence[str]) -> int:
-    """Run ``benchmarks/<name>.py`` of the source checkout (not yet on the harness) with ``arguments``."""
-    directory = benchmarks_dir()
-    if directory is None:
-        raise RuntimeError(f"{name!r} is not a benchmark of the installed package (pe-toolkit bench --list names "
-                           "them); a benchmark not yet on the harness runs from a source checkout only")
-    missing = sorted({EXTRAS[extra][m] for extra in BENCHMARK_EXTRAS for m in missing_modules(extra)})
-    if missing:
-        verb = "is" if len(missing) == 1 else "are"
-        raise ImportError(f"the benchmarks need {', '.join(missing)}, which {verb} not installed; install the "
-                          f"'bench' extra: pip install '{DISTRIBUTION}[bench]' (or `make bench`, which installs it)")
-    from pe_toolkit.bench.registry import BENCHMARKS
-
-    available = legacy_benchmarks(directory)
-    if name not in available:
-        raise ValueError(f"unknown benchmark {name!r}; available: all, {', '.join(sorted([*BENCHMARKS, *available]))}")
-    return subprocess.call([sys.executable, str(directory / f"{name}.py"), *arguments], cwd=directory.parent)
+    return bench_main(list(arguments))
 
 
 # ------------------------------------------------------------------------------------------ plot
@@ -278,8 +218,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             options = dict(parse_option(text) for text in args.option)
             output = args.output if args.output is not None else Path(f"{args.name}.png")
             print(plot(args.name, output, length=args.length, dim=args.dim, num_heads=args.heads, options=options))
-        elif args.command == "bench":
-            return run_benchmark(args.name, args.arguments)
     except (ValueError, TypeError, ImportError, RuntimeError) as error:
         print(f"pe-toolkit {args.command}: {error}", file=sys.stderr)
         return 1

@@ -149,46 +149,28 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path):
     assert "pip install 'torch-pe-toolkit[plot]'" in result.stderr
 
 
-def _legacy_benchmark() -> str:
-    """A script of this checkout not yet on the harness (skips when every one has moved)."""
-    names = cli.legacy_benchmarks(REPO / "benchmarks")
-    if not names:
-        pytest.skip("every benchmark runs on the harness")
-    return names[0]
-
-
 def test_bench_passes_arguments_to_the_benchmark():
-    result = run("bench", "speed", "--help")
+    result = call("bench", "speed", "--help")
     assert result.returncode == 0, result.stderr
     assert "--quick" in result.stdout and "--out" in result.stdout and "--accelerator" in result.stdout
-    result = run("bench", _legacy_benchmark(), "--help")  # a script not yet on the harness gets them too
-    assert result.returncode == 0, result.stderr
-    assert "--out" in result.stdout
 
 
 def test_bench_unknown_name_lists_the_benchmarks():
     result = call("bench", "sped")
-    assert result.returncode == 1
-    assert "unknown benchmark 'sped'; available: all, " in result.stderr and "speed" in result.stderr
+    assert result.returncode == 2  # a usage error, as argparse gives for any unknown choice
+    assert "unknown benchmark 'sped'; available: attention_stability, " in result.stderr
+    assert "speed, translation, vision (or a 'module:Class' of your own)" in result.stderr
 
 
-def test_bench_lists_what_is_registered_and_what_is_not_yet(monkeypatch):
+def test_every_benchmark_script_is_on_the_harness_and_listed():
     from pe_toolkit.bench.registry import BENCHMARKS
 
-    legacy = cli.legacy_benchmarks(REPO / "benchmarks")
-    assert "speed" in BENCHMARKS and "speed" not in legacy
-    assert not {"common", "presets", "__init__", "_backend_sweep", "run_all"} & set(legacy)
-    result = run("bench", "--list")
-    assert result.returncode == 0 and "  speed " in result.stdout
-    if legacy:
-        assert f"(source checkout, not yet on the harness: {', '.join(legacy)})" in result.stdout
-
-
-def test_a_legacy_benchmark_without_a_source_checkout_says_so(monkeypatch, capsys):
-    name = _legacy_benchmark()
-    monkeypatch.setattr(cli, "benchmarks_dir", lambda: None)
-    assert cli.main(["bench", name, "--quick"]) == 1
-    assert f"{name!r} is not a benchmark of the installed package" in capsys.readouterr().err
+    scripts = {p.stem for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(BENCHMARKS)
+    result = call("bench", "--list")
+    assert result.returncode == 0, result.stderr
+    listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ")}
+    assert set(BENCHMARKS) <= listed
 
 
 def test_missing_command_is_a_usage_error():
@@ -239,13 +221,6 @@ def test_readme_figure_is_what_its_command_draws(tmp_path):
     assert "](docs/assets/alibi_pattern.png)" in (REPO / "README.md").read_text()
     assert call("plot", "alibi", "-o", str(tmp_path / "a.png")).returncode == 0
     assert png_size(committed) == png_size(tmp_path / "a.png")
-
-
-def test_bench_without_the_bench_extra_names_it():
-    result = run("bench", _legacy_benchmark(), "--quick", hide=("torch_geometric",))
-    assert result.returncode == 1
-    assert "the benchmarks need torch-geometric, which is not installed" in result.stderr
-    assert "pip install 'torch-pe-toolkit[bench]'" in result.stderr
 
 
 def test_list_json_keeps_the_whole_import_error():

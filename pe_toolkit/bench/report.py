@@ -157,7 +157,7 @@ def write_report(name: str, title: str, body_markdown: str, *, root: str | os.Pa
         load = "load average {:.2f} / {:.2f} / {:.2f} (1 / 5 / 15 min) when written".format(*os.getloadavg())
     except OSError:
         load = "load average unknown"
-    warning = (f"> **{QUICK_NOTE}**: a tiny preset, one seed, too little training to support any claim; run "
+    warning = (f"> **{QUICK_NOTE}**: a tiny preset, too little data and training to support any claim; run "
                "the full or gpu preset for numbers.\n\n") if quick else ""
     header = (f"{warning}# {title}\n\nProduced by `{command}` on {date} ({platform.node() or 'unknown host'}, "
               f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {load}).\n\n")

@@ -1,4 +1,4 @@
-"""A plot with no data says so: ``common.note_if_empty`` and the benchmarks' plotting functions.
+"""A plot with no data says so: ``pe_toolkit.bench.plots.note_if_empty`` and the benchmarks' plotting functions.
 
 Quick runs train too little for some metrics (NaN / None in every row); a panel left without a
 finite point must carry the note instead of empty axes, and the figure must still be written.
@@ -17,7 +17,7 @@ import matplotlib.figure  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from pe_toolkit.bench import plots as common  # noqa: E402
 
 NAN = float("nan")
 NOTE = "no finite values of"
@@ -130,7 +130,7 @@ def test_recsys_plot_with_one_metric_has_no_note():
 
 
 def _no_value() -> dict:
-    from benchmarks.common import mean_interval
+    from pe_toolkit.bench.stats import mean_interval
 
     return mean_interval([])
 
