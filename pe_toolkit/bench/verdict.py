@@ -62,6 +62,7 @@ __all__ = [
     "VERDICTS",
     "ClaimResult",
     "SideSummary",
+    "claims_table",
     "decide_claim",
     "format_side",
     "summarize",
@@ -335,3 +336,33 @@ def decide_claim(a: Iterable[Any], b: Iterable[Any], *, kind: str = "difference"
     return ClaimResult(name=name, kind=kind, verdict=verdict, reason=reason, test=test, a=side_a, b=side_b,
                        difference=diff, higher_is_better=higher_is_better, paired=paired, alpha=alpha,
                        margin=margin, p_value=p, min_detectable_effect=mde)
+
+
+def claims_table(rows: Sequence[dict[str, Any]], fmt: str = ".3f", *, extra: Sequence[tuple[str, str]] = ()) -> str:
+    """A markdown table of claim rows (:meth:`ClaimResult.as_row`): both sides, the difference, test, verdict.
+
+    Args:
+        rows: claim rows; ``a`` / ``b`` sides print as ``mean [low, high] (n=...)``, the difference (signed:
+            positive is the paper's direction) with its two-sided interval.
+        fmt: the number format.
+        extra: ``(key, header)`` columns of the rows to add after the claim's name (e.g. a caveat).
+    """
+    from pe_toolkit.bench.report import markdown_table
+
+    def difference(row: dict[str, Any]) -> str:
+        d = row["difference"]
+        if d.get("mean") is None or not math.isfinite(d["mean"]):
+            return "-"
+        return f"{d['mean']:+{fmt}} [{d['low']:+{fmt}}, {d['high']:+{fmt}}]"
+
+    def verdict(row: dict[str, Any]) -> str:
+        mde = row.get("min_detectable_effect")
+        detail = f"; detectable at this n: {mde:{fmt}}" if mde is not None and math.isfinite(mde) else ""
+        return f"**{row['verdict']}** ({row['reason']}{detail})"
+
+    table = [{"claim": r["name"], **{k: r.get(k) for k, _ in extra}, "a": format_side(r["a"], fmt),
+              "b": format_side(r["b"], fmt), "difference": difference(r), "test": r["test"], "verdict": verdict(r)}
+             for r in rows]
+    return markdown_table(table, [("claim", "claim"), *extra, ("a", "a (favoured)"), ("b", "b (baseline)"),
+                                  ("difference", "a - b, paper's direction [95 %]"), ("test", "test"),
+                                  ("verdict", "verdict")])

@@ -149,3 +149,21 @@ def test_bad_values():
         summarize([1.0], confidence=1.5)
     with pytest.raises(ValueError, match="bounds"):
         summarize([1.0], bounds=(1.0, 0.0))
+
+
+def test_claims_table_prints_both_sides_the_difference_and_the_verdict():
+    from pe_toolkit.bench.verdict import claims_table
+
+    decided = decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], higher_is_better=True, bounds=(0.0, 1.0),
+                           name="rope beats ape").as_row()
+    untested = untested_claim("x beats y", "y not learned", [0.5], [0.2]).as_row()
+    text = claims_table([{**decided, "note": "n1"}, untested], extra=[("note", "note")])
+    lines = text.splitlines()
+    assert lines[0] == ("| claim | note | a (favoured) | b (baseline) | a - b, paper's direction [95 %] | test | "
+                        "verdict |")
+    d = decided["difference"]
+    assert lines[2].startswith(f"| rope beats ape | n1 | 0.920 [{decided['a']['low']:.3f}, "
+                               f"{decided['a']['high']:.3f}] (n=3) | 0.863 [")
+    assert f"| +0.057 [{d['low']:+.3f}, {d['high']:+.3f}] | Welch t (two-sided, alpha 0.05) | **reproduced** (" \
+        in lines[2]
+    assert lines[3] == "| x beats y | n/a | 0.500 (n=1) | 0.200 (n=1) | - | none | **untested** (y not learned) |"
