@@ -189,7 +189,7 @@ def tuning_section(tuning: Any, record: dict[str, dict[str, Any]]) -> str:
     lines.append(markdown_table(rows, [("group", tuning.group), ("tried", f"{tuning.param} tried"),
                                        ("chosen", "chosen"), ("flag", "")]))
     if hits:
-        lines.append(f"\n{hits} of {len(record)} group(s) chose a value at an edge of what they tried: their "
+        lines.append(f"{hits} of {len(record)} group(s) chose a value at an edge of what they tried: their "
                      "optimum may lie beyond it.\n")
     return "\n".join(lines)
 

@@ -62,6 +62,7 @@ __all__ = [
     "VERDICTS",
     "ClaimResult",
     "SideSummary",
+    "claim_row",
     "claims_table",
     "decide_claim",
     "format_side",
@@ -336,6 +337,19 @@ def decide_claim(a: Iterable[Any], b: Iterable[Any], *, kind: str = "difference"
     return ClaimResult(name=name, kind=kind, verdict=verdict, reason=reason, test=test, a=side_a, b=side_b,
                        difference=diff, higher_is_better=higher_is_better, paired=paired, alpha=alpha,
                        margin=margin, p_value=p, min_detectable_effect=mde)
+
+
+def claim_row(claim: ClaimResult, **extra: Any) -> dict[str, Any]:
+    """A results.json row of ``claim``: :meth:`ClaimResult.as_row` with ``kind`` ``"claim"`` (the claim's own
+    kind, difference / equivalence / noninferiority, moves to ``claim_kind``) and ``extra`` fields.
+
+    Example:
+        >>> row = claim_row(untested_claim("a beats b", "b not learned"), task="copy")
+        >>> row["kind"], row["claim_kind"], row["verdict"], row["task"]
+        ('claim', 'difference', 'untested', 'copy')
+    """
+    row = claim.as_row()
+    return {**row, "kind": "claim", "claim_kind": row["kind"], **extra}
 
 
 def claims_table(rows: Sequence[dict[str, Any]], fmt: str = ".3f", *, extra: Sequence[tuple[str, str]] = ()) -> str:

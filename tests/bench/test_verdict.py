@@ -167,3 +167,12 @@ def test_claims_table_prints_both_sides_the_difference_and_the_verdict():
     assert f"| +0.057 [{d['low']:+.3f}, {d['high']:+.3f}] | Welch t (two-sided, alpha 0.05) | **reproduced** (" \
         in lines[2]
     assert lines[3] == "| x beats y | n/a | 0.500 (n=1) | 0.200 (n=1) | - | none | **untested** (y not learned) |"
+
+
+def test_claim_row_keeps_the_claim_kind_beside_the_row_kind():
+    from pe_toolkit.bench.verdict import claim_row
+
+    claim = decide_claim([1.0, 1.1, 0.9], [1.0, 1.05, 0.95], kind="equivalence", margin=0.5, higher_is_better=True)
+    row = claim_row(claim, task="copy")
+    assert row["kind"] == "claim" and row["claim_kind"] == "equivalence" and row["task"] == "copy"
+    assert row["margin"] == 0.5 and row["a"]["n"] == 3 and row["verdict"] == claim.verdict
