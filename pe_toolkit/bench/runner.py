@@ -185,12 +185,15 @@ def tuning_section(tuning: Any, record: dict[str, dict[str, Any]]) -> str:
                     f"(cap {entry['max_extensions']})")
         rows.append({"group": group, "tried": ", ".join(f"{v:g}" for v in entry["tried"]),
                      "chosen": f"{entry['chosen']:g}", "flag": flag})
-    hits = sum(entry["cap_hit"] for entry in record.values())
+    single = sum(entry["cap_hit"] and len(entry["tried"]) == 1 for entry in record.values())
+    hits = sum(entry["cap_hit"] for entry in record.values()) - single
     lines.append(markdown_table(rows, [("group", tuning.group), ("tried", f"{tuning.param} tried"),
                                        ("chosen", "chosen"), ("flag", "")]))
     if hits:
         lines.append(f"{hits} of {len(record)} group(s) chose a value at an edge of what they tried: their "
                      "optimum may lie beyond it.\n")
+    if single:
+        lines.append(f"{single} of {len(record)} group(s) tried a single value: `{tuning.param}` was not tuned.\n")
     return "\n".join(lines)
 
 

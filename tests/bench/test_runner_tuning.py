@@ -141,4 +141,6 @@ def test_a_one_value_grid_is_flagged_as_not_tuned():
     tuning = Tuning(param="lr", values=[1e-3], metric="loss", maximize=False)
     record = {"a": {"grid": [1e-3], "tried": [1e-3], "scores": [1.0], "chosen": 1e-3, "extensions": 0,
                     "max_extensions": 0, "cap_hit": True, "edge": "high"}}
-    assert "| a | 0.001 | 0.001 | **one value: not tuned** (cap 0) |" in tuning_section(tuning, record)
+    text = tuning_section(tuning, record)
+    assert "| a | 0.001 | 0.001 | **one value: not tuned** (cap 0) |" in text
+    assert text.endswith("1 of 1 group(s) tried a single value: `lr` was not tuned.\n") and "at an edge" not in text
