@@ -339,9 +339,10 @@ def decide_claim(a: Iterable[Any], b: Iterable[Any], *, kind: str = "difference"
                        margin=margin, p_value=p, min_detectable_effect=mde)
 
 
-def claim_row(claim: ClaimResult, **extra: Any) -> dict[str, Any]:
+def claim_row(claim: ClaimResult, /, **extra: Any) -> dict[str, Any]:
     """A results.json row of ``claim``: :meth:`ClaimResult.as_row` with ``kind`` ``"claim"`` (the claim's own
-    kind, difference / equivalence / noninferiority, moves to ``claim_kind``) and ``extra`` fields.
+    kind, difference / equivalence / noninferiority, moves to ``claim_kind``) and ``extra`` fields (any name,
+    ``claim`` included).
 
     Example:
         >>> row = claim_row(untested_claim("a beats b", "b not learned"), task="copy")
