@@ -123,11 +123,19 @@ def _tune(benchmark: Benchmark, specs: list[dict[str, Any]], tuning: Any, store:
     values (:class:`~pe_toolkit.bench.tuning.GridSearch`, one per group; each round's values of every
     group run as one batch through the store); the other seeds with the chosen value.
 
+    The first seed is per group (the seed of the group's first spec). A spec without the ``tuning.group``
+    field is not tuned: it runs once, before the tuning trials (e.g. a timing run beside the trainings).
+
     Returns the rows in the order of ``specs``, every trial, ``{group: chosen}`` and per group the search's
     record (grid, tried values, scores, extensions, cap hit and edge).
     """
-    first_seed = specs[0]["seed"]
-    first = [s for s in specs if s["seed"] == first_seed]
+    untuned = [s for s in specs if tuning.group not in s]
+    untuned_rows = iter(run_specs(benchmark, untuned, store, executor, "runs") if untuned else [])
+    first_seed: dict[Any, Any] = {}
+    for s in specs:
+        if tuning.group in s:
+            first_seed.setdefault(s[tuning.group], s["seed"])
+    first = [s for s in specs if tuning.group in s and s["seed"] == first_seed[s[tuning.group]]]
     searches = {group: tuning.search() for group in dict.fromkeys(s[tuning.group] for s in first)}
     trial_specs: list[dict[str, Any]] = []
     trials: list[dict[str, Any]] = []
@@ -153,11 +161,13 @@ def _tune(benchmark: Benchmark, specs: list[dict[str, Any]], tuning: Any, store:
                          "scores": [outcome.scores[v] for v in outcome.values], "chosen": outcome.chosen,
                          "extensions": outcome.extensions, "max_extensions": tuning.max_extensions,
                          "cap_hit": outcome.cap_hit, "edge": outcome.edge}
-    rest_specs = [{**s, tuning.param: chosen[s[tuning.group]]} for s in specs if s["seed"] != first_seed]
+    rest_specs = [{**s, tuning.param: chosen[s[tuning.group]]} for s in specs
+                  if tuning.group in s and s["seed"] != first_seed[s[tuning.group]]]
     rest = iter(run_specs(benchmark, rest_specs, store, executor, "seeds", tuning.param))
     by_spec = {json.dumps(s, sort_keys=True, default=str): t for t, s in zip(trials, trial_specs)}
-    rows = [by_spec[json.dumps({**s, tuning.param: chosen[s[tuning.group]]}, sort_keys=True, default=str)]
-            if s["seed"] == first_seed else next(rest) for s in specs]
+    rows = [next(untuned_rows) if tuning.group not in s
+            else by_spec[json.dumps({**s, tuning.param: chosen[s[tuning.group]]}, sort_keys=True, default=str)]
+            if s["seed"] == first_seed[s[tuning.group]] else next(rest) for s in specs]
     return rows, trials, chosen, record
 
 

@@ -144,3 +144,32 @@ def test_a_one_value_grid_is_flagged_as_not_tuned():
     text = tuning_section(tuning, record)
     assert "| a | 0.001 | 0.001 | **one value: not tuned** (cap 0) |" in text
     assert text.endswith("1 of 1 group(s) tried a single value: `lr` was not tuned.\n") and "at an edge" not in text
+
+
+def test_specs_without_a_group_run_untuned_and_each_group_tunes_on_its_own_first_seed(tmp_path):
+    class Mixed(Parabola):
+        def runs(self, config):
+            timing = [{"timing": n, "log": config.log} for n in (1, 2)]
+            return timing + [{"method": "near", "seed": s, "log": config.log} for s in (0, 1)] + [
+                {"method": "far", "seed": s, "log": config.log} for s in (5, 6)]
+
+        def run_one(self, spec):
+            return {"timing": spec["timing"]} if "timing" in spec else super().run_one(spec)
+
+    Mixed.key_fields = ("method", "seed")
+    config = Config(methods=[], seeds=[], lrs=[1e-4, 1e-3], max_extensions=0)
+    with pytest.raises(ValueError, match="run spec lacks key field"):  # the timing specs need their own key
+        run(Mixed(), config, RunOptions(), preset="full", out=tmp_path, command="m")
+
+    class Keyed(Mixed):
+        key_fields = ("run",)
+
+        def runs(self, config):
+            return [{**s, "run": f"{s.get('timing', '')}{s.get('method', '')}{s.get('seed', '')}"}
+                    for s in super().runs(config)]
+
+    result = run(Keyed(), config, RunOptions(), preset="full", out=tmp_path / "k", command="k")
+    assert [r.get("timing") for r in result.rows[:2]] == [1, 2]  # untuned, in place
+    assert [(r["method"], r["seed"], r["lr"]) for r in result.rows[2:]] == [
+        ("near", 0, 1e-3), ("near", 1, 1e-3), ("far", 5, 1e-3), ("far", 6, 1e-3)]
+    assert sorted((t["method"], t["seed"]) for t in result.trials) == [("far", 5)] * 2 + [("near", 0)] * 2
