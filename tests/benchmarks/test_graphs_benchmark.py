@@ -210,14 +210,16 @@ def test_csl_section_tiny_run_and_resume(tmp_path):
     for r in rows:
         assert r["metric"] == "acc" and 0.0 <= r["test_metric"] <= 1.0
         assert r["test_graphs"] == 30 and r["train_graphs"] == 90
+        assert r["lr"] == 0.003 and 0.0 <= r["val_metric"] <= 1.0  # the validation split: for the lr choice
     stored = sorted((out / "runs" / "quick").glob("*.json"))
-    assert [p.name for p in stored] == ["run=csl__none__gin__fold0.json", "run=csl__rwse__gin__fold0.json"]
+    assert [p.name for p in stored] == ["run=csl__none__gin__fold0__lr=0.003.json",
+                                        "run=csl__rwse__gin__fold0__lr=0.003.json"]
     spec = json.loads(stored[0].read_text())["spec"]
     assert spec["device"] == {"accelerator": "auto", "devices": 1, "precision": "32-true"}  # --accelerator
     assert (out / "csl_accuracy.png").stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "CSL test accuracy" in report and "| gin | rwse | " in report and "(n=1)" in report
-    assert "## How the fairness rule is met" in report
+    assert "## How the fairness rule is met" in report and "## Tuning" in report
     assert "| RWSE beats no PE (Rampasek et al.): csl, gin |" in report and "**untested** (" in report
     assert "graph_mamba" not in report or "not implemented yet" in report
     # the stored runs are reused, row for row
@@ -238,7 +240,7 @@ def test_sbm_section_tiny_run(tmp_path):
     assert sorted((r["task"], r["seed"]) for r in rows) == [("cluster", 0), ("cluster", 1), ("pattern", 0),
                                                             ("pattern", 1)]
     assert sorted(p.name for p in (out / "runs" / "quick").glob("*.json")) == [
-        f"run={t}__rfp__gin__seed{s}.json" for t in ("cluster", "pattern") for s in (0, 1)]
+        f"run={t}__rfp__gin__seed{s}__lr=0.003.json" for t in ("cluster", "pattern") for s in (0, 1)]
     first, second = (next(r for r in rows if r["task"] == "pattern" and r["seed"] == s) for s in (0, 1))
     assert (first["test_metric"], first["train_metric"]) != (second["test_metric"], second["train_metric"])
     assert all(r["metric"] == "weighted_acc" and 0.0 <= r["test_metric"] <= 1.0 for r in rows)
