@@ -377,7 +377,11 @@ def claims(lr_rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min
     name = "mha+qk_lr is competitive with mha+qknorm"
     why = gate(("mha+qk_lr", "mha+qknorm"))
     if why:
-        out.append(claim_row(untested_claim(name, why, kind="noninferiority", higher_is_better=False,
+        sides: tuple[list, list] = ([], [])
+        if "mha+qk_lr" in by and "mha+qknorm" in by:  # the record: both sides at their best lr, as measured
+            sides = _paired(lr_rows, ("mha+qk_lr", by["mha+qk_lr"]["best_lr"]),
+                            ("mha+qknorm", by["mha+qknorm"]["best_lr"]))
+        out.append(claim_row(untested_claim(name, why, *sides, kind="noninferiority", higher_is_better=False,
                                             margin=COMPETITIVE_MARGIN, paired=True), claim=name))
     else:
         a_lr, b_lr = by["mha+qk_lr"]["best_lr"], by["mha+qknorm"]["best_lr"]

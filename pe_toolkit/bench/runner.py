@@ -198,7 +198,7 @@ def tuning_section(tuning: Any, record: dict[str, dict[str, Any]]) -> str:
     single = sum(entry["cap_hit"] and len(entry["tried"]) == 1 for entry in record.values())
     hits = sum(entry["cap_hit"] for entry in record.values()) - single
     lines.append(markdown_table(rows, [("group", tuning.group), ("tried", f"{tuning.param} tried"),
-                                       ("chosen", "chosen"), ("flag", "")]))
+                                       ("chosen", "chosen"), ("flag", "flag")]))
     if hits:
         lines.append(f"{hits} of {len(record)} group(s) chose a value at an edge of what they tried: their "
                      "optimum may lie beyond it.\n")
