@@ -34,14 +34,18 @@ at which no seed diverged, every smaller lr also stable). With ``extend_edges: N
 whose best lr is at an edge gets the next lr beyond that edge (all seeds), up to N times, so each
 optimum ends up bracketed; one still at an edge is flagged in the report.
 
-Paper claims checked, each verdict from the intervals (``interval_verdict``: better / worse only
-when the intervals do not overlap):
+Paper claims checked, each verdict computed by :func:`pe_toolkit.bench.verdict.decide_claim` on the
+per-seed losses, paired by seed (:func:`claims`):
 
 1. the rule allows a higher base learning rate (MHA and MLA): at the learning rates above the
    baseline's best one, the rule is better at one or more and worse at none;
-2. the rule is competitive with QK-norm under MHA: at each one's best lr, not worse;
+2. the rule is competitive with QK-norm under MHA: at each one's best lr, not worse by more than
+   :data:`COMPETITIVE_MARGIN` nats/byte (non-inferiority);
 3. in the MLA setting the rule outperforms QK-clip: better at its best lr, or at lrs above it, and
    worse at none.
+
+The base learning rate is the swept variable (every lr runs every seed), not a tuned setting; the
+edge extension uses the harness's rule (:func:`pe_toolkit.bench.tuning.extend_value`).
 
     python benchmarks/attention_stability.py --quick              # tiny sweep (< 2 min here), 1 seed: claims untested
     python benchmarks/attention_stability.py --jobs 2             # full preset: 3 seeds, 1,000 steps
@@ -64,7 +68,9 @@ from typing import Any
 from pe_toolkit.bench import Benchmark, Result, trainer_options
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
 from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.stats import format_interval, interval_verdict, mean_interval
+from pe_toolkit.bench.stats import format_interval, mean_interval
+from pe_toolkit.bench.tuning import extend_value
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
 
 CONFIGS = ("mha", "mha+qknorm", "mha+qk_lr", "mla", "mla+qk_lr", "mla+qk_clip")
 UNIFORM_LOSS = math.log(256)  # what a diverged run counts as in the statistics
@@ -257,8 +263,11 @@ def summarize_lrs(rows: list[dict[str, Any]], unigram: float) -> list[dict[str, 
         for lr in sorted({r["lr"] for r in rows if r["config"] == name}):
             runs = [r for r in rows if r["config"] == name and r["lr"] == lr]
             diverged = sum(not (math.isfinite(r["val_loss"]) and r["val_loss"] < unigram) for r in runs)
+            runs.sort(key=lambda r: r["seed"])  # aligned by seed: configurations are paired per seed
+            values = [capped_loss(r["val_loss"]) for r in runs]
             out.append({"kind": "lr_summary", "config": name, "lr": lr, "seeds": len(runs), "diverged": diverged,
-                        "val_loss": mean_interval([capped_loss(r["val_loss"]) for r in runs])})
+                        "val_loss": mean_interval(values), "values": values,
+                        "seed_list": [r["seed"] for r in runs]})
     return out
 
 
@@ -289,74 +298,111 @@ def edge_extensions(config_rows: list[dict[str, Any]]) -> dict[str, float]:
     """
     out = {}
     for row in config_rows:
-        lrs = sorted(row["lrs"])
-        if row["best_lr_at_grid_edge"] == "highest":
-            out[row["config"]] = lrs[-1] * lrs[-1] / lrs[-2]
-        elif row["best_lr_at_grid_edge"] == "lowest":
-            out[row["config"]] = lrs[0] * lrs[0] / lrs[1]
+        edge = {"highest": "high", "lowest": "low"}.get(row["best_lr_at_grid_edge"])
+        if edge is not None:
+            out[row["config"]] = extend_value(row["lrs"], edge, "log")
     return out
 
 
-def compare_above(lr_rows: list[dict[str, Any]], rule: str, base: str, above: float) -> dict[str, Any]:
-    """``interval_verdict`` of ``rule`` against ``base`` at every common lr above ``above``."""
-    by = {(r["config"], r["lr"]): r["val_loss"] for r in lr_rows}
-    lrs = sorted(lr for (c, lr) in by if c == rule and (base, lr) in by and lr > above)
-    verdicts = {lr: interval_verdict(by[(rule, lr)], by[(base, lr)], higher_is_better=False) for lr in lrs}
-    return {"lrs": lrs, "verdicts": verdicts}
+COMPETITIVE_MARGIN = 0.05
+"""'Competitive' (Anson & Aitchison 2025): the rule's best final validation loss is not worse than QK-norm's
+by more than this (nats/byte, about 2 % of the losses here); a non-inferiority test with this margin."""
+
+
+def _paired(lr_rows: list[dict[str, Any]], a: tuple[str, float], b: tuple[str, float]) -> tuple[list, list]:
+    """Per-seed capped losses of (config, lr) ``a`` and ``b`` over the seeds both have, in seed order."""
+    by = {(r["config"], r["lr"]): dict(zip(r["seed_list"], r["values"])) for r in lr_rows}
+    seeds = sorted(set(by[a]) & set(by[b]))
+    return [by[a][s] for s in seeds], [by[b][s] for s in seeds]
 
 
 def claims(lr_rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min_seeds: int = 3) -> list[dict]:
-    """The paper claims, each ``reproduced`` / ``not reproduced`` / ``untested`` with its evidence."""
-    by = {r["config"]: r for r in config_rows}
-    out = []
+    """The paper claims as :func:`~pe_toolkit.bench.verdict.decide_claim` rows, and one summary per composite claim.
 
-    def add(claim: str, needed: tuple[str, ...], decide) -> None:
+    Every comparison is paired per seed (a seed sets the initial weights; data and windows are shared) on the
+    capped final validation loss (lower is better; a diverged run counts as ln 256, never dropped):
+
+    1. "the rule allows a higher base lr" (MHA and MLA): one difference claim per swept lr above the
+       baseline's best lr; the summary (``kind`` ``"claim_summary"``) is reproduced when one or more of them is
+       reproduced and none contradicted, contradicted in the mirror case, else inconclusive;
+    2. "the rule is competitive with QK-norm": non-inferiority at each one's best lr with margin
+       :data:`COMPETITIVE_MARGIN`;
+    3. "the rule outperforms QK-clip" (MLA): a difference claim at each one's best lr, and one per swept lr
+       above QK-clip's best; summarised as in 1.
+    Fewer than ``min_seeds`` seeds or a configuration not run: untested.
+    """
+    by = {r["config"]: r for r in config_rows}
+    out: list[dict[str, Any]] = []
+
+    def gate(needed: tuple[str, ...]) -> str | None:
         missing = [c for c in needed if c not in by]
         few = [c for c in needed if c in by and by[c]["seeds"] < min_seeds]
-        if missing or few:
-            why = (f"configurations not run: {missing}" if missing else
-                   f"fewer than {min_seeds} seeds for {few}: no interval")
-            out.append({"kind": "claim", "claim": claim, "verdict": "untested", "evidence": why})
-            return
-        verdict, evidence = decide()
-        out.append({"kind": "claim", "claim": claim, "verdict": verdict, "evidence": evidence})
+        return (f"configurations not run: {missing}" if missing else
+                f"fewer than {min_seeds} seeds for {few}" if few else None)
 
-    def higher_lr(base: str, rule: str):
-        def decide():
-            above = by[base]["best_lr"]
-            result = compare_above(lr_rows, rule, base, above)
-            if not result["lrs"]:
-                return "untested", f"no swept lr above {base}'s best lr {above:g}"
-            text = ", ".join(f"lr {lr:g}: {v}" for lr, v in result["verdicts"].items())
-            values = set(result["verdicts"].values())
-            ok = "better" in values and "worse" not in values
-            return ("reproduced" if ok else "not reproduced"), f"{rule} vs {base} above {base}'s best lr ({text})"
-        return decide
+    def summary(name: str, parts: list[dict[str, Any]], why: str | None) -> None:
+        verdicts = [p["verdict"] for p in parts]
+        if why is not None or not parts:
+            verdict, reason = "untested", why or "no swept lr to compare at"
+        elif "reproduced" in verdicts and "contradicted" not in verdicts:
+            verdict, reason = "reproduced", "reproduced at one or more lrs, contradicted at none"
+        elif "contradicted" in verdicts and "reproduced" not in verdicts:
+            verdict, reason = "contradicted", "contradicted at one or more lrs, reproduced at none"
+        else:
+            verdict, reason = "inconclusive", "no lr reproduces it, or the lrs disagree"
+        out.append({"kind": "claim_summary", "claim": name, "verdict": verdict, "reason": reason,
+                    "parts": [p["name"] for p in parts],
+                    "evidence": "; ".join(f"{p['name']}: {p['verdict']}" for p in parts) or "-"})
+
+    def above(rule: str, base: str, start: float, claim: str) -> list[dict[str, Any]]:
+        lrs = sorted(r["lr"] for r in lr_rows if r["config"] == rule and r["lr"] > start
+                     and any(q["config"] == base and q["lr"] == r["lr"] for q in lr_rows))
+        parts = []
+        for lr in lrs:
+            a, b = _paired(lr_rows, (rule, lr), (base, lr))
+            result = decide_claim(a, b, higher_is_better=False, paired=True,
+                                  name=f"{rule} beats {base} at lr {lr:g} (above {base}'s best lr {start:g})",
+                                  preconditions=[(len(a) >= min_seeds, f"{len(a)} paired seed(s), fewer than "
+                                                  f"{min_seeds}")])
+            parts.append(claim_row(result, claim=claim, lr=lr))
+        return parts
 
     for base, rule in (("mha", "mha+qk_lr"), ("mla", "mla+qk_lr")):
-        add(f"{rule} allows a higher base lr than {base}", (base, rule), higher_lr(base, rule))
+        name = f"{rule} allows a higher base lr than {base}"
+        why = gate((base, rule))
+        parts = [] if why else above(rule, base, by[base]["best_lr"], name)
+        out += parts
+        summary(name, parts, why)
 
-    def competitive():
-        a, b = by["mha+qk_lr"], by["mha+qknorm"]
-        v = interval_verdict(a["best_val_loss"], b["best_val_loss"], higher_is_better=False)
-        text = (f"best loss {format_interval(a['best_val_loss'])} at lr {a['best_lr']:g} vs "
-                f"{format_interval(b['best_val_loss'])} at lr {b['best_lr']:g}: {v}")
-        return ("reproduced" if v != "worse" else "not reproduced"), text
+    name = "mha+qk_lr is competitive with mha+qknorm"
+    why = gate(("mha+qk_lr", "mha+qknorm"))
+    if why:
+        sides: tuple[list, list] = ([], [])
+        if "mha+qk_lr" in by and "mha+qknorm" in by:  # the record: both sides at their best lr, as measured
+            sides = _paired(lr_rows, ("mha+qk_lr", by["mha+qk_lr"]["best_lr"]),
+                            ("mha+qknorm", by["mha+qknorm"]["best_lr"]))
+        out.append(claim_row(untested_claim(name, why, *sides, kind="noninferiority", higher_is_better=False,
+                                            margin=COMPETITIVE_MARGIN, paired=True), claim=name))
+    else:
+        a_lr, b_lr = by["mha+qk_lr"]["best_lr"], by["mha+qknorm"]["best_lr"]
+        a, b = _paired(lr_rows, ("mha+qk_lr", a_lr), ("mha+qknorm", b_lr))
+        result = decide_claim(a, b, kind="noninferiority", margin=COMPETITIVE_MARGIN, higher_is_better=False,
+                              paired=True, name=f"{name}: best loss (lr {a_lr:g} vs {b_lr:g}) not worse by more "
+                              f"than {COMPETITIVE_MARGIN} nats/byte")
+        out.append(claim_row(result, claim=name))
 
-    add("mha+qk_lr is competitive with mha+qknorm", ("mha+qk_lr", "mha+qknorm"), competitive)
-
-    def beats_clip():
-        a, b = by["mla+qk_lr"], by["mla+qk_clip"]
-        at_best = interval_verdict(a["best_val_loss"], b["best_val_loss"], higher_is_better=False)
-        high = compare_above(lr_rows, "mla+qk_lr", "mla+qk_clip", b["best_lr"])
-        values = {at_best, *high["verdicts"].values()}
-        ok = "better" in values and "worse" not in values
-        text = (f"at the best lrs: {at_best} ({format_interval(a['best_val_loss'])} vs "
-                f"{format_interval(b['best_val_loss'])}); above qk_clip's best lr: "
-                + (", ".join(f"lr {lr:g}: {v}" for lr, v in high["verdicts"].items()) or "none swept"))
-        return ("reproduced" if ok else "not reproduced"), text
-
-    add("mla+qk_lr outperforms mla+qk_clip", ("mla+qk_lr", "mla+qk_clip"), beats_clip)
+    name = "mla+qk_lr outperforms mla+qk_clip"
+    why = gate(("mla+qk_lr", "mla+qk_clip"))
+    parts = []
+    if not why:
+        a_lr, b_lr = by["mla+qk_lr"]["best_lr"], by["mla+qk_clip"]["best_lr"]
+        a, b = _paired(lr_rows, ("mla+qk_lr", a_lr), ("mla+qk_clip", b_lr))
+        parts.append(claim_row(decide_claim(a, b, higher_is_better=False, paired=True,
+                                            name=f"mla+qk_lr beats mla+qk_clip at the best lrs ({a_lr:g} vs {b_lr:g})"),
+                               claim=name))
+        parts += above("mla+qk_lr", "mla+qk_clip", b_lr, name)
+    out += parts
+    summary(name, parts, why)
     return out
 
 
@@ -474,6 +520,7 @@ class AttentionStability(Benchmark):
         lr_rows = [r for r in result.derived if r["kind"] == "lr_summary"]
         config_rows = [r for r in result.derived if r["kind"] == "config_summary"]
         claim_rows = [r for r in result.derived if r["kind"] == "claim"]
+        summaries = [r for r in result.derived if r["kind"] == "claim_summary"]
         unigram = rows[0]["unigram_entropy"]
         interval = lambda v: format_interval(v, ".3f")  # noqa: E731
         lr_table = markdown_table(lr_rows, ["config", "lr", "seeds", "diverged",
@@ -490,7 +537,8 @@ class AttentionStability(Benchmark):
         edge_note = (f"**Grid edge:** the best lr of {', '.join(edges)} is at an edge of the swept grid, so the "
                      "sweep does not bracket its optimum; extend `lrs` before reading its verdicts.\n\n" if edges else
                      "Every configuration's best lr lies inside the grid (the sweep brackets each optimum).\n\n")
-        claims_table = markdown_table(claim_rows, ["claim", "verdict", "evidence"])
+        summary_table = markdown_table(summaries, ["claim", ("verdict", "verdict"), "reason", "evidence"],
+                                       {"verdict": lambda v: f"**{v}**"})
         runs_table = markdown_table(
             rows, ["config", "lr", "seed", "val_loss", "train_loss_final", "nonfinite_steps", "max_logit_final",
                    "max_logit_peak", "qk_clip_heads", "seconds"],
@@ -508,9 +556,14 @@ class AttentionStability(Benchmark):
             f"QK-clip tau {preset['qk_clip']['tau']} (S_max measured {preset['qk_clip']['measure']}); device "
             f"{result.device}. Unigram entropy of the training bytes: {unigram:.3f} nats (a run at or above it has "
             f"diverged; diverged runs count as ln 256 = {UNIFORM_LOSS:.3f} in the means).\n\n"
-            "## Paper claims\n\n" + claims_table + "\n"
-            "Verdicts from 95 % Student-t intervals over seeds (better / worse only when the intervals do not "
-            "overlap); fewer than 3 seeds: untested.\n\n"
+            "## Paper claims\n\n" + summary_table + "\n"
+            + claims_table(claim_rows) + "\n"
+            "Verdicts computed by `pe_toolkit.bench.verdict.decide_claim` on per-seed differences of the capped final "
+            "validation loss, paired by seed (reproduced / contradicted only when the difference's 95 % interval "
+            "excludes 0); 'competitive' is a non-inferiority test with margin "
+            f"{COMPETITIVE_MARGIN} nats/byte stated in the claim; a composite claim sums up its per-lr rows "
+            "(reproduced at one or more lrs and contradicted at none); fewer than 3 seeds: untested. The swept "
+            "learning rate is the measured variable here, not a tuned one: every lr runs every seed.\n\n"
             "## Per configuration\n\n" + config_table + "\n" + edge_note
             + "## Per configuration and learning rate\n\n" + lr_table + "\n"
             + "## Every run\n\n" + runs_table + "\n"

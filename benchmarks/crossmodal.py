@@ -51,7 +51,7 @@ from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
 from pe_toolkit.bench.checks import distinct, positive, positives
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
 from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.verdict import claim_row, claims_markdown, decide_claim, format_side, summarize
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side, summarize
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "none": {"connector": "none"},
@@ -416,7 +416,7 @@ def report_body(result: Result) -> str:
         "",
         "## Claims",
         "",
-        claims_markdown(claim_rows),
+        claims_table(claim_rows),
         "",
         "## Runs",
         "",

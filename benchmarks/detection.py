@@ -51,7 +51,7 @@ from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
 from pe_toolkit.bench.checks import distinct, positive, positives
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
 from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.verdict import claim_row, claims_markdown, decide_claim, format_side, summarize, untested_claim
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side, summarize, untested_claim
 
 # the names of pe_toolkit.domains.detection.DETECTOR_VARIANTS (kept here so that --help and the config checks do not
 # import torch; a test keeps the two equal); DetectorConfig.for_variant builds each one
@@ -364,7 +364,7 @@ def report_body(result: Result) -> str:
         "\n\n## Claims (test mAP; each a paper ablation: a beats b)\n\n",
         markdown_table(claim_rows, ["comparison", "measures", ("parameter_ratio", "params a / b"), "verdict"],
                        formats=fmt),
-        "\n", claims_markdown(claim_rows, ".4f"),
+        "\n", claims_table(claim_rows, ".4f"),
         "\n## Every run\n\n",
         markdown_table(rows, ["variant", "seed", "lr", "parameters", "map", "map_50", "map_75", "val_map",
                               "final_train_loss", "seconds"], formats=fmt),

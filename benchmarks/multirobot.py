@@ -45,7 +45,7 @@ from pe_toolkit.bench import Benchmark, Result, load_config, trainer_options
 from pe_toolkit.bench.checks import distinct, positive, positives
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
 from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.verdict import claim_row, claims_markdown, decide_claim, format_side, summarize
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side, summarize
 
 PES = ("fourier", "rope2d", "none")
 METRICS = ("precision", "recall", "f1", "nda", "te_mean", "te_median", "re_mean_deg", "re_median_deg", "coverage",
@@ -485,7 +485,7 @@ def report_body(result: Result) -> str:
         "\n", markdown_table(shown, ["method", "precision", "recall", ("te_mean", "TE mean (m)"),
                                      ("re_mean_deg", "RE mean (deg)"), ("message_bytes", "bytes / message")],
                              {"message_bytes": ".0f"}),
-        "\n## Claims (a = the first method; paired per seed)\n\n", claims_markdown(claim_rows),
+        "\n## Claims (a = the first method; paired per seed)\n\n", claims_table(claim_rows),
         "\n## The pose head: train vs test\n\n", pose_head_note(summary, config),
         "\n## Bandwidth (per message, mean over test observations)\n\n",
         markdown_table(bandwidth, ["payload", "bytes", ("ratio_to_raw", "fraction of raw")],

@@ -21,12 +21,15 @@ Protocols (``protocols:`` in the preset; the first is the comparison's, the othe
 Every run also reports the other ranking of the same model (``all`` = every item, ``unseen`` = history
 excluded), so the two candidate sets are compared on one set of weights as well.
 
-Fairness (``docs/benchmarks.md``): every encoder trains with the same hyperparameters of the preset (no
-per-method tuning, so the tuning budget is equal: none), validates on the same validation targets every
-``batches_per_epoch`` batches, stops early on validation NDCG@10 with the same patience, and is tested
-with its best validation checkpoint; models see only items before the target (time positions are scaled
-from the training part); seeds (>= 3 in the full and gpu presets) give the mean and Student-t 95 %
-interval, and each verdict (CAPE against every other encoder) is ``interval_verdict`` of those intervals.
+Fairness (``docs/benchmarks.md``): every encoder trains with the same hyperparameters of the preset except
+the learning rate, which the runner tunes per (dataset, protocol, encoder) on the first seed by validation
+NDCG@10 from the same grid ``lrs``, extended past an edge choice by up to ``max_extensions`` values (the same
+budget for every encoder); every run validates on the same validation targets every ``batches_per_epoch``
+batches, stops early on validation NDCG@10 with the same patience, and is tested with its best validation
+checkpoint; models see only items before the target (time positions are scaled from the training part);
+seeds (>= 3 in the full and gpu presets) give the mean and Student-t 95 % interval. Each claim (CAPE, Yuan
+et al. 2025, beats every other encoder, ``nope`` included: the paper's first baseline) is decided by
+:func:`pe_toolkit.bench.verdict.decide_claim` (Welch's t on the difference, metrics bounded to [0, 1]).
 
     pe-toolkit bench recsys --quick                         # pipeline check (< 2 min here)
     pe-toolkit bench recsys                                 # full CPU preset (its run: section: --jobs 2)
@@ -48,10 +51,11 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from pe_toolkit.bench import Benchmark, Result, trainer_options
+from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
 from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
 from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.stats import format_interval, interval_verdict, mean_interval
+from pe_toolkit.bench.stats import format_interval, mean_interval
+from pe_toolkit.bench.verdict import VERDICTS, claim_row, claims_table, decide_claim
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -86,7 +90,6 @@ class Training:
     num_heads: int
     num_layers: int
     dropout: float
-    lr: float
     batch_size: int
     batches_per_epoch: int | None
     max_epochs: int
@@ -99,10 +102,12 @@ class Config:
     datasets: list[str]
     protocols: list[str]
     seeds: list[int]
+    lrs: list[float]  # the learning-rate grid, the same for every (dataset, protocol, encoder)
     split: Split
     kcore: Kcore
     synthetic: Synthetic
     training: dict[str, Training]  # per dataset
+    max_extensions: int = 0  # learning rates added past an edge choice (log scale), the same for every group
 
 
 ENCODERS = ("learned", "nope", "rope", "cope", "cape", "time_interval")
@@ -165,7 +170,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         train_targets="prefixes" if spec["protocol"] == "recbole" else "shifted", seed=spec["seed"])
     module = SASRecModule(sequences.num_items, max_len=hp["max_len"], dim=hp["dim"], num_heads=hp["num_heads"],
                           num_layers=hp["num_layers"], dropout=hp["dropout"], encoding=spec["encoding"], loss="ce",
-                          lr=hp["lr"], exclude_history=excludes_history(spec["dataset"], spec["protocol"]))
+                          lr=spec["lr"], exclude_history=excludes_history(spec["dataset"], spec["protocol"]))
     positional = sum(p.numel() for p in module.model.trunk.encodings.parameters())
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = ModelCheckpoint(dirpath=tmp, monitor="val/ndcg@10", mode="max", save_top_k=1)
@@ -187,6 +192,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "protocol": spec["protocol"],
         "encoding": spec["encoding"],
         "seed": spec["seed"],
+        "lr": spec["lr"],
         "ranking": "unseen" if module.hparams.exclude_history else "all",
         **{m: float(result[f"test/{m}"]) for m in METRICS},
         **{f"{r}/{m}": float(result[f"test/{r}/{m}"]) for r in ("all", "unseen") for m in METRICS},
@@ -226,34 +232,33 @@ def summarize(rows: list[dict[str, Any]], encoders: list[str] | tuple[str, ...] 
     return out
 
 
-def verdicts(summary: list[dict[str, Any]], target: str = "cape") -> list[dict[str, Any]]:
-    """``target`` against every other encoder of the same dataset and protocol, from the intervals."""
+def claims(rows: list[dict[str, Any]], target: str = "cape") -> list[dict[str, Any]]:
+    """``target`` beats every other encoder of the same dataset and protocol on each of :data:`VERDICT_METRICS`.
+
+    Each a :func:`~pe_toolkit.bench.verdict.decide_claim` row: Welch's t on the per-seed test metric (independent
+    trainings), per-side intervals within [0, 1]; fewer than 2 seeds a side: untested.
+    """
     out = []
-    for entry in summary:
-        if entry["encoding"] == target:
+    cells = list(dict.fromkeys((r["dataset"], r["protocol"]) for r in rows))
+    for dataset, protocol in cells:
+        here = [r for r in rows if r["dataset"] == dataset and r["protocol"] == protocol]
+        mine = sorted((r for r in here if r["encoding"] == target), key=lambda r: r["seed"])
+        if not mine:
             continue
-        mine = next((e for e in summary if e["encoding"] == target and e["dataset"] == entry["dataset"]
-                     and e["protocol"] == entry["protocol"]), None)
-        if mine is None:
-            continue
-        for metric in VERDICT_METRICS:
-            out.append({"dataset": entry["dataset"], "protocol": entry["protocol"], "metric": metric,
-                        "comparison": f"{target} vs {entry['encoding']}",
-                        "a": format_interval(mine[metric], ".4f"), "b": format_interval(entry[metric], ".4f"),
-                        "verdict": interval_verdict(mine[metric], entry[metric], higher_is_better=True)})
+        for other in dict.fromkeys(r["encoding"] for r in here if r["encoding"] != target):
+            theirs = sorted((r for r in here if r["encoding"] == other), key=lambda r: r["seed"])
+            for metric in VERDICT_METRICS:
+                claim = decide_claim([r[metric] for r in mine], [r[metric] for r in theirs], higher_is_better=True,
+                                     bounds=(0.0, 1.0),
+                                     name=f"{target} beats {other}: {dataset} ({protocol}), {metric.upper()}")
+                out.append(claim_row(claim, dataset=dataset, protocol=protocol, metric=metric,
+                                     comparison=f"{target} vs {other}"))
     return out
 
 
-def verdict_sentence(v: dict[str, Any]) -> str:
-    a, b = v["comparison"].split(" vs ")
-    if "(n=1)" in v["a"] or "(n=1)" in v["b"] or v["a"] == "-" or v["b"] == "-":
-        return (f"{v['dataset']} ({v['protocol']}), {v['metric'].upper()}: {a} against {b} is untested (fewer than "
-                f"2 seeds, no interval: {a} {v['a']}, {b} {v['b']}).")
-    if v["verdict"] == "tie":
-        return (f"{v['dataset']} ({v['protocol']}), {v['metric'].upper()}: {a} and {b} are not separated "
-                f"({a} {v['a']}, {b} {v['b']}).")
-    return (f"{v['dataset']} ({v['protocol']}), {v['metric'].upper()}: {a} is {v['verdict']} than {b} "
-            f"({a} {v['a']}, {b} {v['b']}; the intervals do not overlap).")
+def claim_counts(found: list[dict[str, Any]]) -> str:
+    counts = {v: sum(c["verdict"] == v for c in found) for v in VERDICTS}
+    return ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" (of {len(found)} claims)"
 
 
 def _bar(value: Any) -> tuple[float, float, float]:
@@ -317,12 +322,14 @@ def report_body(rows: list[dict[str, Any]], preset: dict[str, Any], seconds: flo
         "every item with nothing excluded (RecBole's full-sort evaluation of sequential models). `sasrec`: one "
         "shifted window per user (targets beyond the window are lost), the user's history excluded on MovieLens. "
         "Each run's other ranking (`all` = every item, `unseen` = history excluded) is in its own columns.\n\n"
-        "**Fairness.** Every encoder gets the same hyperparameters (no per-method tuning: an equal, zero "
-        "tuning budget), the same validation targets, validation every `batches_per_epoch` training batches, "
+        "**Fairness.** Every encoder gets the same hyperparameters except the learning rate, chosen per "
+        f"(dataset, protocol, encoder) on the first seed by validation NDCG@10 from the same grid {preset['lrs']} "
+        f"(extended past an edge choice by up to {preset['max_extensions']} value(s); see the Tuning section), the "
+        "same validation targets, validation every `batches_per_epoch` training batches, "
         "early stopping on validation NDCG@10 with the same patience, and is tested once with its best "
         "validation checkpoint. Inputs hold only items before the target (time positions are scaled from "
-        "the training part). Verdicts come from `interval_verdict`: better or worse only when the 95 % "
-        "intervals do not overlap; with fewer than 2 seeds every verdict is a tie.\n",
+        "the training part). Verdicts are computed by `pe_toolkit.bench.verdict.decide_claim` (Welch's t interval "
+        "of the difference, reproduced / contradicted only when it excludes 0; fewer than 2 seeds: untested).\n",
     ]
     for dataset in preset["datasets"]:
         for protocol in protocols:
@@ -347,12 +354,10 @@ def report_body(rows: list[dict[str, Any]], preset: dict[str, Any], seconds: flo
                      ("epochs", "epochs"), ("converged", "converged"), ("positional_parameters", "PE params"),
                      ("seconds", "s / run")],
                     {"epochs": ".1f", "seconds": ".0f"}))
-    found = verdicts(summary)
+    found = claims(rows)
     if found:
-        body.append("\n## Verdicts (CAPE against each encoder, from the 95 % intervals)\n\n"
-                    + markdown_table(found, ["dataset", "protocol", "metric", "comparison", ("a", "CAPE"),
-                                             ("b", "other"), "verdict"])
-                    + "\n" + "\n".join(f"- {verdict_sentence(v)}" for v in found) + "\n")
+        body.append("\n## Claims: CAPE beats each encoder (Yuan et al. 2025)\n\n"
+                    + claims_table(found, ".4f") + f"\nMeasured: {claim_counts(found)}.\n")
     if summary:
         body.append("\n![HR@10 and NDCG@10 per encoder](recsys_metrics.png)\n")
     body.append(f"\nTotal wall time {seconds:.0f} s; the runs reported took {sum(r['seconds'] for r in rows):.0f} s "
@@ -379,13 +384,18 @@ class Recsys(Benchmark):
             raise ValueError(f"training has no entry for dataset(s) {missing}; it has {sorted(config.training)}")
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
-        # every encoder gets the same hyperparameters: no per-method tuning, an equal (zero) tuning budget
+        # every encoder gets the same hyperparameters; the learning rate is tuned per group (tuning())
         shared = {"split": dataclasses.asdict(config.split), "kcore": dataclasses.asdict(config.kcore),
                   "synthetic": dataclasses.asdict(config.synthetic)}
-        return [{"dataset": d, "protocol": p, "encoding": e, "seed": s,
+        return [{"dataset": d, "protocol": p, "encoding": e, "seed": s, "group": f"{d}/{p}/{e}",
                  "training": dataclasses.asdict(config.training[d]), **shared}
                 for d in sorted(config.datasets) for p in PROTOCOLS if p in config.protocols
                 for e in ENCODERS if e in config.encoders for s in config.seeds]
+
+    def tuning(self, config: Config) -> Tuning:
+        # the same grid and cap for every (dataset, protocol, encoder), chosen on the first seed's validation
+        return Tuning(param="lr", values=[float(lr) for lr in config.lrs], metric="val_ndcg@10", maximize=True,
+                      group="group", max_extensions=config.max_extensions)
 
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
         return run_one(spec)
@@ -395,8 +405,7 @@ class Recsys(Benchmark):
                 f"{row['ndcg@10']:.4f} HR@10 {row['hr@10']:.4f} ({row['epochs']} epochs, {row['seconds']:.0f}s)")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        summary = summarize(result.rows, result.config.encoders)
-        return [{**v, "kind": "claim"} for v in verdicts(summary)]
+        return claims(result.rows)
 
     def plot(self, result: Result) -> dict[str, Any]:
         summary = summarize(result.rows, result.config.encoders)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,9 +44,21 @@ class Tuning:
     """Equal-budget tuning: every ``group`` tries each of ``values`` for ``param`` on the first seed.
 
     The runner runs the first seed's spec of every group once per value (the same grid, the same
-    validation data for every method), keeps per group the value with the best ``metric``, then runs
-    the other seeds with it. A later version of the runner extends the grid when the choice sits at
-    an edge (issue 39); benchmarks only state the grid.
+    validation data for every method) and keeps per group the value with the best ``metric`` (the mean
+    over the group's first-seed specs; a non-finite one counts as the worst). While a group's best value
+    sits at an edge of what it has tried, the runner adds the next value past that edge, one grid step
+    further on ``scale`` (:func:`pe_toolkit.bench.tuning.extend_value`), until the best is interior or
+    ``max_extensions`` values were added: the same cap for every group, so every method gets the same
+    budget. A group that stops at the cap is flagged (``cap_hit``) in the result and the report. Then the
+    other seeds run with the chosen value.
+
+    Attributes:
+        param, values, metric, maximize, group: the tuned spec field, its starting grid (numbers), the row
+            field that scores a trial, its direction, the spec field that names a group.
+        scale: ``"log"`` (learning rates: extensions keep the grid's ratio) or ``"linear"``.
+        max_extensions: the most values added past the grid per group (0: the grid as given; an edge
+            choice is then flagged, not extended).
+        limits: values outside ``[low, high]`` are never tried (an extension that would leave them is a cap hit).
     """
 
     param: str
@@ -53,20 +66,36 @@ class Tuning:
     metric: str
     maximize: bool
     group: str = "method"
+    scale: str = "log"
+    max_extensions: int = 0
+    limits: tuple[float, float] = (-math.inf, math.inf)
 
     def __post_init__(self) -> None:
         if not self.values:
             raise ValueError(f"Tuning.values for {self.param!r} must not be empty")
         if len(set(map(repr, self.values))) != len(self.values):
             raise ValueError(f"Tuning.values for {self.param!r} must be distinct, got {list(self.values)}")
+        self.search()  # the grid, scale, cap and limits are checked where they are used
+
+    def search(self) -> Any:
+        """A fresh :class:`~pe_toolkit.bench.tuning.GridSearch` over this grid (one per group)."""
+        from pe_toolkit.bench.tuning import GridSearch
+
+        try:
+            return GridSearch(self.values, higher_is_better=self.maximize, scale=self.scale,
+                              max_extensions=self.max_extensions, limits=self.limits)
+        except ValueError as error:
+            raise ValueError(f"Tuning of {self.param!r}: {error}") from error
 
 
 @dataclasses.dataclass
 class Result:
     """What a benchmark's ``analyze`` / ``report`` / ``plot`` read.
 
-    ``rows``: the final runs (chosen tuning values, every seed); ``trials``: every tuning run;
-    ``chosen``: ``{group value: chosen value}``; ``derived``: what ``analyze`` returned.
+    ``rows``: the final runs (chosen tuning values, every seed); ``trials``: every tuning run (the
+    extensions included); ``chosen``: ``{group value: chosen value}``; ``tuning``: per group what the
+    search did (``{"grid", "tried", "scores", "chosen", "extensions", "max_extensions", "cap_hit", "edge"}``);
+    ``derived``: what ``analyze`` returned.
     """
 
     config: Any
@@ -77,6 +106,7 @@ class Result:
     derived: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     device: dict[str, Any] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
+    tuning: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def quick(self) -> bool:

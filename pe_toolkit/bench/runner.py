@@ -7,7 +7,9 @@
    (they change the numbers, so they are part of a run's identity in the store).
 2. With ``benchmark.tuning(config)``: the first seed of every group runs once per grid value (the
    same grid and validation data for every method); the best value by the stated metric is chosen
-   per group; the other seeds run with it. Without: every spec runs.
+   per group, the grid extended past an edge choice up to the tuning's cap (the same for every group;
+   a cap hit is flagged in the report's "Tuning" section); the other seeds run with it. Without:
+   every spec runs.
 3. Each batch goes through the run store (reuse a matching finished run; claim the rest so a
    concurrent process on the same folder does not run them too) and the executor; progress shows
    with tqdm (plain lines when stdout is not a terminal).
@@ -28,7 +30,7 @@ from typing import Any
 from pe_toolkit.bench.config import RunOptions
 from pe_toolkit.bench.executors import make_executor
 from pe_toolkit.bench.protocol import Benchmark, Result
-from pe_toolkit.bench.report import save_figure, write_report, write_results
+from pe_toolkit.bench.report import markdown_table, save_figure, write_report, write_results
 from pe_toolkit.bench.store import RunStore, jsonable
 
 __all__ = ["Progress", "run", "run_key", "run_specs"]
@@ -115,34 +117,94 @@ def run_specs(benchmark: Benchmark, specs: list[dict[str, Any]], store: RunStore
 
 
 def _tune(benchmark: Benchmark, specs: list[dict[str, Any]], tuning: Any, store: RunStore, executor: Any
-          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, dict[str, Any]]]:
     """Every first-seed spec once per grid value; per group the value with the best mean metric over the
-    group's first-seed trials; the other seeds with it. Rows in the order of ``specs``."""
-    first_seed = specs[0]["seed"]
-    first = [s for s in specs if s["seed"] == first_seed]
-    trial_specs = [{**s, tuning.param: value} for s in first for value in tuning.values]
-    trials = run_specs(benchmark, trial_specs, store, executor, tuning.param, tuning.param)
-    chosen: dict[str, Any] = {}
-    for group in dict.fromkeys(s[tuning.group] for s in first):
-        def mean_score(value: Any, group: Any = group) -> float:
-            scores = [_score(t, tuning) for t, s in zip(trials, trial_specs)
-                      if s[tuning.group] == group and s[tuning.param] == value]
-            return sum(scores) / len(scores)
+    group's first-seed trials, the grid extended past an edge choice up to ``tuning.max_extensions``
+    values (:class:`~pe_toolkit.bench.tuning.GridSearch`, one per group; each round's values of every
+    group run as one batch through the store); the other seeds with the chosen value.
 
-        chosen[group] = (max if tuning.maximize else min)(tuning.values, key=mean_score)
-    rest_specs = [{**s, tuning.param: chosen[s[tuning.group]]} for s in specs if s["seed"] != first_seed]
+    The first seed is per group (the seed of the group's first spec). A spec without the ``tuning.group``
+    field is not tuned: it runs once, before the tuning trials (e.g. a timing run beside the trainings).
+
+    Returns the rows in the order of ``specs``, every trial, ``{group: chosen}`` and per group the search's
+    record (grid, tried values, scores, extensions, cap hit and edge).
+    """
+    untuned = [s for s in specs if tuning.group not in s]
+    untuned_rows = iter(run_specs(benchmark, untuned, store, executor, "runs") if untuned else [])
+    first_seed: dict[Any, Any] = {}
+    for s in specs:
+        if tuning.group in s:
+            first_seed.setdefault(s[tuning.group], s["seed"])
+    first = [s for s in specs if tuning.group in s and s["seed"] == first_seed[s[tuning.group]]]
+    searches = {group: tuning.search() for group in dict.fromkeys(s[tuning.group] for s in first)}
+    trial_specs: list[dict[str, Any]] = []
+    trials: list[dict[str, Any]] = []
+    round_ = 0
+    while not all(search.done for search in searches.values()):
+        pending = {group: search.pending() for group, search in searches.items()}
+        batch = [{**s, tuning.param: value} for s in first for value in pending[s[tuning.group]]]
+        label = tuning.param if round_ == 0 else f"{tuning.param} extension {round_}"
+        rows = run_specs(benchmark, batch, store, executor, label, tuning.param)
+        trial_specs += batch
+        trials += rows
+        for group, values in pending.items():
+            for value in values:
+                scores = [_score(t, tuning) for t, s in zip(rows, batch)
+                          if s[tuning.group] == group and s[tuning.param] == value]
+                searches[group].record(value, sum(scores) / len(scores))
+        round_ += 1
+    chosen = {group: search.result().chosen for group, search in searches.items()}
+    record = {}
+    for group, search in searches.items():
+        outcome = search.result()
+        record[group] = {"grid": list(tuning.values), "tried": outcome.values,
+                         "scores": [outcome.scores[v] for v in outcome.values], "chosen": outcome.chosen,
+                         "extensions": outcome.extensions, "max_extensions": tuning.max_extensions,
+                         "cap_hit": outcome.cap_hit, "edge": outcome.edge}
+    rest_specs = [{**s, tuning.param: chosen[s[tuning.group]]} for s in specs
+                  if tuning.group in s and s["seed"] != first_seed[s[tuning.group]]]
     rest = iter(run_specs(benchmark, rest_specs, store, executor, "seeds", tuning.param))
     by_spec = {json.dumps(s, sort_keys=True, default=str): t for t, s in zip(trials, trial_specs)}
-    rows = [by_spec[json.dumps({**s, tuning.param: chosen[s[tuning.group]]}, sort_keys=True, default=str)]
-            if s["seed"] == first_seed else next(rest) for s in specs]
-    return rows, trials, chosen
+    rows = [next(untuned_rows) if tuning.group not in s
+            else by_spec[json.dumps({**s, tuning.param: chosen[s[tuning.group]]}, sort_keys=True, default=str)]
+            if s["seed"] == first_seed[s[tuning.group]] else next(rest) for s in specs]
+    return rows, trials, chosen, record
 
 
 def _score(row: dict[str, Any], tuning: Any) -> float:
     value = row.get(tuning.metric)
     if value is None or value != value:  # a diverged trial never wins
-        return -float("inf") if tuning.maximize else float("inf")
+        return float("nan")
     return float(value)
+
+
+def tuning_section(tuning: Any, record: dict[str, dict[str, Any]]) -> str:
+    """The report's "Tuning" section: per group the values tried, the choice, and a flag at a cap hit."""
+    direction = "highest" if tuning.maximize else "lowest"
+    lines = [f"## Tuning\n\n`{tuning.param}` per `{tuning.group}`: the {direction} `{tuning.metric}` on the "
+             f"first seed; the grid extends past an edge choice ({tuning.scale} scale) by at most "
+             f"{tuning.max_extensions} value(s), the same for every group.\n"]
+    rows = []
+    for group, entry in record.items():
+        if not entry["cap_hit"]:
+            flag = "interior" + (f" after {entry['extensions']} extension(s)" if entry["extensions"] else "")
+        elif len(entry["tried"]) == 1:
+            flag = "**one value: not tuned** (cap 0)"
+        else:
+            flag = (f"**cap hit**: at the {entry['edge']} edge after {entry['extensions']} extension(s) "
+                    f"(cap {entry['max_extensions']})")
+        rows.append({"group": group, "tried": ", ".join(f"{v:g}" for v in entry["tried"]),
+                     "chosen": f"{entry['chosen']:g}", "flag": flag})
+    single = sum(entry["cap_hit"] and len(entry["tried"]) == 1 for entry in record.values())
+    hits = sum(entry["cap_hit"] for entry in record.values()) - single
+    lines.append(markdown_table(rows, [("group", tuning.group), ("tried", f"{tuning.param} tried"),
+                                       ("chosen", "chosen"), ("flag", "flag")]))
+    if hits:
+        lines.append(f"{hits} of {len(record)} group(s) chose a value at an edge of what they tried: their "
+                     "optimum may lie beyond it.\n")
+    if single:
+        lines.append(f"{single} of {len(record)} group(s) tried a single value: `{tuning.param}` was not tuned.\n")
+    return "\n".join(lines)
 
 
 def run(benchmark: Benchmark, config: Any, options: RunOptions, *, preset: str, out: str | Path,
@@ -164,23 +226,26 @@ def run(benchmark: Benchmark, config: Any, options: RunOptions, *, preset: str, 
     try:
         tuning = benchmark.tuning(config)
         if tuning is None:
-            rows, trials, chosen = run_specs(benchmark, specs, store, executor, "runs"), [], {}
+            rows, trials, chosen, record = run_specs(benchmark, specs, store, executor, "runs"), [], {}, {}
         else:
-            rows, trials, chosen = _tune(benchmark, specs, tuning, store, executor)
+            rows, trials, chosen, record = _tune(benchmark, specs, tuning, store, executor)
     finally:
         executor.close()
     rows = [expanded for row in rows for expanded in benchmark.expand(row)]
     result = Result(config=config, preset=preset, rows=rows, trials=trials, chosen=chosen, device=device,
-                    seconds=time.perf_counter() - start)
+                    seconds=time.perf_counter() - start, tuning=record)
     result.derived = benchmark.analyze(result)
     folder = Path(out) / benchmark.name
     run_config = {"preset": preset, **dataclasses.asdict(config), "device": device, "chosen": chosen,
+                  "tuning": record,
                   "executor": options.executor, "jobs": jobs, "threads": options.threads,
                   "damaged_run_files": store.damaged}
     trial_rows = [{**t, "kind": "tuning_trial"} for t in trials]
     write_results(benchmark.name, run_config, rows + trial_rows + result.derived, result.seconds, root=out)
     for name, figure in benchmark.plot(result).items():
         save_figure(figure, folder / name, quick=result.quick)
-    write_report(benchmark.name, benchmark.title, benchmark.report(result), root=out, command=command,
-                 quick=result.quick)
+    body = benchmark.report(result)
+    if tuning is not None:
+        body = body.rstrip() + "\n\n" + tuning_section(tuning, record)
+    write_report(benchmark.name, benchmark.title, body, root=out, command=command, quick=result.quick)
     return result

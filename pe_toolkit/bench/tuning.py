@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TuningResult", "extend_value", "tune"]
+__all__ = ["GridSearch", "TuningResult", "extend_value", "tune"]
 
 SCALES = ("log", "linear")
 
@@ -61,6 +61,8 @@ def extend_value(values: Sequence[float], edge: str, scale: str) -> float:
 
     The step is the one between the two values nearest that edge (a ratio on the log scale, a
     difference on the linear one); a one-value grid steps by a factor of 10 (log) or by its own magnitude.
+    The value is rounded to 12 significant digits (float noise from the ratio would otherwise name a run
+    ``9.999999999999999e-05``).
     """
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
@@ -69,15 +71,105 @@ def extend_value(values: Sequence[float], edge: str, scale: str) -> float:
     v = sorted(values)
     if scale == "log":
         ratio = v[1] / v[0] if len(v) > 1 else 10.0
-        return v[0] / ratio if edge == "low" else v[-1] * (v[-1] / v[-2] if len(v) > 1 else ratio)
-    step = (v[1] - v[0]) if edge == "low" and len(v) > 1 else (v[-1] - v[-2]) if len(v) > 1 else abs(v[0]) or 1.0
-    return v[0] - step if edge == "low" else v[-1] + step
+        new = v[0] / ratio if edge == "low" else v[-1] * (v[-1] / v[-2] if len(v) > 1 else ratio)
+    else:
+        step = (v[1] - v[0]) if edge == "low" and len(v) > 1 else (v[-1] - v[-2]) if len(v) > 1 else abs(v[0]) or 1.0
+        new = v[0] - step if edge == "low" else v[-1] + step
+    return float(f"{new:.12g}")  # 1e-4, not 9.999999999999999e-05: the value names a run in the store
 
 
 def _rank_key(score: float, higher_is_better: bool) -> float:
     if not math.isfinite(score):
         return -math.inf
     return score if higher_is_better else -score
+
+
+class GridSearch:
+    """The search of :func:`tune`, driven in rounds: evaluate :meth:`pending`, :meth:`record` each score, repeat.
+
+    The runner drives one search per method (group) and runs every group's pending values in one batch
+    (in parallel on its executor); :func:`tune` drives one search with a callable. Both therefore extend a
+    grid by the same rule. Arguments as in :func:`tune`.
+
+    Example:
+        >>> search = GridSearch([1e-3, 1e-2], higher_is_better=False, max_extensions=1)
+        >>> for value in search.pending():
+        ...     search.record(value, value)  # the lowest value scores best: extend downwards
+        >>> [f"{v:g}" for v in search.pending()]
+        ['0.0001']
+        >>> search.record(1e-4, 1e-4)
+        >>> search.done, search.result().cap_hit, search.result().edge
+        (True, True, 'low')
+    """
+
+    def __init__(self, grid: Sequence[float], *, higher_is_better: bool, scale: str = "log", max_extensions: int = 2,
+                 limits: tuple[float, float] = (-math.inf, math.inf)) -> None:
+        if scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+        values = list(grid)
+        if not values:
+            raise ValueError("grid must hold at least one value, got []")
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+            raise ValueError(f"grid values must be finite numbers, got {values}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"grid values must be distinct, got {values}")
+        if scale == "log" and min(values) <= 0:
+            raise ValueError(f"a log-scale grid needs positive values, got {values}")
+        if any(not limits[0] <= v <= limits[1] for v in values):
+            raise ValueError(f"grid values must lie within limits {limits}, got {values}")
+        if isinstance(max_extensions, bool) or not isinstance(max_extensions, int) or max_extensions < 0:
+            raise ValueError(f"max_extensions must be an int >= 0, got {max_extensions!r}")
+        self.grid = values  # kept as given (an int grid stays int)
+        self.higher_is_better, self.scale = bool(higher_is_better), scale
+        self.max_extensions, self.limits = max_extensions, limits
+        self.scores: dict[float, float] = {}
+        self.details: dict[float, Any] = {}
+        self.extensions = 0
+        self._pending = list(values)
+        self._result: TuningResult | None = None
+
+    def pending(self) -> list[float]:
+        """The values to evaluate before the search can go on (empty once it is done)."""
+        return list(self._pending)
+
+    @property
+    def done(self) -> bool:
+        return self._result is not None
+
+    def result(self) -> TuningResult:
+        if self._result is None:
+            raise ValueError(f"the search is not done: values {self._pending} still need a score")
+        return self._result
+
+    def record(self, value: float, score: float | None, detail: Any = None) -> None:
+        """The validation ``score`` of a pending ``value`` (non-finite or ``None``: a diverged run, the worst)."""
+        if value not in self._pending:
+            raise ValueError(f"value {value!r} is not pending; pending: {self._pending}")
+        self._pending.remove(value)
+        self.scores[value] = float(score) if score is not None and math.isfinite(float(score)) else math.nan
+        if detail is not None:
+            self.details[value] = detail
+        if not self._pending:
+            self._advance()
+
+    def _advance(self) -> None:
+        scores = self.scores
+        order = list(scores)  # evaluation order: earlier wins ties
+        best = max(order, key=lambda v: (_rank_key(scores[v], self.higher_is_better), -order.index(v)))
+        tried = sorted(scores)
+        if len(tried) == 1:
+            edge = "high"  # one value: nothing says which side holds the optimum; extend upwards first
+        else:
+            edge = "low" if best == tried[0] else "high" if best == tried[-1] else None
+        if edge is None:
+            self._result = TuningResult(best, scores, tried, self.extensions, False, None, self.details)
+            return
+        candidate = extend_value(tried, edge, self.scale)
+        if self.extensions >= self.max_extensions or not self.limits[0] <= candidate <= self.limits[1]:
+            self._result = TuningResult(best, scores, tried, self.extensions, True, edge, self.details)
+            return
+        self._pending = [candidate]
+        self.extensions += 1
 
 
 def tune(evaluate: Callable[[float], float | tuple[float, Any]], grid: Sequence[float], *,
@@ -101,45 +193,11 @@ def tune(evaluate: Callable[[float], float | tuple[float, Any]], grid: Sequence[
         ValueError: an empty or repeated grid, a non-positive value on the log scale, a grid value
             outside ``limits``, a negative ``max_extensions``, an unknown ``scale``.
     """
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
-    values = [float(v) for v in grid]
-    if not values:
-        raise ValueError("grid must hold at least one value, got []")
-    if len(set(values)) != len(values):
-        raise ValueError(f"grid values must be distinct, got {list(grid)}")
-    if scale == "log" and min(values) <= 0:
-        raise ValueError(f"a log-scale grid needs positive values, got {list(grid)}")
-    if any(not limits[0] <= v <= limits[1] for v in values):
-        raise ValueError(f"grid values must lie within limits {limits}, got {list(grid)}")
-    if not isinstance(max_extensions, int) or max_extensions < 0:
-        raise ValueError(f"max_extensions must be an int >= 0, got {max_extensions!r}")
-
-    scores: dict[float, float] = {}
-    details: dict[float, Any] = {}
-
-    def run(value: float) -> None:
-        out = evaluate(value)
-        score, detail = out if isinstance(out, tuple) else (out, None)
-        scores[value] = float(score) if score is not None and math.isfinite(float(score)) else math.nan
-        if detail is not None:
-            details[value] = detail
-
-    for v in values:
-        run(v)
-    extensions = 0
-    while True:
-        order = list(scores)  # evaluation order: earlier wins ties
-        best = max(order, key=lambda v: (_rank_key(scores[v], higher_is_better), -order.index(v)))
-        tried = sorted(scores)
-        edge = "low" if best == tried[0] and len(tried) > 1 else "high" if best == tried[-1] and len(tried) > 1 \
-            else None
-        if len(tried) == 1:
-            edge = "high"  # one value: nothing says which side holds the optimum; extend upwards first
-        if edge is None:
-            return TuningResult(best, scores, tried, extensions, False, None, details)
-        candidate = extend_value(tried, edge, scale)
-        if extensions >= max_extensions or not limits[0] <= candidate <= limits[1]:
-            return TuningResult(best, scores, tried, extensions, True, edge, details)
-        run(candidate)
-        extensions += 1
+    search = GridSearch(grid, higher_is_better=higher_is_better, scale=scale, max_extensions=max_extensions,
+                        limits=limits)
+    while not search.done:
+        for value in search.pending():
+            out = evaluate(value)
+            score, detail = out if isinstance(out, tuple) else (out, None)
+            search.record(value, score, detail)
+    return search.result()

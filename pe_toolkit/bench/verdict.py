@@ -62,6 +62,8 @@ __all__ = [
     "VERDICTS",
     "ClaimResult",
     "SideSummary",
+    "claim_row",
+    "claims_table",
     "decide_claim",
     "format_side",
     "summarize",
@@ -337,28 +339,45 @@ def decide_claim(a: Iterable[Any], b: Iterable[Any], *, kind: str = "difference"
                        margin=margin, p_value=p, min_detectable_effect=mde)
 
 
-def claim_row(claim: ClaimResult, **extra: Any) -> dict[str, Any]:
-    """``claim.as_row()`` as a results.json row: ``kind`` ``"claim"`` (the claim's own kind kept as
-    ``claim_kind``), with ``extra`` fields (e.g. the metric, the gamma) before the claim's."""
+def claim_row(claim: ClaimResult, /, **extra: Any) -> dict[str, Any]:
+    """A results.json row of ``claim``: :meth:`ClaimResult.as_row` with ``kind`` ``"claim"`` (the claim's own
+    kind, difference / equivalence / noninferiority, moves to ``claim_kind``) and ``extra`` fields (any name,
+    ``claim`` included).
+
+    Example:
+        >>> row = claim_row(untested_claim("a beats b", "b not learned"), task="copy")
+        >>> row["kind"], row["claim_kind"], row["verdict"], row["task"]
+        ('claim', 'difference', 'untested', 'copy')
+    """
     row = claim.as_row()
-    return {"kind": "claim", **extra, **{k: v for k, v in row.items() if k != "kind"}, "claim_kind": row["kind"]}
+    return {**row, "kind": "claim", "claim_kind": row["kind"], **extra}
 
 
-def claims_markdown(rows: Sequence[dict[str, Any]], fmt: str = ".3f") -> str:
-    """A markdown table of claim rows (:func:`claim_row`): both sides, the difference in the paper's direction
-    with its interval, the test and the verdict with its reason (the smallest detectable effect when inconclusive)."""
+def claims_table(rows: Sequence[dict[str, Any]], fmt: str = ".3f", *, extra: Sequence[tuple[str, str]] = ()) -> str:
+    """A markdown table of claim rows (:meth:`ClaimResult.as_row`): both sides, the difference, test, verdict.
+
+    Args:
+        rows: claim rows; ``a`` / ``b`` sides print as ``mean [low, high] (n=...)``, the difference (signed:
+            positive is the paper's direction) with its two-sided interval.
+        fmt: the number format.
+        extra: ``(key, header)`` columns of the rows to add after the claim's name (e.g. a caveat).
+    """
     from pe_toolkit.bench.report import markdown_table
 
-    cells = []
-    for row in rows:
+    def difference(row: dict[str, Any]) -> str:
         d = row["difference"]
-        difference = ("-" if d["mean"] is None or not math.isfinite(d["mean"])
-                      else f"{d['mean']:+{fmt}} [{d['low']:+{fmt}}, {d['high']:+{fmt}}]")
-        reason = row["reason"]
-        if row.get("min_detectable_effect") is not None:
-            reason += f"; smallest effect this n detects: {row['min_detectable_effect']:{fmt}}"
-        cells.append({"claim": row["name"], "a": format_side(row["a"], fmt), "b": format_side(row["b"], fmt),
-                      "difference": difference, "test": row["test"], "verdict": f"**{row['verdict']}**",
-                      "reason": reason})
-    return markdown_table(cells, ["claim", ("a", "a (favoured)"), ("b", "b (baseline)"),
-                                  ("difference", "a - b, paper's direction [95 %]"), "test", "verdict", "reason"])
+        if d.get("mean") is None or not math.isfinite(d["mean"]):
+            return "-"
+        return f"{d['mean']:+{fmt}} [{d['low']:+{fmt}}, {d['high']:+{fmt}}]"
+
+    def verdict(row: dict[str, Any]) -> str:
+        mde = row.get("min_detectable_effect")
+        detail = f"; detectable at this n: {mde:{fmt}}" if mde is not None and math.isfinite(mde) else ""
+        return f"**{row['verdict']}** ({row['reason']}{detail})"
+
+    table = [{"claim": r["name"], **{k: r.get(k) for k, _ in extra}, "a": format_side(r["a"], fmt),
+              "b": format_side(r["b"], fmt), "difference": difference(r), "test": r["test"], "verdict": verdict(r)}
+             for r in rows]
+    return markdown_table(table, [("claim", "claim"), *extra, ("a", "a (favoured)"), ("b", "b (baseline)"),
+                                  ("difference", "a - b, paper's direction [95 %]"), ("test", "test"),
+                                  ("verdict", "verdict")])

@@ -34,8 +34,8 @@ def test_help_lists_the_benchmarks_too():
 def test_a_mistyped_config_key_is_an_error_naming_it(tmp_path):
     result = _bench("vision", "--quick", "--set", "training.stepz=3", "--out", str(tmp_path))
     assert result.returncode == 2
-    assert ("config key 'training.stepz' does not exist; allowed keys here: ['batch_size', 'lrs', 'steps', "
-            "'warmup_steps', 'weight_decay']") in result.stderr
+    assert ("config key 'training.stepz' does not exist; allowed keys here: ['batch_size', 'lrs', "
+            "'max_extensions', 'steps', 'warmup_steps', 'weight_decay']") in result.stderr
     assert not (tmp_path / "vision").exists()
 
 

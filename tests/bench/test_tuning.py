@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from pe_toolkit.bench.tuning import extend_value, tune
+from pe_toolkit.bench.tuning import GridSearch, extend_value, tune
 
 
 def parabola(optimum):
@@ -76,3 +76,26 @@ def test_extend_value_scales():
 def test_bad_arguments(grid, kwargs, match):
     with pytest.raises(ValueError, match=match):
         tune(lambda v: 0.0, grid, higher_is_better=True, **kwargs)
+
+
+def test_grid_search_in_rounds_matches_tune():
+    search = GridSearch([1e-4, 1e-3], higher_is_better=True, max_extensions=3)
+    rounds = []
+    while not search.done:
+        values = search.pending()
+        rounds.append(values)
+        for value in values:
+            search.record(value, parabola(3e-2)(value))
+    assert rounds == [[1e-4, 1e-3], [pytest.approx(1e-2)], [pytest.approx(1e-1)]]
+    assert search.result() == tune(parabola(3e-2), [1e-4, 1e-3], higher_is_better=True, max_extensions=3)
+    assert extend_value([1e-4, 1e-3], "low", "log") == 1e-5  # rounded: no float noise in a run's name
+
+
+def test_grid_search_errors():
+    search = GridSearch([0.1, 0.2], higher_is_better=True, scale="linear")
+    with pytest.raises(ValueError, match=r"the search is not done: values \[0.1, 0.2\] still need a score"):
+        search.result()
+    with pytest.raises(ValueError, match=r"value 0.3 is not pending; pending: \[0.1, 0.2\]"):
+        search.record(0.3, 1.0)
+    with pytest.raises(ValueError, match="grid values must be finite numbers"):
+        GridSearch([0.1, math.inf], higher_is_better=True)

@@ -151,19 +151,28 @@ def test_bad_values():
         summarize([1.0], bounds=(1.0, 0.0))
 
 
-def test_claim_row_and_table():
-    from pe_toolkit.bench.verdict import claim_row, claims_markdown
+def test_claims_table_prints_both_sides_the_difference_and_the_verdict():
+    from pe_toolkit.bench.verdict import claims_table
 
-    decided = decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], higher_is_better=True, name="a beats b")
-    row = claim_row(decided, metric="acc")
-    assert row["kind"] == "claim" and row["claim_kind"] == "difference" and row["metric"] == "acc"
-    assert row["verdict"] == "reproduced" and row["a"]["n"] == 3
-    unsure = claim_row(decide_claim([1.0, 2.0, 3.0], [1.5, 2.0, 2.5], higher_is_better=True, name="unsure"))
-    gated = claim_row(untested_claim("gated", "side a not learned", [0.1, 0.2], [0.3, 0.4]))
-    table = claims_markdown([row, unsure, gated]).splitlines()
-    d = decided.difference
-    assert table[2].startswith("| a beats b | 0.920 [") and f"+{d['mean']:.3f} [+{d['low']:.3f}, +" in table[2]
-    assert "| **reproduced** | the difference's interval lies above 0 |" in table[2]
-    mde = unsure["min_detectable_effect"]
-    assert "**inconclusive**" in table[3] and f"smallest effect this n detects: {mde:.3f}" in table[3]
-    assert "| gated | 0.150 [" in table[4] and "| - | none | **untested** | side a not learned |" in table[4]
+    decided = decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], higher_is_better=True, bounds=(0.0, 1.0),
+                           name="rope beats ape").as_row()
+    untested = untested_claim("x beats y", "y not learned", [0.5], [0.2]).as_row()
+    text = claims_table([{**decided, "note": "n1"}, untested], extra=[("note", "note")])
+    lines = text.splitlines()
+    assert lines[0] == ("| claim | note | a (favoured) | b (baseline) | a - b, paper's direction [95 %] | test | "
+                        "verdict |")
+    d = decided["difference"]
+    assert lines[2].startswith(f"| rope beats ape | n1 | 0.920 [{decided['a']['low']:.3f}, "
+                               f"{decided['a']['high']:.3f}] (n=3) | 0.863 [")
+    assert f"| +0.057 [{d['low']:+.3f}, {d['high']:+.3f}] | Welch t (two-sided, alpha 0.05) | **reproduced** (" \
+        in lines[2]
+    assert lines[3] == "| x beats y | n/a | 0.500 (n=1) | 0.200 (n=1) | - | none | **untested** (y not learned) |"
+
+
+def test_claim_row_keeps_the_claim_kind_beside_the_row_kind():
+    from pe_toolkit.bench.verdict import claim_row
+
+    claim = decide_claim([1.0, 1.1, 0.9], [1.0, 1.05, 0.95], kind="equivalence", margin=0.5, higher_is_better=True)
+    row = claim_row(claim, task="copy")
+    assert row["kind"] == "claim" and row["claim_kind"] == "equivalence" and row["task"] == "copy"
+    assert row["margin"] == 0.5 and row["a"]["n"] == 3 and row["verdict"] == claim.verdict

@@ -62,7 +62,7 @@ def test_runs_cover_every_config_lr_and_seed_plus_the_edge_extensions():
 
 def lr_row(config, lr, losses, diverged=0):
     return {"kind": "lr_summary", "config": config, "lr": lr, "seeds": len(losses), "diverged": diverged,
-            "val_loss": mean_interval(losses)}
+            "val_loss": mean_interval(losses), "values": list(losses), "seed_list": list(range(len(losses)))}
 
 
 def test_summaries_cap_diverged_runs_flag_grid_edges_and_find_the_stable_lr():
@@ -82,26 +82,40 @@ def test_summaries_cap_diverged_runs_flag_grid_edges_and_find_the_stable_lr():
     assert bench.edge_extensions(edge) == {"mla": pytest.approx(0.001)}
 
 
-def test_claims_follow_the_intervals():
-    tight = lambda m: [m - 0.01, m, m + 0.01]  # noqa: E731
+def test_claims_are_paired_per_seed_and_competitive_is_non_inferiority():
+    tight = lambda m: [m - 0.01, m, m + 0.02]  # noqa: E731  (the same seed effect in every configuration)
     lr_rows = []
     for lr, base, rule in ((0.01, 2.0, 2.0), (0.1, 1.8, 1.8), (1.0, 3.0, 2.0)):
         lr_rows += [lr_row("mha", lr, tight(base)), lr_row("mha+qk_lr", lr, tight(rule))]
     lr_rows += [lr_row("mha+qknorm", lr, tight(1.5)) for lr in (0.01, 0.1, 1.0)]
-    config_rows = bench.summarize_configs(lr_rows)
-    by = {c["claim"]: c for c in bench.claims(lr_rows, config_rows)}
-    assert by["mha+qk_lr allows a higher base lr than mha"]["verdict"] == "reproduced"  # better at lr 1, tie at none
-    assert "lr 1: better" in by["mha+qk_lr allows a higher base lr than mha"]["evidence"]
-    assert by["mha+qk_lr is competitive with mha+qknorm"]["verdict"] == "not reproduced"  # 1.8 vs 1.5: worse
-    assert by["mla+qk_lr allows a higher base lr than mla"]["verdict"] == "untested"  # not run
-    # overlapping intervals are a tie: not reproduced
-    wide = [lr_row(c, lr, [1.0, 3.0, 2.0]) for c in ("mha", "mha+qk_lr") for lr in (0.01, 0.1, 1.0)]
-    by = {c["claim"]: c for c in bench.claims(wide, bench.summarize_configs(wide))}
-    assert by["mha+qk_lr allows a higher base lr than mha"]["verdict"] == "not reproduced"
+    found = bench.claims(lr_rows, bench.summarize_configs(lr_rows))
+    summaries = {c["claim"]: c for c in found if c["kind"] == "claim_summary"}
+    rows = {c["name"]: c for c in found if c["kind"] == "claim"}
+    higher = "mha+qk_lr allows a higher base lr than mha"
+    assert summaries[higher]["verdict"] == "reproduced"  # lower loss at lr 1, the only lr above mha's best
+    assert summaries[higher]["parts"] == ["mha+qk_lr beats mha at lr 1 (above mha's best lr 0.1)"]
+    at_one = rows["mha+qk_lr beats mha at lr 1 (above mha's best lr 0.1)"]
+    assert at_one["verdict"] == "reproduced" and at_one["paired"] and at_one["claim"] == higher
+    assert at_one["difference"]["mean"] == pytest.approx(1.0) and at_one["a"]["n"] == 3
+    competitive = next(c for c in found if c.get("claim") == "mha+qk_lr is competitive with mha+qknorm")
+    assert competitive["claim_kind"] == "noninferiority" and competitive["margin"] == bench.COMPETITIVE_MARGIN
+    assert competitive["verdict"] == "contradicted"  # 1.8 vs 1.5: worse by 0.3, far past the margin
+    assert summaries["mla+qk_lr allows a higher base lr than mla"]["verdict"] == "untested"  # not run
+    assert summaries["mla+qk_lr allows a higher base lr than mla"]["reason"].startswith("configurations not run")
+    # within the margin on every seed: competitive is reproduced
+    close = [lr_row(c, lr, tight(m)) for c, m in (("mha+qk_lr", 1.51), ("mha+qknorm", 1.5)) for lr in (0.1,)]
+    competitive = next(c for c in bench.claims(close, bench.summarize_configs(close)) if c["kind"] == "claim")
+    assert competitive["verdict"] == "reproduced"
+    # a spread that does not cancel by seed: inconclusive, never "not reproduced"
+    wide = [lr_row(c, lr, [1.0, 3.0, 2.0] if c == "mha" else [3.0, 1.0, 2.0]) for c in ("mha", "mha+qk_lr")
+            for lr in (0.01, 0.1, 1.0)]
+    by = {c["claim"]: c for c in bench.claims(wide, bench.summarize_configs(wide)) if c["kind"] == "claim_summary"}
+    assert by[higher]["verdict"] == "inconclusive"
     # one seed: untested
     single = [lr_row(c, lr, [2.0]) for c in ("mha", "mha+qk_lr") for lr in (0.01, 0.1)]
-    by = {c["claim"]: c for c in bench.claims(single, bench.summarize_configs(single))}
-    assert by["mha+qk_lr allows a higher base lr than mha"]["verdict"] == "untested"
+    by = {c["claim"]: c for c in bench.claims(single, bench.summarize_configs(single)) if c["kind"] == "claim_summary"}
+    assert by[higher]["verdict"] == "untested"
+    assert {c["verdict"] for c in bench.claims(single, bench.summarize_configs(single))} == {"untested"}
 
 
 def test_tiny_run_then_resume(tmp_path, monkeypatch):

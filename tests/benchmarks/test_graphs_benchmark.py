@@ -30,24 +30,37 @@ def test_summarize_training_gives_student_t_intervals_over_replicates():
     assert none["n"] == 1 and none["text"] == "10.0 (n=1)"  # the NaN run is dropped; one value, no interval
 
 
-def _cell(task, model, pe, mean, low, high, n=3):
-    return {"task": task, "model": model, "pe": pe, "mean": mean, "low": low, "high": high, "n": n,
-            "text": f"{mean}"}
+def _runs(task, model, pe, values):
+    return [{"task": task, "model": model, "pe": pe, "fold": i if task == "csl" else 0, "seed": 0 if task == "csl"
+             else i, "test_metric": v} for i, v in enumerate(values)]
 
 
-def test_claim_verdicts_come_from_the_intervals():
-    summary = [_cell("csl", "gin", "none", 0.1, 0.1, 0.1), _cell("csl", "gin", "lap_pe", 0.5, 0.3, 0.7),
-               _cell("csl", "gin", "rwse", 0.2, 0.05, 0.35), _cell("csl", "gps", "none", 0.1, 0.1, 0.1),
-               _cell("csl", "gps", "rwse", 0.9, 0.8, 1.0, n=1), _cell("pattern", "gin", "rfp", 0.6, 0.55, 0.65),
-               _cell("pattern", "gin", "lap_pe", 0.7, 0.68, 0.72)]
-    rows = {(r["claim"].split(" (")[0], r["task"], r["model"]): (r["verdict"], r["status"])
-            for r in graphs.claim_verdicts(summary)}
-    assert rows == {
-        ("LapPE beats no PE", "csl", "gin"): ("better", "reproduced"),
-        ("RWSE beats no PE", "csl", "gin"): ("tie", "not reproduced"),  # [0.05, 0.35] overlaps 0.1
-        ("RWSE beats no PE", "csl", "gps"): ("untested", "untested"),  # one replicate: no interval
-        ("RFP beats LapPE", "pattern", "gin"): ("worse", "not reproduced"),
+def test_claims_are_decided_on_the_difference_and_untested_where_the_task_is_not_learned():
+    rows = (_runs("csl", "gin", "none", [0.1, 0.1, 0.12]) + _runs("csl", "gin", "lap_pe", [0.6, 0.65, 0.7])
+            + _runs("csl", "gin", "rwse", [0.05, 0.35, 0.2]) + _runs("csl", "gps", "none", [0.1, 0.1, 0.1])
+            + _runs("csl", "gps", "rwse", [0.9]) + _runs("pattern", "gin", "rfp", [0.80, 0.81, 0.79])
+            + _runs("pattern", "gin", "lap_pe", [0.85, 0.86, 0.84]) + _runs("cluster", "gin", "rfp", [0.30, 0.34, 0.23])
+            + _runs("cluster", "gin", "random_features", [0.25, 0.24, 0.26]))
+    found = {(r["claim"].split(" (")[0], r["task"], r["model"]): r for r in graphs.claims(rows)}
+    assert {k: r["verdict"] for k, r in found.items()} == {
+        ("LapPE beats no PE", "csl", "gin"): "reproduced",
+        ("RWSE beats no PE", "csl", "gin"): "inconclusive",  # the difference's interval contains 0
+        ("RWSE beats no PE", "csl", "gps"): "untested",  # one replicate: no interval
+        ("RFP beats LapPE", "pattern", "gin"): "contradicted",
+        ("RFP beats random features", "cluster", "gin"): "untested",  # CLUSTER not learned
     }
+    lap = found[("LapPE beats no PE", "csl", "gin")]
+    assert lap["kind"] == "claim" and lap["test"].startswith("Welch t") and lap["a"]["n"] == lap["b"]["n"] == 3
+    assert lap["a"]["mean"] == pytest.approx(0.65) and 0.0 <= lap["b"]["low"] and lap["a"]["high"] <= 1.0
+    assert found[("RWSE beats no PE", "csl", "gin")]["min_detectable_effect"] > 0
+    assert found[("RFP beats random features", "cluster", "gin")]["reason"] == (
+        "CLUSTER not learned by gin: best mean test accuracy 29.0 % (rfp) < 58.3 % (halfway from chance 16.7 % "
+        "to 100 %)")
+    assert found[("RWSE beats no PE", "csl", "gps")]["reason"].startswith("fewer than 2 replicates")
+    # a diverged fold is counted, never dropped: the claim is untested
+    nan = _runs("csl", "gin", "none", [0.1, float("nan"), 0.1]) + _runs("csl", "gin", "lap_pe", [0.6, 0.65, 0.7])
+    (claim,) = [r for r in graphs.claims(nan) if r["claim"].startswith("LapPE")]
+    assert claim["verdict"] == "untested" and claim["reason"].startswith("non-finite runs")
 
 
 def test_pyg_memory_estimate_and_skip():
@@ -197,15 +210,17 @@ def test_csl_section_tiny_run_and_resume(tmp_path):
     for r in rows:
         assert r["metric"] == "acc" and 0.0 <= r["test_metric"] <= 1.0
         assert r["test_graphs"] == 30 and r["train_graphs"] == 90
+        assert r["lr"] == 0.003 and 0.0 <= r["val_metric"] <= 1.0  # the validation split: for the lr choice
     stored = sorted((out / "runs" / "quick").glob("*.json"))
-    assert [p.name for p in stored] == ["run=csl__none__gin__fold0.json", "run=csl__rwse__gin__fold0.json"]
+    assert [p.name for p in stored] == ["run=csl__none__gin__fold0__lr=0.003.json",
+                                        "run=csl__rwse__gin__fold0__lr=0.003.json"]
     spec = json.loads(stored[0].read_text())["spec"]
     assert spec["device"] == {"accelerator": "auto", "devices": 1, "precision": "32-true"}  # --accelerator
     assert (out / "csl_accuracy.png").stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "CSL test accuracy" in report and "| gin | rwse | " in report and "(n=1)" in report
-    assert "## How the fairness rule is met" in report
-    assert "| RWSE beats no PE (Rampasek et al.) | csl | gin |" in report and "| untested | untested |" in report
+    assert "## How the fairness rule is met" in report and "## Tuning" in report
+    assert "| RWSE beats no PE (Rampasek et al.): csl, gin |" in report and "**untested** (" in report
     assert "graph_mamba" not in report or "not implemented yet" in report
     # the stored runs are reused, row for row
     before = {p.name: json.loads(p.read_text())["written"] for p in stored}
@@ -225,7 +240,7 @@ def test_sbm_section_tiny_run(tmp_path):
     assert sorted((r["task"], r["seed"]) for r in rows) == [("cluster", 0), ("cluster", 1), ("pattern", 0),
                                                             ("pattern", 1)]
     assert sorted(p.name for p in (out / "runs" / "quick").glob("*.json")) == [
-        f"run={t}__rfp__gin__seed{s}.json" for t in ("cluster", "pattern") for s in (0, 1)]
+        f"run={t}__rfp__gin__seed{s}__lr=0.003.json" for t in ("cluster", "pattern") for s in (0, 1)]
     first, second = (next(r for r in rows if r["task"] == "pattern" and r["seed"] == s) for s in (0, 1))
     assert (first["test_metric"], first["train_metric"]) != (second["test_metric"], second["train_metric"])
     assert all(r["metric"] == "weighted_acc" and 0.0 <= r["test_metric"] <= 1.0 for r in rows)

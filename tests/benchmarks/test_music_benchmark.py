@@ -47,7 +47,7 @@ def _row(task, encoding, seed, lr, value):
     row = {"task": task, "encoding": encoding, "seed": seed, "lr": lr, "val_nll": value,
            "reference_notes_per_voice": 2.0, "notes_per_voice_each": [1.0, 2.0, 3.0],
            "reference_notes_per_voice_each": [2.0, 2.0, 2.0]}
-    return {**row, **{m: value for m in bench.METRICS}}
+    return {**row, **{m: value for m in bench.METRICS}, "gen_f1": value / 10}  # an F1 lies in [0, 1]
 
 
 def test_selection_summaries_verdicts_and_claims():
@@ -72,11 +72,18 @@ def test_selection_summaries_verdicts_and_claims():
     summary = {s["encoding"]: s for s in result.derived if s["kind"] == "summary"}
     assert summary["s_ape"]["test_nll"] == pytest.approx(1.0) and summary["s_ape"]["seeds"] == 3
     assert summary["s_ape"]["notes_each"] == [1.0, 2.0, 3.0]
-    verdict = {(v["metric"].split()[0], v["encoding"]): v for v in result.derived if v["kind"] == "verdict"}
-    assert verdict[("chroma_similarity", "s_ape")]["vs nope"] == "better"
-    assert verdict[("ssm_distance", "s_ape")]["vs sinusoidal"] == "better"
-    (claim,) = [c for c in result.derived if c["kind"] == "claim"]
-    assert claim["verdict"] == "reproduced"
+    found = {(c["metric"], c["encoding"], c["baseline"]): c for c in result.derived if c["kind"] == "claim"}
+    chroma = found[("chroma_similarity", "s_ape", "nope")]
+    assert chroma["verdict"] == "reproduced" and chroma["test"].startswith("Welch t") and not chroma["paired"]
+    assert chroma["difference"]["mean"] == pytest.approx(2.0) and chroma["a"]["n"] == chroma["b"]["n"] == 3
+    assert found[("ssm_distance", "s_ape", "sinusoidal")]["verdict"] == "reproduced"
+    assert found[("test_nll", "s_ape", "nope")]["verdict"] == "reproduced"  # lower is better: 1 vs 3
+    (claim,) = [c for c in result.derived if c["kind"] == "claim_summary"]
+    assert claim["verdict"] == "reproduced" and "s_ape on chroma_similarity" in claim["better than both"]
+    # two seeds: every comparison untested, and so the claim
+    two = Result(config=config, preset="quick", rows=[r for r in rows if r["seed"] < 2], trials=trials, chosen=chosen)
+    derived = BENCHMARK.analyze(two)
+    assert {c["verdict"] for c in derived if c["kind"] in ("claim", "claim_summary")} == {"untested"}
     # a (task, encoding) whose every trial diverged has no selection and no summary
     result.trials = [{**t, "val_nll": math.nan} if t["encoding"] == "nope" else t for t in trials]
     assert ("next_step", "nope") not in BENCHMARK.chosen(result)

@@ -39,8 +39,8 @@ def test_protocols_decide_the_history_exclusion():
         recsys.excludes_history("ml-100k", "bert4rec")
 
 
-def test_summary_intervals_and_verdicts():
-    # cape 0.30 / 0.31 / 0.32 against learned 0.20 / 0.21 / 0.22: intervals 0.31 +- 0.0248 apart -> better
+def test_summary_intervals_and_claims():
+    # cape 0.30 / 0.31 / 0.32 against learned 0.20 / 0.21 / 0.22: the difference 0.10 +- 0.023 -> reproduced
     rows = [row("ml-100k", "cape", s, 0.30 + 0.01 * s) for s in range(3)]
     rows += [row("ml-100k", "learned", s, 0.20 + 0.01 * s) for s in range(3)]
     rows += [row("ml-100k", "rope", s, 0.31 + 0.01 * (-1) ** s) for s in range(3)]
@@ -49,13 +49,18 @@ def test_summary_intervals_and_verdicts():
     cape = summary[2]["ndcg@10"]
     half = 4.302652729911275 * 0.01 / 3**0.5  # t(0.975, 2) * sd / sqrt(n)
     assert cape["mean"] == pytest.approx(0.31) and cape["high"] - cape["mean"] == pytest.approx(half)
-    found = {(v["comparison"], v["metric"]): v for v in recsys.verdicts(summary)}
-    assert found[("cape vs learned", "ndcg@10")]["verdict"] == "better"
-    assert found[("cape vs rope", "ndcg@10")]["verdict"] == "tie"  # overlapping intervals
-    assert found[("cape vs learned", "hr@10")]["verdict"] == "tie"  # identical values
-    assert "better than learned" in recsys.verdict_sentence(found[("cape vs learned", "ndcg@10")])
-    one_seed = recsys.verdicts(recsys.summarize(rows[:1] + rows[3:4]))
-    assert "untested" in recsys.verdict_sentence(one_seed[0])
+    found = {(c["comparison"], c["metric"]): c for c in recsys.claims(rows)}
+    assert set(found) == {(f"cape vs {o}", m) for o in ("learned", "rope") for m in ("ndcg@10", "hr@10")}
+    better = found[("cape vs learned", "ndcg@10")]
+    assert better["kind"] == "claim" and better["verdict"] == "reproduced" and better["test"].startswith("Welch t")
+    assert better["difference"]["mean"] == pytest.approx(0.10) and better["a"]["n"] == better["b"]["n"] == 3
+    assert better["name"] == "cape beats learned: ml-100k (recbole), NDCG@10"
+    assert found[("cape vs rope", "ndcg@10")]["verdict"] == "inconclusive"
+    assert found[("cape vs rope", "ndcg@10")]["min_detectable_effect"] > 0
+    assert found[("cape vs learned", "hr@10")]["verdict"] == "inconclusive"  # identical values
+    one_seed = recsys.claims(rows[:1] + rows[3:4])
+    assert {c["verdict"] for c in one_seed} == {"untested"}
+    assert recsys.claim_counts(list(found.values())) == "1 reproduced, 3 inconclusive (of 4 claims)"
 
 
 def tiny_run_args(out, max_epochs: int, *extra: str) -> list[str]:
@@ -75,18 +80,21 @@ def test_tiny_run_writes_results_report_and_plot(tmp_path):
     runs = [r for r in results["rows"] if "kind" not in r]
     assert [(r["encoding"], r["seed"], r["protocol"]) for r in runs] == [("learned", 0, "recbole"),
                                                                          ("cape", 0, "recbole")]
-    assert [(r["kind"], r["comparison"], r["metric"]) for r in results["rows"][2:]] == [
-        ("claim", "cape vs learned", "ndcg@10"), ("claim", "cape vs learned", "hr@10")]
+    assert [r["kind"] for r in results["rows"][2:4]] == ["tuning_trial"] * 2  # a one-value lr grid
+    assert [(r["kind"], r["comparison"], r["metric"], r["verdict"]) for r in results["rows"][4:]] == [
+        ("claim", "cape vs learned", "ndcg@10", "untested"), ("claim", "cape vs learned", "hr@10", "untested")]
+    assert {r["lr"] for r in runs} == {0.003}
     for r in runs:
         assert 0.0 <= r["ndcg@10"] <= r["hr@10"] <= 1.0 and r["users"] == 30 and r["epochs"] == 1
         assert r["ndcg@10"] == r["all/ndcg@10"] and r["ranking"] == "all"  # RecBole: nothing excluded
         assert r["steps"] == 2  # 1 epoch of batches_per_epoch = 2 batches
     assert results["config"]["device"]["accelerator"] == "cpu"
-    stored = json.loads((out / "runs" / "quick" / "dataset=synthetic__protocol=recbole__encoding=cape__seed=0.json")
-                        .read_text())
+    key = "dataset=synthetic__protocol=recbole__encoding=cape__seed=0__lr=0.003"
+    stored = json.loads((out / "runs" / "quick" / f"{key}.json").read_text())
     assert stored["spec"]["device"] == {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
     report = (out / "report.md").read_text()
-    assert "| cape | 1 |" in report and "cape vs learned" in report and "untested" in report
+    assert "| cape | 1 |" in report and "cape beats learned: synthetic (recbole), NDCG@10" in report
+    assert "**untested** (fewer than 2 replicates" in report and "## Tuning" in report
     assert "**Fairness.**" in report and (out / "recsys_metrics.png").stat().st_size
     # --resume rebuilds the report from the stored runs without training (a new run would differ in "seconds")
     assert main(args + ["--resume"]) == 0
@@ -105,6 +113,7 @@ def test_converged_flag_survives_testing_the_best_checkpoint(tmp_path):
     # (stopped_epoch 0); the flag is read after fit, so a run stopped by patience is reported as converged
     assert main(tiny_run_args(tmp_path, 12, "--set", "training.synthetic.patience=1")) == 0
     rows = [r for r in json.loads((tmp_path / "recsys" / "results.json").read_text())["rows"] if "kind" not in r]
+    assert len(rows) == 2
     assert all(r["converged"] == (r["epochs"] < 12) for r in rows)
     assert any(r["converged"] for r in rows)
     report = (tmp_path / "recsys" / "report.md").read_text()

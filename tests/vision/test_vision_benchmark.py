@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pe_toolkit.bench.cli import main
@@ -46,31 +46,44 @@ def test_tiny_run_writes_results_and_resumes(tmp_path):
         assert chosen == best["lr"] and {r["lr"] for r in runs if r["encoding"] == encoding} == {chosen}
     assert all(0 <= r["acc_16"] <= 1 and 0 <= r["acc_24"] <= 1 and r["cpu_seconds"] > 0 for r in runs)
     report = (out / "report.md").read_text()
-    assert "rope_axial vs learned_2d" in report and (out / "accuracy_vs_resolution.png").stat().st_size > 1000
+    assert "rope_axial beats learned_2d at 24 px (trained at 16)" in report
+    assert (out / "accuracy_vs_resolution.png").stat().st_size > 1000
+    assert "## Tuning" in report and results["config"]["tuning"]["rope_axial"]["tried"] == [0.001, 0.003]
     assert "## How the fairness rule is met" in report and "same validation scenes" in report
     assert main(args + ["--resume"]) == 0  # every run reused: same rows again
     again = json.loads((out / "results.json").read_text())
     assert [r["acc_24"] for r in again["rows"] if r["kind"] == "run"] == [r["acc_24"] for r in runs]
 
 
-def _summary(mean: float, half: float) -> dict:
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": 3}
+def _rows(encoding: str, accs: list[float], val: float = 0.9) -> list[dict]:
+    return [{"encoding": encoding, "seed": i, "val_acc": val, "acc_32": val, "acc_64": a} for i, a in enumerate(accs)]
 
 
-def test_verdicts_follow_the_intervals():
-    summary = [{"encoding": "rope_mixed", "acc_64": _summary(0.8, 0.05), "acc_96": _summary(0.6, 0.2)},
-               {"encoding": "learned_2d", "acc_64": _summary(0.5, 0.05), "acc_96": _summary(0.5, 0.05)}]
-    rows = bench.verdicts(summary, [32, 64, 96], 32)
-    assert rows == [{"comparison": "rope_mixed vs learned_2d", "at_64": "better (0.800 vs 0.500)",
-                     "at_96": "tie (0.600 vs 0.500)"}]
-    sentence = bench.claim_sentence(rows, [32, 64, 96], 32)
-    assert sentence == "rope_mixed vs learned_2d: is better at 64 px, tied elsewhere."
-    one_seed = {"mean": 0.9, "low": math.nan, "high": math.nan, "n": 1}
-    assert bench.verdicts([{"encoding": "rope_axial", "acc_64": one_seed},
-                           {"encoding": "sincos_2d", "acc_64": _summary(0.2, 0.01)}], [64], 32)[0]["at_64"] \
-        .startswith("untested")
+def test_claims_are_decided_on_the_difference_with_the_task_caveat():
+    rows = _rows("rope_mixed", [0.80, 0.82, 0.78]) + _rows("learned_2d", [0.50, 0.55, 0.45]) \
+        + _rows("sincos_2d", [0.79, 0.83, 0.76])
+    claims = bench.claims(rows, [32, 64], 32)
+    assert [(c["comparison"], c["verdict"]) for c in claims] == [
+        ("rope_mixed vs learned_2d", "reproduced"), ("rope_mixed vs sincos_2d", "inconclusive")]
+    first = claims[0]
+    assert first["kind"] == "claim" and first["test"].startswith("Welch t") and first["a"]["n"] == 3
+    assert first["a"]["mean"] == pytest.approx(0.8) and first["b"]["mean"] == pytest.approx(0.5)
+    assert first["difference"]["mean"] == pytest.approx(0.3) and first["a"]["high"] <= 1.0
+    assert "favours learned_2d" in first["caveat"]
+    assert claims[1]["min_detectable_effect"] > 0
+    assert bench.claim_sentence(claims) == ("rope_mixed vs learned_2d: 1 reproduced (of 1 sizes); "
+                                            "rope_mixed vs sincos_2d: 1 inconclusive (of 1 sizes).")
+
+
+def test_a_side_not_learned_or_one_seed_makes_the_claim_untested():
+    rows = _rows("rope_axial", [0.8, 0.9, 0.85]) + _rows("sincos_2d", [0.3, 0.2, 0.25], val=0.3)
+    claim = bench.claims(rows, [32, 64], 32)[0]
+    assert claim["verdict"] == "untested" and claim["reason"] == (
+        "sincos_2d not learned: validation accuracy 0.300 at 32 px < 0.5")
+    one = bench.claims(_rows("rope_axial", [0.9]) + _rows("sincos_2d", [0.2]), [32, 64], 32)[0]
+    assert one["verdict"] == "untested" and one["reason"].startswith("fewer than 2 replicates")
 
 
 def test_claim_sentence_without_evidence():
-    assert bench.claim_sentence([], [32, 64], 32).startswith("Not tested")
-    assert bench.claim_sentence([{"comparison": "a vs b"}], [32], 32).startswith("Not tested")
+    assert bench.claim_sentence([]).startswith("Not tested")
+    assert bench.claims(_rows("rope_axial", [0.9]), [32, 64], 32) == []
