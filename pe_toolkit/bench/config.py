@@ -70,8 +70,8 @@ def trainer_options(device: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ YAML and merging
-CONFIG_LIBRARIES = {"jsonargparse": "jsonargparse[signatures]", "yaml": "pyyaml"}
-"""What reading and validating a preset needs (not Lightning: the speed benchmark trains nothing)."""
+CONFIG_LIBRARIES = {"jsonargparse": "jsonargparse", "yaml": "pyyaml"}
+"""What reading and validating a preset needs: core dependencies (a ``--no-deps`` install may lack them)."""
 
 
 def _require_config_libraries() -> None:
@@ -82,8 +82,8 @@ def _require_config_libraries() -> None:
     if missing:
         names = " ".join(f"'{CONFIG_LIBRARIES[m]}'" for m in missing)
         raise ImportError(f"{__name__} reads and checks presets with jsonargparse and PyYAML; not installed: "
-                          f"{', '.join(missing)}. Install: pip install {names} (the 'bench' and 'train' extras "
-                          "include them)", name=missing[0])
+                          f"{', '.join(missing)}. Install: pip install {names} (dependencies of torch-pe-toolkit "
+                          "itself; a --no-deps install leaves them out)", name=missing[0])
 
 
 def read_yaml(path: str | Path, *, what: str) -> dict[str, Any]:
