@@ -471,6 +471,22 @@ class AttentionStability(Benchmark):
 
     def __init__(self) -> None:
         self.extended: dict[str, list[float]] = {}  # lrs added beyond a grid edge, per configuration
+        self.rounds = 0  # edge-extension passes so far
+
+    def extend(self, config: Config, result: Result) -> bool:
+        """Up to ``extend_edges`` passes: each configuration whose best lr is at a grid edge gets the next lr
+        beyond it (all seeds); the runner reruns with the earlier runs reused."""
+        if self.rounds >= config.extend_edges:
+            return False
+        beyond = edge_extensions([r for r in result.derived if r["kind"] == "config_summary"])
+        if not beyond:
+            return False
+        self.rounds += 1
+        for name, lr in beyond.items():
+            self.extended.setdefault(name, []).append(lr)
+        print(f"attention_stability: edge extension {self.rounds} "
+              f"({', '.join(f'{c}: lr {lr:g}' for c, lr in beyond.items())})", flush=True)
+        return True
 
     def check(self, config: Config) -> None:
         for key in ("steps", "batch_size", "context", "max_bytes", "val_windows", "monitor_every"):
@@ -572,61 +588,7 @@ class AttentionStability(Benchmark):
 
 
 # ------------------------------------------------------------------------------------------------ edge rounds
-def run_extending_edges(benchmark: AttentionStability, config: Config, options: Any, *, preset: str, out: Any,
-                        command: str) -> Result:
-    """The harness's ``run``, then up to ``extend_edges`` rounds that add the lr beyond a grid edge (all seeds).
-
-    Not (yet) in the harness's runner (issue 39 plans edge extension there): each round reruns
-    ``run`` with the added lrs and ``resume`` on, so the runs of the rounds before (written moments ago by
-    this process, same specs) are reused, not trained again.
-    """
-    from pe_toolkit.bench.runner import run
-
-    result = run(benchmark, config, options, preset=preset, out=out, command=command)
-    for round_ in range(config.extend_edges):
-        beyond = edge_extensions([r for r in result.derived if r["kind"] == "config_summary"])
-        if not beyond:
-            break
-        for name, lr in beyond.items():
-            benchmark.extended.setdefault(name, []).append(lr)
-        print(f"attention_stability: edge extension {round_ + 1} "
-              f"({', '.join(f'{c}: lr {lr:g}' for c, lr in beyond.items())})", flush=True)
-        result = run(benchmark, config, dataclasses.replace(options, resume=True), preset=preset, out=out,
-                     command=command)
-    return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The harness's command line (``pe_toolkit.bench.cli``) with the edge-extension rounds."""
-    import shlex
-    import sys
-
-    from pe_toolkit.bench.cli import build_parser
-    from pe_toolkit.bench.config import RunOptions, load_config
-    from pe_toolkit.quiet import quiet_third_party
-
-    quiet_third_party()
-    prog = "python benchmarks/attention_stability.py"
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(prog, AttentionStability.name)
-    args = parser.parse_args(argv)
-    if args.quick and args.preset not in (None, "quick"):
-        parser.error(f"--quick and --preset {args.preset} contradict each other; give one")
-    preset = "quick" if args.quick else (args.preset or "full")
-    benchmark = AttentionStability()
-    try:
-        config, run_section = load_config(benchmark, preset, config_file=args.config, overrides=args.overrides)
-        flags = {k: getattr(args, k) for k in ("executor", "ray_address", "jobs", "threads", "accelerator",
-                                                "devices", "precision", "resume") if getattr(args, k) is not None}
-        options = RunOptions(**{**run_section, **flags})
-    except (ValueError, TypeError) as error:
-        parser.error(str(error))
-    start = time.perf_counter()
-    run_extending_edges(benchmark, config, options, preset=preset, out=args.out,
-                        command=shlex.join([*prog.split(), *argv]))
-    print(f"wrote {args.out / benchmark.name} in {time.perf_counter() - start:.0f} s", flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="attention_stability", prog="python benchmarks/attention_stability.py"))

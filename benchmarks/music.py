@@ -562,6 +562,9 @@ class Music(Benchmark):
         return ([{"kind": "summary", **s} for s in summary] + lines
                 + [{"kind": "claim_summary", **c} for c in claim(lines, result.config.tasks)])
 
+    def write_artifacts(self, result: Result, folder: Path) -> None:
+        write_midi(result.rows, folder / "midi")
+
     def plot(self, result: Result) -> dict[str, Any]:
         figures = {"metrics.png": plot_metrics([s for s in result.derived if s["kind"] == "summary"])}
         for task in result.config.tasks:
@@ -643,41 +646,7 @@ class Music(Benchmark):
         return "".join(body)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The harness's command line (``pe_toolkit.bench.cli``); then the MIDI files of the generated windows.
-
-    The harness's ``plot`` hook returns figures only, so the MIDI files are written here (to lift into the
-    harness: a hook for non-figure artefacts).
-    """
-    import shlex
-    import sys
-
-    from pe_toolkit.bench.cli import build_parser
-    from pe_toolkit.bench.config import RunOptions, load_config
-    from pe_toolkit.bench.runner import run
-    from pe_toolkit.quiet import quiet_third_party
-
-    quiet_third_party()
-    prog = "python benchmarks/music.py"
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(prog, Music.name)
-    args = parser.parse_args(argv)
-    if args.quick and args.preset not in (None, "quick"):
-        parser.error(f"--quick and --preset {args.preset} contradict each other; give one")
-    preset = "quick" if args.quick else (args.preset or "full")
-    benchmark = Music()
-    try:
-        config, run_section = load_config(benchmark, preset, config_file=args.config, overrides=args.overrides)
-        flags = {k: getattr(args, k) for k in ("executor", "ray_address", "jobs", "threads", "accelerator",
-                                                "devices", "precision", "resume") if getattr(args, k) is not None}
-        options = RunOptions(**{**run_section, **flags})
-    except (ValueError, TypeError) as error:
-        parser.error(str(error))
-    result = run(benchmark, config, options, preset=preset, out=args.out, command=shlex.join([*prog.split(), *argv]))
-    write_midi(result.rows, args.out / benchmark.name / "midi")
-    print(f"wrote {args.out / benchmark.name}/report.md", flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pe_toolkit.bench.cli import main
+
+    raise SystemExit(main(name="music", prog="python benchmarks/music.py"))

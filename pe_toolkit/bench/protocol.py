@@ -158,6 +158,17 @@ class Benchmark:
         """
         return [row]
 
+    def extend(self, config: Any, result: Result) -> bool:
+        """After a pass: add runs the result calls for (e.g. a swept value past an edge) and return ``True``.
+
+        The runner then runs ``runs(config)`` again with ``resume`` on, so the runs already stored are reused
+        and only the added ones train. Default: no further pass.
+        """
+        return False
+
+    def write_artifacts(self, result: Result, folder: Path) -> None:
+        """Outputs that are neither rows, report nor figures (e.g. MIDI files), written into ``folder``."""
+
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         """Summaries and claims computed from the rows (each a dict with a ``"kind"``)."""
         return []

@@ -212,10 +212,21 @@ def run(benchmark: Benchmark, config: Any, options: RunOptions, *, preset: str, 
     """Run ``benchmark`` with ``config``; write ``<out>/<name>/`` (results.json, report.md, plots); the result.
 
     ``command``: the command line shown in the report (default ``pe-toolkit bench <name> --preset <preset>``).
+    While ``benchmark.extend(config, result)`` adds runs, another pass runs with ``resume`` on (the stored
+    runs are reused) and rewrites the outputs.
     """
     if command is None:
         command = shlex.join(["pe-toolkit", "bench", benchmark.name, "--preset", preset])
     start = time.perf_counter()
+    result = _run_pass(benchmark, config, options, preset=preset, out=out, command=command, start=start)
+    while benchmark.extend(config, result):
+        options = dataclasses.replace(options, resume=True)
+        result = _run_pass(benchmark, config, options, preset=preset, out=out, command=command, start=start)
+    return result
+
+
+def _run_pass(benchmark: Benchmark, config: Any, options: RunOptions, *, preset: str, out: str | Path,
+              command: str, start: float) -> Result:
     device = options.device()
     specs = [{**spec, "device": device, "threads": options.threads} for spec in benchmark.runs(config)]
     if not specs:
@@ -244,6 +255,7 @@ def run(benchmark: Benchmark, config: Any, options: RunOptions, *, preset: str, 
     write_results(benchmark.name, run_config, rows + trial_rows + result.derived, result.seconds, root=out)
     for name, figure in benchmark.plot(result).items():
         save_figure(figure, folder / name, quick=result.quick)
+    benchmark.write_artifacts(result, folder)
     body = benchmark.report(result)
     if tuning is not None:
         body = body.rstrip() + "\n\n" + tuning_section(tuning, record)

@@ -1,6 +1,7 @@
-"""Per-seed statistics of the benchmarks: mean and Student-t interval, its text, the interval verdict.
+"""Per-seed statistics of the benchmarks' tables: mean and Student-t interval, and its text.
 
-The verdict rule moves here whole with issue 39 (paired and equivalence tests, bounded intervals).
+Claims are decided by :mod:`pe_toolkit.bench.verdict` (the interval of the difference, paired and
+equivalence tests, bounded intervals), never from whether two of these intervals overlap.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["format_interval", "interval_verdict", "mean_interval"]
+__all__ = ["format_interval", "mean_interval"]
 
 
 def mean_interval(values: Iterable[float], confidence: float = 0.95) -> dict[str, Any]:
@@ -46,25 +47,3 @@ def format_interval(summary: Mapping[str, Any], fmt: str = ".3f") -> str:
     if not math.isfinite(summary["low"]):
         return f"{summary['mean']:{fmt}} (n={summary['n']})"
     return f"{summary['mean']:{fmt}} [{summary['low']:{fmt}}, {summary['high']:{fmt}}] (n={summary['n']})"
-
-
-def interval_verdict(a: Mapping[str, Any], b: Mapping[str, Any], *, higher_is_better: bool) -> str:
-    """``"better"``, ``"worse"`` or ``"tie"`` for ``a`` against ``b``, from their intervals.
-
-    ``a`` is better only when its whole interval lies on the better side of ``b``'s (no overlap);
-    overlapping intervals, or a missing interval (fewer than 2 seeds), are a ``"tie"``: the runs do
-    not separate the two.
-
-    Example:
-        >>> interval_verdict({"low": 0.8, "high": 0.9}, {"low": 0.5, "high": 0.7}, higher_is_better=True)
-        'better'
-    """
-    values = [a["low"], a["high"], b["low"], b["high"]]
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-        return "tie"
-    if a["low"] > b["high"]:
-        return "better" if higher_is_better else "worse"
-    if a["high"] < b["low"]:
-        return "worse" if higher_is_better else "better"
-    return "tie"
-

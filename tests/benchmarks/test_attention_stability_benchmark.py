@@ -12,6 +12,13 @@ from pe_toolkit.bench.config import load_config
 from pe_toolkit.bench.stats import mean_interval
 from pe_toolkit.benchmarks import attention_stability as bench
 
+
+def run_cli(argv):
+    """``python benchmarks/attention_stability.py ARGV`` in this process (the harness's command line)."""
+    from pe_toolkit.bench.cli import main
+
+    return main(argv, name="attention_stability", prog="python benchmarks/attention_stability.py")
+
 TINY = """
 model: {dim: 16, num_heads: 2, num_layers: 1}
 mla: {latent_dim: 8, rope_head_dim: 4, nope_head_dim: 4, query_latent_dim: 8}
@@ -123,7 +130,7 @@ def test_tiny_run_then_resume(tmp_path, monkeypatch):
     config.write_text(TINY)
     argv = ["--quick", "--config", str(config), "--out", str(tmp_path), "--set", "configs=[mla+qk_clip]",
             "--accelerator", "cpu"]
-    assert bench.main(argv) == 0
+    assert run_cli(argv) == 0
     out = tmp_path / "attention_stability"
     document = json.loads((out / "results.json").read_text())
     rows = [r for r in document["rows"] if "kind" not in r]
@@ -138,8 +145,8 @@ def test_tiny_run_then_resume(tmp_path, monkeypatch):
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(bench, "run_one", no_training)
-    bench.main([*argv, "--resume"])
+    run_cli([*argv, "--resume"])
     again = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
     assert json.dumps(again) == json.dumps(rows)  # as text: a diverged run's loss is inf or nan
     with pytest.raises(AssertionError, match="trained again"):
-        bench.main([*argv, "--resume", "--set", "steps=4"])
+        run_cli([*argv, "--resume", "--set", "steps=4"])

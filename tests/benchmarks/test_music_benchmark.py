@@ -11,6 +11,14 @@ from pe_toolkit.bench import Result
 from pe_toolkit.bench.config import load_config
 from pe_toolkit.benchmarks import music as bench
 
+
+def run_cli(argv):
+    """``python benchmarks/music.py ARGV`` in this process (the harness's command line)."""
+    from pe_toolkit.bench.cli import main
+
+    return main(argv, name="music", prog="python benchmarks/music.py")
+
+
 BENCHMARK = bench.Music()
 
 
@@ -103,7 +111,7 @@ def test_tiny_run_writes_report_plots_and_midi_then_resumes(tmp_path, monkeypatc
     argv = ["--quick", "--out", str(tmp_path), "--accelerator", "cpu", "--set", "data.limit=12",
             "--set", "training.steps=2", "--set", "seeds=[0]", "--set", "tasks=[accompaniment]",
             "--set", "encodings=[s_ape, nope]", "--set", "generation.windows=2"]
-    assert bench.main(argv) == 0
+    assert run_cli(argv) == 0
     out = tmp_path / "music"
     rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
     assert [(r["task"], r["encoding"], r["seed"]) for r in rows] == [("accompaniment", "s_ape", 0),
@@ -116,6 +124,6 @@ def test_tiny_run_writes_report_plots_and_midi_then_resumes(tmp_path, monkeypatc
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(bench, "run_one", no_training)
-    assert bench.main([*argv, "--resume"]) == 0
+    assert run_cli([*argv, "--resume"]) == 0
     again = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
     assert [r["test_nll"] for r in again] == [r["test_nll"] for r in rows]
