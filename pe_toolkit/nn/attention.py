@@ -35,7 +35,9 @@ def positional_logits(
 
     Shapes: q ``(B, H, Lq, d)``, k ``(B, H, Lk, d)`` -> ``(B, H, Lq, Lk)``.
     """
-    require_all(encoding.position_checks(q_pos, "q_pos") + encoding.position_checks(k_pos, "k_pos"))
+    position_checks = getattr(encoding, "position_checks", None)  # None: a duck-typed encoder (the bug zoo's)
+    if position_checks is not None:
+        require_all(position_checks(q_pos, "q_pos") + position_checks(k_pos, "k_pos"))
     q, k = encoding.rotate(q, k, q_pos, k_pos)
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     bias = encoding.bias(q, k, q_pos, k_pos)
