@@ -16,10 +16,9 @@ causal ``MultiHeadAttention(dim, heads, backend=...)`` layer, float32, batch 1.
   tile steps there), then times forward + backward in interleaved rounds (rotated order); the ratio
   of each configuration to NoPE's SDPA is taken per round and summarised by its median.
 
-Memory is measured as users get it: the children run with glibc's default allocator settings (no
-``mallopt``, no ``MALLOC_*`` environment variables). Under the default dynamic mmap threshold,
-buffers freed by one tile may stay on the heap; a backend whose peak RSS grows with that is reported
-as it is. Times are read with :func:`pe_toolkit.bench.timing.clock` (torch.utils.benchmark's timer,
+Memory is measured as users get it: the children run with the process defaults a user has, nothing
+tuned. Buffers freed by one tile may stay on the heap; a backend whose peak RSS grows with that is
+reported as it is. Times are read with :func:`pe_toolkit.bench.timing.clock` (torch.utils.benchmark's timer,
 which synchronises CUDA).
 """
 
