@@ -34,9 +34,10 @@ def _extra_closure(extra: str) -> set[str]:
 
 
 # ------------------------------------------------------------------------------ the declared lists
-def test_core_dependencies_are_torch_and_numpy():
+def test_core_dependencies_are_torch_numpy_and_the_preset_readers():
     assert PYPROJECT["project"]["name"] == DISTRIBUTION == "torch-pe-toolkit"
-    assert _names(PYPROJECT["project"]["dependencies"]) == {"torch", "numpy"}
+    # jsonargparse + PyYAML: the benchmark harness's presets (pe_toolkit.bench.config), imported only when it runs
+    assert _names(PYPROJECT["project"]["dependencies"]) == {"torch", "numpy", "jsonargparse", "pyyaml"}
 
 
 def test_every_extra_of_the_issue_exists():
