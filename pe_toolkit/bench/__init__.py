@@ -7,12 +7,12 @@ processes or Ray), progress and the output files. See ``docs/benchmarks.md`` and
 "Your own benchmark". Importing this package imports neither a domain nor Lightning.
 """
 
-from pe_toolkit.bench.config import RunOptions, load_config, trainer_options
+from pe_toolkit.bench.config import RunOptions, load_config, quiet_trainer, trainer_options
 from pe_toolkit.bench.protocol import Benchmark, Result, Tuning
 from pe_toolkit.bench.registry import get_benchmark, list_benchmarks, register
 
 __all__ = ["Benchmark", "Result", "RunOptions", "Tuning", "get_benchmark", "list_benchmarks", "load_config",
-           "main", "register", "run", "trainer_options"]
+           "main", "quiet_trainer", "register", "run", "trainer_options"]
 
 
 def main(argv=None, **kwargs):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ACCELERATORS", "PRECISIONS", "RunOptions", "load_config", "merge", "parse_override", "read_yaml",
-           "to_dataclass", "trainer_options"]
+           "quiet_trainer", "to_dataclass", "trainer_options"]
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
@@ -67,6 +67,16 @@ def trainer_options(device: Mapping[str, Any] | None) -> dict[str, Any]:
     options = RunOptions(accelerator=device.get("accelerator", "auto"), devices=device.get("devices", 1),
                          precision=device.get("precision", "32-true"))
     return options.device()
+
+
+def quiet_trainer(device: Mapping[str, Any] | None, **options: Any) -> Any:
+    """A ``lightning.Trainer`` for a benchmark run on ``spec["device"]``: no logger, checkpoints, progress bar or
+    model summary (the runner reports progress); ``options`` go to the Trainer (``max_steps``, ...)."""
+    import lightning
+
+    defaults = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+                "enable_model_summary": False}
+    return lightning.Trainer(**trainer_options(device), **{**defaults, **options})
 
 
 # ------------------------------------------------------------------------------------------ YAML and merging

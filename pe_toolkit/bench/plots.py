@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["EMPTY_PANEL_REASON", "has_finite_data", "nan_if_missing", "note_if_empty"]
+__all__ = ["EMPTY_PANEL_REASON", "finish", "has_finite_data", "interval_errors", "nan_if_missing", "new_figure",
+           "note_if_empty", "plot_intervals"]
 
 EMPTY_PANEL_REASON = "a --quick run may train too little to measure it"
 """The second line of :func:`note_if_empty`'s note unless it is given another ``reason``."""
@@ -103,3 +106,56 @@ def note_if_empty(ax: Any, what: str, *, reason: str | None = None) -> bool:
             wrap=True, gid="note_if_empty")
     return True
 
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, *, size: tuple[float, float] = (6.5, 4.0)) -> tuple[Any, Any]:
+    """``(figure, axes)`` on the file-only Agg backend; ``axes`` is always a 2-D array (``axes[row][col]``).
+
+    ``size`` is one panel's (width, height) in inches; the figure is ``ncols`` x ``nrows`` panels.
+    """
+    for name, value in (("nrows", nrows), ("ncols", ncols)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(nrows, ncols, figsize=(size[0] * ncols, size[1] * nrows), squeeze=False)
+
+
+def interval_errors(sides: Sequence[Mapping[str, Any] | None]) -> tuple[list[float], list[list[float]]]:
+    """``(means, [below, above])`` for ``ax.errorbar`` from summary dicts (``mean``, ``low``, ``high``).
+
+    A missing side or mean is NaN (not drawn); a missing interval (one seed) is a zero error bar.
+    """
+    means, below, above = [], [], []
+    for side in sides:
+        mean = nan_if_missing(None if side is None else side.get("mean"))
+        low = nan_if_missing(None if side is None else side.get("low"))
+        high = nan_if_missing(None if side is None else side.get("high"))
+        means.append(mean)
+        below.append(mean - low if math.isfinite(low) and math.isfinite(mean) else 0.0)
+        above.append(high - mean if math.isfinite(high) and math.isfinite(mean) else 0.0)
+    return means, [below, above]
+
+
+def plot_intervals(ax: Any, xs: Sequence[Any], sides: Sequence[Mapping[str, Any] | None], **kwargs: Any) -> Any:
+    """Means with their interval as error bars at ``xs`` (``kwargs`` go to ``ax.errorbar``: label, fmt, ...)."""
+    if len(xs) != len(sides):
+        raise ValueError(f"xs has {len(xs)} values but sides has {len(sides)}")
+    means, errors = interval_errors(sides)
+    kwargs.setdefault("capsize", 3)
+    kwargs.setdefault("marker", "o")
+    return ax.errorbar(list(xs), means, yerr=errors, **kwargs)
+
+
+def finish(fig: Any, what: str, *, legend: bool = True, reason: str | None = None, **legend_options: Any) -> Any:
+    """Close out a figure: every panel with no finite data gets :func:`note_if_empty`'s note (about ``what``),
+    the others a legend (``legend=True``; only where something is labelled); then ``tight_layout``. Returns it."""
+    legend_options.setdefault("fontsize", 8)
+    for ax in fig.axes:
+        if not note_if_empty(ax, what, reason=reason) and legend and ax.get_legend_handles_labels()[1]:
+            ax.legend(**legend_options)
+    fig.tight_layout()
+    return fig

@@ -112,6 +112,10 @@ class Result:
     def quick(self) -> bool:
         return self.preset == "quick"
 
+    def derived_of(self, kind: str) -> list[dict[str, Any]]:
+        """The entries of :attr:`derived` whose ``"kind"`` is ``kind`` (e.g. ``"summary"``, ``"claim"``)."""
+        return [entry for entry in self.derived if entry.get("kind") == kind]
+
 
 class Benchmark:
     """Subclass and set ``name``, ``title``, ``description``, ``Config``; override ``runs`` and ``run_one``.

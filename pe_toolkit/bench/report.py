@@ -23,7 +23,7 @@ from typing import Any
 from pe_toolkit.atomic import atomic_write, atomic_write_text
 from pe_toolkit.bench.store import json_default
 
-__all__ = ["QUICK_NOTE", "RESULT_KEYS", "environment", "markdown_table", "results_dir",
+__all__ = ["QUICK_NOTE", "RESULT_KEYS", "environment", "fairness_section", "markdown_table", "results_dir",
            "write_report", "write_results"]
 
 RESULT_KEYS = ("benchmark", "config", "rows", "environment", "seconds")
@@ -147,6 +147,37 @@ def markdown_table(
         lines.append("| " + " | ".join(_format_cell(row.get(k), formats.get(k)) for k in keys) + " |")
     return "\n".join(lines) + "\n"
 
+
+def fairness_section(tuning: Any, seeds: Sequence[Any], *, held_out: str, same_budget: str = "",
+                     notes: Sequence[str] = ()) -> str:
+    """The report's "How the fairness rule is met" section (``docs/benchmarks.md``), the same words everywhere.
+
+    Args:
+        tuning: the benchmark's :class:`~pe_toolkit.bench.Tuning` (or ``None``: one setting, nothing tuned).
+        seeds: the seeds every method ran.
+        held_out: how nothing from the test target reaches a model (one sentence).
+        same_budget: what every method shares besides the grid (steps, data, width), one clause.
+        notes: further bullets specific to the benchmark.
+    """
+    if not held_out:
+        raise ValueError("held_out must say how the test target is kept from the models")
+    budget = f"every {tuning.group if tuning else 'method'} {same_budget}".rstrip() if same_budget else ""
+    if tuning is None:
+        grid = "one setting for every method (nothing is tuned)"
+    else:
+        direction = "highest" if tuning.maximize else "lowest"
+        grid = (f"the same `{tuning.param}` grid {list(tuning.values)} per `{tuning.group}`, tried on the first seed "
+                f"and chosen by the {direction} validation `{tuning.metric}`, extended past an edge choice by at most "
+                f"{tuning.max_extensions} value(s) (the Tuning section); the other seeds reuse the choice")
+    lines = ["## How the fairness rule is met", "",
+             f"* Same budget on the same validation data: {grid}" + (f"; {budget}" if budget else "") + ".",
+             f"* Nothing from the test target reaches a model: {held_out.rstrip('.')}.",
+             f"* {len(seeds)} seeds {list(seeds)}: mean and Student-t 95 % interval, non-finite runs counted, never "
+             "dropped; every verdict from `pe_toolkit.bench.verdict.decide_claim` (paired per-seed differences where "
+             "both sides share weights or a start, Welch otherwise; a claim of no difference needs the whole interval "
+             "of the difference inside its stated margin).",
+             *(f"* {note}" for note in notes), ""]
+    return "\n".join(lines) + "\n"
 
 
 def write_report(name: str, title: str, body_markdown: str, *, root: str | os.PathLike, command: str,
