@@ -250,7 +250,7 @@ def _run_pass(benchmark: Benchmark, config: Any, options: RunOptions, *, preset:
     run_config = {"preset": preset, **dataclasses.asdict(config), "device": device, "chosen": chosen,
                   "tuning": record,
                   "executor": options.executor, "jobs": jobs, "threads": options.threads,
-                  "damaged_run_files": store.damaged}
+                  "damaged_run_files": store.damaged, "command": command}
     trial_rows = [{**t, "kind": "tuning_trial"} for t in trials]
     write_results(benchmark.name, run_config, rows + trial_rows + result.derived, result.seconds, root=out)
     for name, figure in benchmark.plot(result).items():

@@ -43,6 +43,7 @@ def test_tuning_gives_every_method_the_same_grid_then_runs_the_seeds(tmp_path):
     document = json.loads((tmp_path / "out" / "tiny" / "results.json").read_text())
     assert tuple(document) == RESULT_KEYS
     assert document["config"]["chosen"] == {"small": 0.3, "large": 0.1}
+    assert document["config"]["command"] == "tiny"  # the command that produced it (the guide cites it)
     assert [r.get("kind") for r in document["rows"]] == [None] * 6 + ["tuning_trial"] * 6 + ["summary"] * 2
     assert document["environment"]["torch_threads"] >= 1
     report = (tmp_path / "out" / "tiny" / "report.md").read_text()
