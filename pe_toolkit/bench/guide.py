@@ -1,0 +1,254 @@
+"""The "Which positional encoding should I use?" page, built from the benchmarks' results, never typed by hand.
+
+Two steps, so that the page can be checked against exactly what it was built from:
+
+1. :func:`collect` reads ``<root>/<benchmark>/results.json`` of every full or gpu run (quick runs are pipeline
+   checks, not evidence) into an *evidence* document: per benchmark the command, date, preset, seeds, the
+   methods measured and every claim row (both sides' means, intervals and n, the test, the computed verdict).
+2. :func:`render` turns the evidence into the markdown page, per job a user has (train short / run long, extend
+   a pretrained RoPE model, graphs, vision, ...): what was measured, the verdicts with their evidence, and what
+   this machine could not test.
+
+    python -m pe_toolkit.bench.guide --results results/            # rebuild evidence + page from results
+    python -m pe_toolkit.bench.guide --check                       # the page matches its evidence file
+
+The evidence file (``docs/guide_evidence.json``) is committed beside the page; a test rebuilds the page from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pe_toolkit.atomic import atomic_write_text
+from pe_toolkit.bench.registry import BENCHMARKS
+from pe_toolkit.bench.verdict import VERDICTS, format_side
+
+__all__ = ["JOBS", "collect", "main", "render"]
+
+JOBS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("Train on short sequences, run on longer ones",
+     "Which encoder generalizes to lengths it never saw (copy, SCAN, counting; Kazemnejad et al. 2023)?",
+     ("length_generalization",)),
+    ("Extend a pretrained model's context",
+     "Which RoPE scaling, NoPE temperature or relative bias keeps perplexity and passkey retrieval past the "
+     "training length?", ("extrapolation",)),
+    ("Shrink the KV cache of a RoPE model (MLA)",
+     "Which partial-RoPE strategy keeps the loss when converting MHA to MLA (Ji et al. 2025)?", ("mha2mla",)),
+    ("Train stably at high learning rates",
+     "Do QK-norm, the Q/K learning-rate rule or QK-clip keep attention logits bounded?", ("attention_stability",)),
+    ("Explain a model's predictions", "Is PE-aware LRP more faithful than plain LRP (Bakish et al. 2025)?",
+     ("explain",)),
+    ("Graphs", "Which graph PE (LapPE, RWSE, ...) with which model separates CSL / learns PATTERN and CLUSTER?",
+     ("graphs",)),
+    ("Images at new resolutions", "Which 2-D encoding keeps ViT accuracy at test resolutions it was not trained on?",
+     ("vision",)),
+    ("Sequential recommendation", "Does CAPE beat the other encodings (and no PE) in SASRec?", ("recsys",)),
+    ("Symbolic music", "Do structure-informed PEs beat plain ones on Bach chorales (Agarwal et al. 2024)?",
+     ("music",)),
+    ("Object detection", "Do RecursiveDet's shared stages with box / centerness PEs beat independent stages?",
+     ("detection",)),
+    ("Multi-robot pose", "Does NOPE with an object PE beat tuned RANSAC + Procrustes (Huang et al. 2025)?",
+     ("multirobot",)),
+    ("Audio-video generation", "Does CMC-PE align jointly generated audio and video better than cross-attention?",
+     ("crossmodal",)),
+    ("Translation", "Do cross-lingual positions (XL-PE) beat plain PEs on a reordering language pair?",
+     ("translation",)),
+    ("Speed, memory and extreme inputs", "What does each encoder cost per layer, and does it stay finite far out?",
+     ("speed", "extreme_inputs")),
+)
+"""``(job, the question it answers, benchmarks)``, in the page's order; every registered benchmark is in one."""
+
+NOT_EVIDENCE = ("quick",)
+SIDE_KEYS = ("mean", "low", "high", "n", "n_nonfinite")
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
+
+
+def _claim(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    missing = [k for k in ("name", "verdict", "reason", "test", "a", "b", "difference") if k not in row]
+    if missing:
+        raise ValueError(f"{where}: claim row {row.get('name')!r} lacks {missing}")
+    if row["verdict"] not in VERDICTS:
+        raise ValueError(f"{where}: claim {row['name']!r} has verdict {row['verdict']!r}, not one of {VERDICTS}")
+    sides = {}
+    for side in ("a", "b"):
+        if not isinstance(row[side], Mapping) or "n" not in row[side]:
+            raise ValueError(f"{where}: claim {row['name']!r} side {side!r} lacks its n")
+        sides[side] = {k: _number(row[side].get(k)) for k in SIDE_KEYS}
+    difference = {k: _number(row["difference"].get(k)) for k in ("mean", "low", "high")}
+    return {"name": row["name"], "verdict": row["verdict"], "reason": row["reason"], "test": row["test"],
+            "claim_kind": row.get("claim_kind", "difference"), "margin": _number(row.get("margin")),
+            "paired": bool(row.get("paired", False)), **sides, "difference": difference,
+            "min_detectable_effect": _number(row.get("min_detectable_effect"))}
+
+
+def _methods(name: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The distinct values of the benchmark's first key field over its run rows (what was compared)."""
+    from pe_toolkit.bench.registry import get_benchmark
+
+    try:
+        field = get_benchmark(name).key_fields[0]
+    except (ImportError, ValueError):  # a benchmark whose domain is not installed here
+        return []
+    runs = [r for r in rows if r.get("kind") in (None, "run") and field in r]
+    return sorted({str(r[field]) for r in runs})
+
+
+def collect(roots: Iterable[str | Path]) -> dict[str, Any]:
+    """The evidence of every non-quick ``results.json`` under ``roots`` (``<root>/<benchmark>/results.json``).
+
+    A benchmark found under several roots keeps its latest run (by date). Raises ``ValueError`` naming the file
+    when a results file is not valid JSON or a claim row lacks what a verdict needs.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for root in map(Path, roots):
+        if not root.is_dir():
+            raise ValueError(f"results root {str(root)!r} is not a folder")
+        for path in sorted(root.glob("*/results.json")):
+            try:
+                document = json.loads(path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                raise ValueError(f"{path}: not a valid results.json ({error})") from error
+            name, config = document.get("benchmark"), document.get("config", {})
+            preset = config.get("preset")
+            if name not in BENCHMARKS or preset in NOT_EVIDENCE:
+                continue
+            rows = document.get("rows", [])
+            entry = {"benchmark": name, "preset": preset,
+                     "command": config.get("command") or f"pe-toolkit bench {name} --preset {preset}",
+                     "date": document.get("environment", {}).get("date"), "seconds": document.get("seconds"),
+                     "device": config.get("device"), "jobs": config.get("jobs"), "threads": config.get("threads"),
+                     "cpu_count": document.get("environment", {}).get("cpu_count"),
+                     "gpu": document.get("environment", {}).get("gpu"), "seeds": config.get("seeds"),
+                     "methods": _methods(name, rows),
+                     "claims": [_claim(r, str(path)) for r in rows if r.get("kind") == "claim"]}
+            if name not in found or (entry["date"] or "") > (found[name]["date"] or ""):
+                found[name] = entry
+    return {"benchmarks": {name: found[name] for name in sorted(found)}}
+
+
+def _side(side: Mapping[str, Any]) -> str:
+    filled = {k: (math.nan if side.get(k) is None else side[k]) for k in ("mean", "low", "high")}
+    return format_side({**side, **filled}, ".4g")
+
+
+def _difference(claim: Mapping[str, Any]) -> str:
+    d = claim["difference"]
+    if d.get("mean") is None:
+        return "-"
+    interval = f" [{d['low']:+.4g}, {d['high']:+.4g}]" if d.get("low") is not None else ""
+    return f"{d['mean']:+.4g}{interval}"
+
+
+def _counts(claims: Sequence[Mapping[str, Any]]) -> str:
+    return " / ".join(str(sum(c["verdict"] == v for c in claims)) for v in VERDICTS)
+
+
+def _evidence_line(entry: Mapping[str, Any]) -> str:
+    minutes = f"{entry['seconds'] / 60:.0f} min" if entry.get("seconds") is not None else "time not recorded"
+    where = entry.get("gpu") or f"{entry.get('cpu_count')} CPU cores"
+    seeds = entry.get("seeds")
+    return (f"Evidence: the `{entry['preset']}` preset, `{entry['command']}`, run {entry.get('date')} on {where} "
+            f"({minutes}, {entry.get('jobs')} job(s) x {entry.get('threads')} thread(s)"
+            + (f", seeds {seeds}" if seeds else "") + ").")
+
+
+def _section(job: str, question: str, names: Sequence[str], evidence: Mapping[str, Any]) -> list[str]:
+    lines = [f"## {job}", "", question, ""]
+    for name in names:
+        entry = evidence.get(name)
+        lines.append(f"### `{name}`")
+        lines.append("")
+        if entry is None:
+            lines += [f"Not measured at full scale on this machine yet: run `pe-toolkit bench {name} --preset full "
+                      "--jobs 2 --resume` (or the `gpu` preset on a GPU), then rebuild this page.", ""]
+            continue
+        lines += [_evidence_line(entry), ""]
+        if entry["methods"]:
+            lines += ["Measured: " + ", ".join(f"`{m}`" for m in entry["methods"]) + ".", ""]
+        claims = entry["claims"]
+        if not claims:
+            lines += ["This benchmark states no claim with a verdict (it measures; read its report).", ""]
+            continue
+        lines += [f"Verdicts (reproduced / contradicted / inconclusive / untested): {_counts(claims)}.", "",
+                  "| claim | verdict | a (favoured) | b (baseline) | a - b, paper's direction [95 %] | test |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for c in claims:
+            margin = f", margin {c['margin']:g}" if c.get("margin") is not None else ""
+            lines.append(f"| {c['name']} | **{c['verdict']}** | {_side(c['a'])} | {_side(c['b'])} | "
+                         f"{_difference(c)} | {c['test']}{margin} |")
+        untested = [c for c in claims if c["verdict"] == "untested"]
+        if untested:
+            lines += ["", "Not testable here:", ""]
+            lines += [f"- {c['name']}: {c['reason']}" for c in untested]
+        lines.append("")
+        if entry["preset"] != "gpu":
+            lines += ["The `gpu` preset (bigger models, more data) has not been run here.", ""]
+    return lines
+
+
+def render(evidence: Mapping[str, Any]) -> str:
+    """The markdown page of ``evidence`` (from :func:`collect`)."""
+    benchmarks = evidence.get("benchmarks", {})
+    unknown = sorted(set(benchmarks) - {n for _, _, names in JOBS for n in names})
+    if unknown:
+        raise ValueError(f"evidence names benchmarks {unknown} that no job of JOBS covers")
+    lines = ["# Which positional encoding should I use?", "",
+             "<!-- generated by `python -m pe_toolkit.bench.guide` from docs/guide_evidence.json: do not edit -->", "",
+             "Per job, what the benchmarks measured on this project's machine and what their verdicts are. Only full "
+             "and `gpu` preset runs count (a quick run is a pipeline check). Every verdict is computed by "
+             "`pe_toolkit.bench.verdict.decide_claim`: *reproduced* (the paper's effect is detected in its "
+             "direction), *contradicted* (the opposite is detected), *inconclusive* (neither, at this number of "
+             "seeds: no evidence either way), *untested* (a precondition failed; the reason is given). A claim of "
+             "no difference needs the whole interval of the difference inside its stated margin.", "",
+             "| job | benchmark | evidence | reproduced / contradicted / inconclusive / untested |",
+             "| --- | --- | --- | --- |"]
+    for job, _, names in JOBS:
+        for name in names:
+            entry = benchmarks.get(name)
+            if entry is None:
+                lines.append(f"| {job} | `{name}` | not measured yet | - |")
+            else:
+                date = (entry.get("date") or "")[:10]
+                lines.append(f"| {job} | `{name}` | `{entry['preset']}`, {date} | {_counts(entry['claims'])} |")
+    lines.append("")
+    for job, question, names in JOBS:
+        lines += _section(job, question, names, benchmarks)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pe_toolkit.bench.guide", description=__doc__.split("\n")[0])
+    parser.add_argument("--results", action="append", default=[], metavar="DIR",
+                        help="a results root (repeatable); rebuilds the evidence file from its results.json files")
+    parser.add_argument("--evidence", default="docs/guide_evidence.json", help="the evidence file")
+    parser.add_argument("--page", default="docs/guide.md", help="the page")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs from its evidence's render")
+    args = parser.parse_args(argv)
+    evidence_path, page_path = Path(args.evidence), Path(args.page)
+    if args.results:
+        evidence = collect(args.results)
+        atomic_write_text(evidence_path, json.dumps(evidence, indent=1, sort_keys=True) + "\n")
+    else:
+        if not evidence_path.is_file():
+            parser.error(f"--evidence {str(evidence_path)!r} is not a file (build it with --results DIR)")
+        evidence = json.loads(evidence_path.read_text())
+    page = render(evidence)
+    if args.check:
+        same = page_path.is_file() and page_path.read_text() == page
+        print(f"{page_path}: {'matches' if same else 'differs from'} {evidence_path}")
+        return 0 if same else 1
+    atomic_write_text(page_path, page)
+    print(f"wrote {page_path} from {len(evidence['benchmarks'])} benchmark(s) of evidence ({evidence_path})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

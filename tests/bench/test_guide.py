@@ -1,0 +1,94 @@
+"""The "Which positional encoding should I use?" page: built from results, checked against its evidence."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pe_toolkit.bench import guide
+from pe_toolkit.bench.registry import BENCHMARKS
+from pe_toolkit.bench.report import write_results
+from pe_toolkit.bench.verdict import VERDICTS, claim_row, decide_claim, untested_claim
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _results(root, preset, *, date_rows=None):
+    claims = [claim_row(decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], higher_is_better=True,
+                                     bounds=(0, 1), name="recursive beats independent")),
+              claim_row(untested_claim("box PE helps", "independent is not learned"))]
+    rows = [{"variant": v, "seed": s, "map": 0.5, "kind": "run"} for v in ("independent", "recursive") for s in (0, 1)]
+    config = {"preset": preset, "seeds": [0, 1], "command": f"pe-toolkit bench detection --preset {preset}",
+              "jobs": 2, "threads": 1, "device": {"accelerator": "cpu"}}
+    write_results("detection", config, rows + claims, 61.0, root=root)
+    return root / "detection" / "results.json"
+
+
+def test_collect_keeps_full_runs_with_their_claims_and_skips_quick_ones(tmp_path):
+    _results(tmp_path / "full", "full")
+    _results(tmp_path / "quick", "quick")
+    evidence = guide.collect([tmp_path / "full", tmp_path / "quick"])
+    entry = evidence["benchmarks"]["detection"]
+    assert list(evidence["benchmarks"]) == ["detection"] and entry["preset"] == "full"
+    assert entry["methods"] == ["independent", "recursive"] and entry["seeds"] == [0, 1]
+    assert entry["command"] == "pe-toolkit bench detection --preset full"
+    reproduced, untested = entry["claims"]
+    assert reproduced["verdict"] == "reproduced" and reproduced["a"]["n"] == 3
+    assert reproduced["test"].startswith("Welch t")
+    assert reproduced["difference"]["low"] > 0
+    assert untested["verdict"] == "untested" and untested["a"]["mean"] is None  # NaN stored as null
+    assert guide.collect([tmp_path / "quick"]) == {"benchmarks": {}}
+
+
+def test_collect_names_a_damaged_file_and_a_bad_verdict(tmp_path):
+    path = _results(tmp_path, "full")
+    document = json.loads(path.read_text())
+    document["rows"][-1]["verdict"] = "not reproduced"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=r"results\.json: claim 'box PE helps' has verdict 'not reproduced'"):
+        guide.collect([tmp_path])
+    path.write_text('{"benchmark": "detect')
+    with pytest.raises(ValueError, match=f"{path}: not a valid results.json"):
+        guide.collect([tmp_path])
+    with pytest.raises(ValueError, match="is not a folder"):
+        guide.collect([tmp_path / "missing"])
+
+
+def test_render_gives_every_job_its_verdicts_evidence_and_what_was_not_tested(tmp_path):
+    _results(tmp_path, "full")
+    page = guide.render(guide.collect([tmp_path]))
+    assert "| Object detection | `detection` | `full`, " in page and "| 1 / 0 / 0 / 1 |" in page
+    assert "Evidence: the `full` preset, `pe-toolkit bench detection --preset full`, run 20" in page
+    assert "| recursive beats independent | **reproduced** | 0.92 [" in page
+    assert "- box PE helps: independent is not learned" in page
+    assert "The `gpu` preset (bigger models, more data) has not been run here." in page
+    assert "| Graphs | `graphs` | not measured yet | - |" in page
+    assert "not reproduced" not in page
+    with pytest.raises(ValueError, match=r"no job of JOBS covers"):
+        guide.render({"benchmarks": {"mine": {}}})
+
+
+def test_every_registered_benchmark_has_a_job():
+    covered = [name for _, _, names in guide.JOBS for name in names]
+    assert sorted(covered) == sorted(BENCHMARKS)
+
+
+def test_main_builds_the_page_and_check_detects_a_hand_edit(tmp_path, capsys):
+    _results(tmp_path / "results", "full")
+    evidence, page = tmp_path / "evidence.json", tmp_path / "guide.md"
+    options = ["--evidence", str(evidence), "--page", str(page)]
+    assert guide.main(["--results", str(tmp_path / "results"), *options]) == 0
+    assert guide.main([*options, "--check"]) == 0
+    page.write_text(page.read_text().replace("reproduced", "confirmed"))
+    assert guide.main([*options, "--check"]) == 1
+    assert "differs from" in capsys.readouterr().out
+
+
+def test_the_committed_page_is_its_committed_evidence_rendered():
+    evidence = json.loads((ROOT / "docs" / "guide_evidence.json").read_text())
+    for entry in evidence["benchmarks"].values():
+        assert entry["preset"] != "quick" and entry["command"] and entry["date"]
+        for claim in entry["claims"]:
+            assert claim["verdict"] in VERDICTS and claim["test"] and claim["reason"]
+            assert claim["a"]["n"] is not None and claim["b"]["n"] is not None
+    assert (ROOT / "docs" / "guide.md").read_text() == guide.render(evidence)
