@@ -32,10 +32,9 @@ from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
 from pe_toolkit.bench.report import fairness_section, markdown_table
 from pe_toolkit.bench.store import jsonable
 from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side, summarize, untested_claim
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side, summarize
 
 DECODER = "decoder"
-Architecture = Literal["decoder", "encdec_causal", "encdec_bidirectional"]
 # Encoder options of the papers' code. Kazemnejad et al. 2023 (custom_t5_decoder_only.py): rotary on the
 # first 25 % of each head's dims. CoPE (Golovneva et al. 2024): npos = block_size + 1, so contextual
 # positions never clamp inside the training context; CONTEXT stands for that (each run sets it to its
@@ -61,9 +60,9 @@ Dropout = restricted_number_type("Dropout", float, [(">=", 0.0), ("<", 1.0)])
 class Model:
     dim: PositiveInt
     num_heads: PositiveInt
-    num_layers: PositiveInt
+    num_layers: PositiveInt  # encoder-decoder: num_layers - 1 encoder layers and 1 decoder layer
     dropout: Dropout = 0.0
-    scale_embeddings: bool = True  # N(0, 1/dim) embeddings times sqrt(dim); false: GPT-2's N(0, 0.02)
+    scale_embeddings: bool = True  # N(0, 1/dim) times sqrt(dim); false: GPT-2's N(0, 0.02)
 
 
 @dataclasses.dataclass
@@ -93,10 +92,7 @@ class EvaluationChange(TypedDict, total=False):
 
 
 @dataclasses.dataclass
-class EarlyStop:
-    """Validation exact match on ``num_val`` in-distribution examples every ``every_n_steps`` steps; with
-    ``stop`` the fit ends once the error is below ``target_error``, else the curve is only recorded."""
-
+class EarlyStop:  # validation on num_val IID examples every n steps; stop below target_error, or only record
     target_error: OpenUnitInterval
     every_n_steps: PositiveInt
     num_val: PositiveInt
@@ -104,13 +100,10 @@ class EarlyStop:
 
 
 @dataclasses.dataclass
-class TaskEntry:
-    """A task's settings: options of the registered task, and optionally its own encoders, architectures,
-    changes to ``training`` / ``evaluation`` and a validation curve (``early_stop``)."""
-
+class TaskEntry:  # a task's options; optionally its own encoders, architectures, changes, validation curve
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     encoders: list[str] | None = None
-    architectures: list[Architecture] | None = None
+    architectures: list[Literal["decoder", "encdec_causal", "encdec_bidirectional"]] | None = None
     training: TrainingChange | None = None
     early_stop: EarlyStop | None = None
     evaluation: EvaluationChange | None = None
@@ -131,9 +124,8 @@ class Config:
 def parse_task(text: str) -> tuple[str, dict[str, Any]]:
     """``"addition:icovr"`` -> ``("addition", {"scratchpad": "icovr"})``; ``"copy_repeat"`` -> ``("copy_repeat", {})``.
 
-    Raises:
-        ValueError: the task is not registered (the message lists the registered tasks), or a scratchpad
-            format is given for a task without one, or the format is not valid.
+    ``NAME:none`` is no scratchpad, ``NAME:empty`` the scratchpad frame without components. ``ValueError`` for an
+    unregistered task (listing the registered ones), a scratchpad on a task without one, or an invalid format.
     """
     from pe_toolkit.tasks import ScratchpadFormat, list_tasks, task_options
 
@@ -148,11 +140,9 @@ def parse_task(text: str) -> tuple[str, dict[str, Any]]:
     if name not in with_scratchpad:
         raise ValueError(f"run_tasks: task {name!r} has no scratchpad option; tasks with one: "
                          f"{', '.join(with_scratchpad)}")
-    if scratchpad == "none":  # no scratchpad at all (a preset entry may set one)
-        return name, {"scratchpad": None}
-    mask = "" if scratchpad == "empty" else scratchpad  # "empty": the scratchpad frame with no component
+    mask = {"none": None, "empty": ""}.get(scratchpad, scratchpad)
     try:
-        ScratchpadFormat.parse(mask)
+        mask is None or ScratchpadFormat.parse(mask)
     except (TypeError, ValueError) as error:
         raise ValueError(f"run_tasks {text!r}: {error}") from None
     return name, {"scratchpad": mask}
@@ -160,10 +150,8 @@ def parse_task(text: str) -> tuple[str, dict[str, Any]]:
 
 def task_key(row: dict[str, Any]) -> str:
     """The task as the tables name it: ``addition[scratchpad icovr]``, ``contextual_counting (encdec_causal)``."""
-    options = row.get("task_options") or {}
-    name = row["task"]
-    if options.get("scratchpad") is not None:
-        name += f"[scratchpad {options['scratchpad'] or 'empty'}]"
+    scratchpad = (row.get("task_options") or {}).get("scratchpad")
+    name = row["task"] + ("" if scratchpad is None else f"[scratchpad {scratchpad or 'empty'}]")
     arch = row.get("architecture", DECODER)
     return name if arch == DECODER else f"{name} ({arch})"
 
@@ -185,12 +173,8 @@ def case_name(spec: dict[str, Any]) -> str:
     """A run's name without its seed: task, scratchpad, architecture, encoder, embedding scale."""
     scratchpad = spec["task_options"].get("scratchpad")
     parts = [spec["task"] + ("" if scratchpad is None else f"-sp{scratchpad or 'empty'}")]
-    if spec.get("architecture", DECODER) != DECODER:
-        parts.append(spec["architecture"])
-    parts.append(spec["encoding"])
-    if not spec["model"].get("scale_embeddings", True):
-        parts.append("gpt2emb")
-    return "__".join(parts)
+    parts += [spec["architecture"]] if spec.get("architecture", DECODER) != DECODER else []
+    return "__".join([*parts, spec["encoding"], *([] if spec["model"].get("scale_embeddings", True) else ["gpt2emb"])])
 
 
 def build_specs(config: Config) -> list[dict[str, Any]]:
@@ -220,12 +204,6 @@ def build_specs(config: Config) -> list[dict[str, Any]]:
     return jsonable(specs)  # plain JSON types (jsonargparse's PositiveInt, ...), as the store compares them
 
 
-def resolve_encoding_options(options: dict[str, Any] | None, data: Any) -> dict[str, Any]:
-    """The encoder options of a run, each ``"context"`` replaced by the longest training sequence + 1."""
-    return {key: data.max_sequence_length(["train"]) + 1 if value == CONTEXT else value
-            for key, value in (options or {}).items()}
-
-
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and test one (task, encoder, seed); runs in a worker process. Returns a result row."""
     import lightning as L
@@ -235,39 +213,26 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from pe_toolkit.training import EncoderDecoderModule, SequenceLMModule, TaskDataModule
     from pe_toolkit.training.callbacks import FitClock, LossHistory, ValidationErrorCurve
 
-    class EvaluationData(TaskDataModule):
-        """The task's data with fixed test sets: ``parts[part]`` is what ``trainer.test`` decodes."""
-
-        parts: dict[str, list[Any]] = {}
-        part = "iid"
-
-        def examples(self, split: str) -> list[Any]:
-            return self.parts[self.part] if split == "test" else super().examples(split)
-
     quiet_third_party()  # in-process calls (tests) too, not only the executor's workers
     start = time.perf_counter()
     L.seed_everything(spec["seed"], verbose=False)
     training, evaluation, early_stop = spec["training"], spec["evaluation"], spec.get("early_stop")
-    architecture = spec.get("architecture", DECODER)
-    data = EvaluationData(spec["task"], spec["task_options"], num_train=training["num_train"],
+    architecture, steps = spec.get("architecture", DECODER), training["steps"]
+    data = TaskDataModule(spec["task"], spec["task_options"], num_train=training["num_train"],
                           num_val=early_stop["num_val"] if early_stop else 0, num_test=0,
                           batch_size=training["batch_size"], seed=spec["seed"],
                           layout="causal" if architecture == DECODER else "seq2seq")
-    task = data.task
-    data.parts = {part: task.evaluation_set(split, evaluation["per_length"], spec["seed"],
-                                            stride=evaluation["length_stride"])
-                  for part, split in (("iid", "train"), ("ood", "test"))}
-    encoding_options = resolve_encoding_options(spec.get("encoding_options"), data)
-    steps = training["steps"]
+    encoding_options = {key: data.max_sequence_length(["train"]) + 1 if value == CONTEXT else value
+                        for key, value in spec.get("encoding_options", {}).items()}  # CONTEXT: the training context
     common = {"encoding": spec["encoding"], "encoding_options": encoding_options, "lr": training["lr"],
               "warmup_steps": max(1, steps // 20), "max_steps": steps}
     model = dict(spec["model"])
     if architecture == DECODER:
         module = SequenceLMModule(data.vocab_size, **common, **model)
     else:
-        layers = model.pop("num_layers")
-        module = EncoderDecoderModule(data.vocab_size, encoder_layers=max(1, layers - 1), decoder_layers=1,
-                                      encoder_causal=architecture == "encdec_causal", **common, **model)
+        module = EncoderDecoderModule(data.vocab_size, encoder_layers=max(1, model.pop("num_layers") - 1),
+                                      decoder_layers=1, encoder_causal=architecture == "encdec_causal",
+                                      **common, **model)
     losses = LossHistory(every_n_steps=max(1, steps // 20), stream=None,
                          label=f"{task_key(spec)} {spec['encoding']} seed {spec['seed']}")
     clock = FitClock()
@@ -282,8 +247,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     trainer.fit(module, data)
     final_loss, steps_done = float(trainer.callback_metrics.get("train/loss", float("nan"))), int(trainer.global_step)
     per_part = {}
-    for part in ("iid", "ood"):
-        data.part = part
+    for part, split in (("iid", "train"), ("ood", "test")):
+        data.test_examples = data.task.evaluation_set(split, evaluation["per_length"], spec["seed"],
+                                                      stride=evaluation["length_stride"])
         trainer.test(module, data, verbose=False)
         per_part[part] = {int(k): {"correct": c, "total": t, **{n: module.test_outcomes[k][n] for n in FAILURES}}
                           for k, (c, t) in sorted(module.test_results.items())}
@@ -299,14 +265,13 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": "run", "task": spec["task"], "task_options": spec["task_options"], "encoding": spec["encoding"],
         "seed": spec["seed"], "iid_accuracy": accuracy("iid"), "ood_accuracy": accuracy("ood"),
-        "per_length_iid": per_part["iid"], "per_length_ood": per_part["ood"],
-        "final_train_loss": final_loss, "loss_history": [[step, loss] for step, loss in losses.history],
-        "steps_done": steps_done,
+        "per_length_iid": per_part["iid"], "per_length_ood": per_part["ood"], "final_train_loss": final_loss,
+        "loss_history": [list(point) for point in losses.history], "steps_done": steps_done,
         "validation_curve": [list(point) for point in curve.history] if curve else None,
         "target_reached": curve.reached_at if curve else None, "architecture": architecture,
         "encoding_options": encoding_options, "parameters": parameters(False),
-        "parameters_without_pe": parameters(True), "train_lengths": list(task.train_lengths),
-        "test_lengths": list(task.test_lengths), "seconds": time.perf_counter() - start,
+        "parameters_without_pe": parameters(True), "train_lengths": list(data.task.train_lengths),
+        "test_lengths": list(data.task.test_lengths), "seconds": time.perf_counter() - start,
         "train_seconds": clock.seconds,
     }
 
@@ -321,10 +286,8 @@ def summarize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def mean_reciprocal_rank(summary: list[dict[str, Any]], metric: str = "ood_accuracy") -> dict[str, float]:
-    """MRR of each encoder across tasks, ranking the encoders per task by the seed mean of ``metric``.
-
-    Ties share the best rank (competition ranking), so equal encoders are not ordered by accident.
-    """
+    """MRR of each encoder across tasks, ranking the encoders per task by the seed mean of ``metric``
+    (:func:`summarize_runs` entries). Ties share the best rank (competition ranking)."""
     by_task: dict[str, dict[str, float]] = {}
     for entry in summary:
         if entry[metric]["n"]:
@@ -337,18 +300,17 @@ def mean_reciprocal_rank(summary: list[dict[str, Any]], metric: str = "ood_accur
 
 
 def failure_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (task, encoder): the share of OOD answers that stopped early, ran over, or had a wrong token
-    (summed over seeds; runs that did not record their outcomes are left out)."""
-    groups: dict[tuple[str, str], dict[str, int]] = {}
+    """Per (task, encoder): the shares of OOD answers that stopped early, ran over, or had a wrong token (summed
+    over seeds; runs that did not record their outcomes are left out)."""
+    sums: dict[tuple[str, str], dict[str, int]] = {}
     for row in rows:
         ood = list(row.get("per_length_ood", {}).values())
         if ood and all(name in v for v in ood for name in FAILURES):
-            sums = groups.setdefault((task_key(row), row["encoding"]), dict.fromkeys(("total", *FAILURES), 0))
-            for v, name in ((v, name) for v in ood for name in ("total", *FAILURES)):
-                sums[name] += v[name]
-    return [{"task": task, "encoding": enc, "answers": sums["total"],
-             **{name: sums[name] / sums["total"] for name in FAILURES}}
-            for (task, enc), sums in sorted(groups.items()) if sums["total"]]
+            group = sums.setdefault((task_key(row), row["encoding"]), dict.fromkeys(("total", *FAILURES), 0))
+            for name in group:
+                group[name] += sum(v[name] for v in ood)
+    return [{"task": task, "encoding": enc, "answers": s["total"], **{n: s[n] / s["total"] for n in FAILURES}}
+            for (task, enc), s in sorted(sums.items()) if s["total"]]
 
 
 # ------------------------------------------------------------------------------------------- claims
@@ -374,79 +336,57 @@ PAPER_COUNTING_BUDGET = {"programs": 100 * 10_000, "batch_size": 64, "max_statem
 
 
 def claim_list() -> list[dict[str, Any]]:
-    """Every paper claim the benchmark checks: ``{paper, task, a, b, metric, higher_is_better, text}``."""
-    claims = []
-    for task, paper in PAPER_OOD_ACCURACY.items():
-        for a, va in paper.items():
-            for b, vb in paper.items():
-                if va - vb >= PAPER_GAP:
-                    claims.append({"paper": "Kazemnejad et al. 2023", "task": task, "a": a, "b": b,
-                                   "metric": "ood", "higher_is_better": True, "learned": True,
-                                   "text": f"{a} above {b} out of distribution (paper {va:.3f} vs {vb:.3f})"})
-    for a, va in PAPER_COUNTING_ERROR.items():
-        for b, vb in PAPER_COUNTING_ERROR.items():
-            if va < vb:
-                claims.append({"paper": "Golovneva et al. 2024 (Table 3)", "task": "cope_counting", "a": a, "b": b,
-                               "metric": "iid_error", "higher_is_better": False, "learned": False,
-                               "text": f"{a} error below {b} in distribution (paper {va} % vs {vb} %)"})
+    """Every paper claim the benchmark checks: ``{paper, task, a, b, metric, higher_is_better, learned, text}``."""
+    ood = {"metric": "ood", "higher_is_better": True, "learned": True}
+    claims = [{"paper": "Kazemnejad et al. 2023", "task": task, "a": a, "b": b, **ood,
+               "text": f"{a} above {b} out of distribution (paper {va:.3f} vs {vb:.3f})"}
+              for task, paper in PAPER_OOD_ACCURACY.items() for a, va in paper.items() for b, vb in paper.items()
+              if va - vb >= PAPER_GAP]
+    claims += [{"paper": "Golovneva et al. 2024 (Table 3)", "task": "cope_counting", "a": a, "b": b,
+                "metric": "iid_error", "higher_is_better": False, "learned": False,
+                "text": f"{a} error below {b} in distribution (paper {va} % vs {vb} %)"}
+               for a, va in PAPER_COUNTING_ERROR.items() for b, vb in PAPER_COUNTING_ERROR.items() if va < vb]
     causal, bidirectional = "contextual_counting (encdec_causal)", "contextual_counting (encdec_bidirectional)"
-    for enc in ("nope", "rope", "sinusoidal"):
-        claims.append({"paper": "Golkar et al. 2024", "task": causal, "task_b": bidirectional, "a": enc, "b": enc,
-                       "metric": "ood", "higher_is_better": True, "learned": True,
-                       "text": f"causal encoder above bidirectional with {enc}, more regions than in training"})
-    for enc in ("nope", "rope"):
-        claims.append({"paper": "Golkar et al. 2024", "task": causal, "a": enc, "b": "sinusoidal", "metric": "ood",
-                       "higher_is_better": True, "learned": True,
-                       "text": f"{enc} above APE (causal encoder), more regions than in training"})
-    for task in ("selective_copy", "flip_flop"):
-        for b in ("rope", "sinusoidal"):
-            claims.append({"paper": "Golovneva et al. 2024 (Tables 1-2; numbers not transcribed)", "task": task,
-                           "a": "cope", "b": b, "metric": "ood", "higher_is_better": True, "learned": True,
-                           "text": f"CoPE above {b} out of distribution (other density)"})
-    return claims
-
-
-def _values(members: list[dict[str, Any]], metric: str) -> list[Any]:
-    """Per-seed values of ``metric`` (``"ood"``, or ``"iid_error"`` = 1 - IID exact match); ``None`` when missing."""
-    if metric == "iid_error":
-        return [None if m["iid_accuracy"] is None else 1.0 - m["iid_accuracy"] for m in members]
-    return [m[f"{metric}_accuracy"] for m in members]
-
-
-def _iid_mean(members: list[dict[str, Any]]) -> float:
-    values = [m["iid_accuracy"] for m in members]
-    return math.nan if not values or any(v is None for v in values) else sum(values) / len(values)
+    claims += [{"paper": "Golkar et al. 2024", "task": causal, "task_b": bidirectional, "a": enc, "b": enc, **ood,
+                "text": f"causal encoder above bidirectional with {enc}, more regions than in training"}
+               for enc in ("nope", "rope", "sinusoidal")]
+    claims += [{"paper": "Golkar et al. 2024", "task": causal, "a": enc, "b": "sinusoidal", **ood,
+                "text": f"{enc} above APE (causal encoder), more regions than in training"} for enc in ("nope", "rope")]
+    return claims + [{"paper": "Golovneva et al. 2024 (Tables 1-2; numbers not transcribed)", "task": task,
+                      "a": "cope", "b": b, **ood, "text": f"CoPE above {b} out of distribution (other density)"}
+                     for task in ("selective_copy", "flip_flop") for b in ("rope", "sinusoidal")]
 
 
 def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each claim of :func:`claim_list` decided by :func:`~pe_toolkit.bench.verdict.decide_claim` (Welch t on the
-    difference of per-seed values, accuracies bounded to [0, 1]).
-
-    ``untested`` when a side has no runs or fewer than 2 seeds, or (every claim on an out-of-distribution metric)
-    when a side did not learn the task in distribution (seed-mean IID exact match < :data:`LEARNED_IID`).
-    """
+    difference of per-seed values, accuracies bounded to [0, 1]); untested when a side has no runs or fewer than
+    2 seeds, or (claims on OOD accuracy) a side did not learn the task in distribution (:data:`LEARNED_IID`)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((task_key(row), row["encoding"]), []).append(row)
+
+    def values(members: list[dict[str, Any]], metric: str) -> list[Any]:  # per seed; "iid_error" = 1 - IID
+        if metric == "iid_error":
+            return [None if m["iid_accuracy"] is None else 1.0 - m["iid_accuracy"] for m in members]
+        return [m[f"{metric}_accuracy"] for m in members]
+
+    def iid_mean(members: list[dict[str, Any]]) -> float:
+        iid = [m["iid_accuracy"] for m in members]
+        return math.nan if None in iid else sum(iid) / len(iid)
+
     out = []
     for claim in claim_list():
-        a = groups.get((claim["task"], claim["a"]))
-        b = groups.get((claim.get("task_b", claim["task"]), claim["b"]))
-        name = f"{claim['paper']}, {claim['task']}: {claim['text']}"
-        common = {"higher_is_better": claim["higher_is_better"], "bounds": ACCURACY}
-        if a is None or b is None:
-            missing = [enc for enc, side in ((claim["a"], a), (claim["b"], b)) if side is None]
-            decided = untested_claim(name, f"no runs of {missing}", _values(a or [], claim["metric"]),
-                                     _values(b or [], claim["metric"]), **common)
-            iid = (math.nan, math.nan)
-        else:
-            iid = (_iid_mean(a), _iid_mean(b))
-            unlearned = [side[0]["encoding"] for side, mean in ((a, iid[0]), (b, iid[1])) if not mean >= LEARNED_IID]
-            preconditions = [(not (claim["learned"] and unlearned),
-                              f"not learned in distribution by {unlearned} (seed-mean IID exact match below "
-                              f"{LEARNED_IID})")]
-            decided = decide_claim(_values(a, claim["metric"]), _values(b, claim["metric"]), name=name,
-                                   preconditions=preconditions, **common)
+        a = groups.get((claim["task"], claim["a"]), [])
+        b = groups.get((claim.get("task_b", claim["task"]), claim["b"]), [])
+        missing = [enc for enc, side in ((claim["a"], a), (claim["b"], b)) if not side]
+        iid = (math.nan, math.nan) if missing else (iid_mean(a), iid_mean(b))
+        unlearned = [enc for enc, mean in zip((claim["a"], claim["b"]), iid) if not mean >= LEARNED_IID]
+        decided = decide_claim(
+            values(a, claim["metric"]), values(b, claim["metric"]), higher_is_better=claim["higher_is_better"],
+            bounds=ACCURACY, name=f"{claim['paper']}, {claim['task']}: {claim['text']}", preconditions=[
+                (not missing, f"no runs of {missing}"),
+                (not (claim["learned"] and unlearned), f"not learned in distribution by {unlearned} (seed-mean IID "
+                 f"exact match below {LEARNED_IID})")])
         out.append(claim_row(decided, paper=claim["paper"], task=claim["task"], encoder_a=claim["a"],
                              encoder_b=claim["b"], metric=claim["metric"], iid_a=iid[0], iid_b=iid[1]))
     return out
@@ -455,7 +395,8 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------- report
 def counting_section(rows: list[dict[str, Any]], config: Config) -> str:
     """CoPE counting: the validation learning curves, whether the target was reached, and the paper's budget."""
-    counting = [r for r in rows if r["task"] == "cope_counting" and r.get("validation_curve")]
+    counting = sorted((r for r in rows if r["task"] == "cope_counting" and r.get("validation_curve")),
+                      key=lambda r: (r["encoding"], r["seed"]))
     if not counting:
         return ""
     entry = task_entry(config, "cope_counting")
@@ -467,11 +408,10 @@ def counting_section(rows: list[dict[str, Any]], config: Config) -> str:
         errors = {enc: [e for r in counting if r["encoding"] == enc for s, e in r["validation_curve"] if s == step]
                   for enc in encodings}
         curves.append({"step": step, **{e: format_side(summarize(v)) if v else "stopped" for e, v in errors.items()}})
-    runs = [{"encoding": r["encoding"], "seed": r["seed"], "steps": r["steps_done"],
-             "reached": "yes" if r["target_reached"] is not None else "no", "last_error": r["validation_curve"][-1][1],
-             "programs": r["steps_done"] * batch, "s_per_step": r["train_seconds"] / max(1, r["steps_done"]),
-             "paper_hours": paper["programs"] / batch * r["train_seconds"] / max(1, r["steps_done"]) / 3600}
-            for r in sorted(counting, key=lambda r: (r["encoding"], r["seed"]))]
+    per_step = [r["train_seconds"] / max(1, r["steps_done"]) for r in counting]
+    runs = [{**r, "reached": "no" if r["target_reached"] is None else "yes", "last_error": r["validation_curve"][-1][1],
+             "programs": r["steps_done"] * batch, "s_per_step": s, "paper_hours": paper["programs"] / batch * s / 3600}
+            for r, s in zip(counting, per_step)]
     stopping = (f"a run stops once it is below {target:.0%} or after the preset's budget of {budget} steps of batch "
                 f"{batch} ('stopped' = every run of that encoder had stopped; an early stop truncates the final error, "
                 "so the claims on it compare runs stopped at different errors)" if early_stop.get("stop", True) else
@@ -481,17 +421,15 @@ def counting_section(rows: list[dict[str, Any]], config: Config) -> str:
         "\n## CoPE counting: the in-distribution validation error during training\n\n"
         "Validation exact-match error on in-distribution programs (mean [95 % interval] over seeds) every "
         f"{early_stop['every_n_steps']} steps; {stopping}.\n\n"
-        + markdown_table(curves, ["step", *encodings])
-        + "\n" + markdown_table(
-            runs, ["encoding", "seed", ("steps", "steps trained"), ("reached", f"error < {target:.0%}"),
-                   ("last_error", "last val error"), ("programs", "programs seen"),
-                   ("s_per_step", "s / step"), ("paper_hours", "paper's budget here (h)")],
-            {"last_error": ".3f", "s_per_step": ".3f", "paper_hours": ".1f"})
-        + f"\nThe paper trains 100 epochs of 10,000 programs ({paper['programs']:,} programs, "
-        f"{paper['programs'] // paper['batch_size']:,} steps of batch {paper['batch_size']}) on programs of up to "
-        f"{paper['max_statements']} statements with a 4-layer, 256-wide model. 'paper's budget here' is the "
-        "time that many programs would take at this run's measured seconds per step (this preset's shorter "
-        "programs and smaller model: the paper's setting costs more per step).\n"
+        + markdown_table(curves, ["step", *encodings]) + "\n"
+        + markdown_table(runs, ["encoding", "seed", ("steps_done", "steps trained"),
+                                ("reached", f"error < {target:.0%}"), ("last_error", "last val error"),
+                                ("programs", "programs seen"), ("s_per_step", "s / step"),
+                                ("paper_hours", "paper's budget here (h)")],
+                         {"last_error": ".3f", "s_per_step": ".3f", "paper_hours": ".1f"})
+        + f"\nThe paper trains {paper['programs']:,} programs (batch {paper['batch_size']}) of up to "
+        f"{paper['max_statements']} statements with a 4-layer, 256-wide model; 'paper's budget here' is the time that "
+        "many programs would take at this run's seconds per step.\n"
     )
 
 
@@ -506,9 +444,9 @@ def plot(rows: list[dict[str, Any]]) -> Any:
     for ax, task in zip(axes.flat, tasks):
         task_rows = [r for r in rows if task_key(r) == task]
         for enc in sorted({r["encoding"] for r in task_rows}):
-            members = [r for r in task_rows if r["encoding"] == enc]
             for part, style in (("iid", "-"), ("ood", "--")):
-                per_length = [{int(n): c for n, c in m.get(f"per_length_{part}", {}).items()} for m in members]
+                per_length = [{int(n): c for n, c in r.get(f"per_length_{part}", {}).items()}
+                              for r in task_rows if r["encoding"] == enc]
                 lengths = sorted({n for counts in per_length for n in counts})
                 sides = [summarize([c[n]["correct"] / c[n]["total"] if n in c and c[n]["total"] else None
                                     for c in per_length]).as_dict() for n in lengths]
@@ -517,34 +455,24 @@ def plot(rows: list[dict[str, Any]]) -> Any:
         high = task_rows[0]["train_lengths"][1]
         ax.axvline(high + 0.5, color="grey", linestyle=":", linewidth=1)
         seeds = sorted({sum(r["encoding"] == e for r in task_rows) for e in {r["encoding"] for r in task_rows}})
-        ax.set(title=f"{task}\n(train <= {high}; IID solid, OOD dashed; seeds {seeds})", xlabel="length",
-               ylabel="exact match (mean, 95 % interval)", ylim=(-0.02, 1.02))
-        ax.title.set_fontsize(9)
+        ax.set_title(f"{task}\n(train <= {high}; IID solid, OOD dashed; seeds {seeds})", fontsize=9)
+        ax.set(xlabel="length", ylabel="exact match (mean, 95 % interval)", ylim=(-0.02, 1.02))
     return finish(fig, "exact-match accuracy", fontsize=7, loc="best")
 
 
-def trunk_sizes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per task: the architecture and the trunk's parameters without the PE (the vocabulary is the task's)."""
-    counts: dict[tuple[str, str], set[int]] = {}
-    for row in rows:
-        counts.setdefault((task_key(row), row.get("architecture", DECODER)), set()).add(row["parameters_without_pe"])
-    return [{"task": task, "architecture": arch, "parameters": " / ".join(f"{c:,}" for c in sorted(n))}
-            for (task, arch), n in counts.items()]
-
-
 def report_body(result: Result) -> str:
-    config, rows = result.config, result.rows
-    verdicts, summary = result.derived_of("claim"), result.derived_of("summary")
-    mrr = mean_reciprocal_rank(summary)
-    failing = failure_summary(rows)
+    config, rows, summary, verdicts = result.config, result.rows, *map(result.derived_of, ("summary", "claim"))
     counts = {v: sum(r["verdict"] == v for r in verdicts) for v in ("reproduced", "contradicted", "inconclusive",
                                                                    "untested")}
-    ran = {task_key({"task": name, "task_options": extra}) for name, extra in map(parse_task, config.run_tasks)}
-    kazemnejad = [r for r in verdicts if r["paper"].startswith("Kazemnejad") and r["task"] in ran]
+    sizes: dict[tuple[str, str], set[int]] = {}
+    for row in rows:
+        sizes.setdefault((task_key(row), row.get("architecture", DECODER)), set()).add(row["parameters_without_pe"])
     per_task = "; ".join(f"{t}: {task_entry(config, parse_task(t)[0])['training']['steps']} steps"
                          for t in config.run_tasks)
-    head = config.model.dim // config.model.num_heads
-    rotary = ENCODING_OPTIONS["rope"]["rotary_fraction"]
+    mrr = sorted(({"encoding": k, "mrr": v, "tasks": sum(s["encoding"] == k for s in summary)}
+                  for k, v in mean_reciprocal_rank(summary).items()), key=lambda r: -r["mrr"])
+    failing = failure_summary(rows)
+    head, rotary = config.model.dim // config.model.num_heads, ENCODING_OPTIONS["rope"]["rotary_fraction"]
     return (
         f"Preset `{result.preset}`. Model: {dataclasses.asdict(config.model)} (head size {head}: RoPE rotates "
         f"{rotary:.0%} of it, {int(head * rotary) // 2} frequencies; the same trunk for every encoder), batch "
@@ -563,32 +491,22 @@ def report_body(result: Result) -> str:
                                f"{PAPER_GAP} (their reverse numbers are for `reverse_x2`, compared only with it)."])
         + "\nTrunk parameters without the PE, per task (the embedding and output layers follow the task's "
         "vocabulary):\n\n"
-        + markdown_table(trunk_sizes(rows), ["task", "architecture", ("parameters", "parameters without the PE")])
+        + markdown_table([{"task": t, "architecture": a, "parameters": " / ".join(f"{c:,}" for c in sorted(n))}
+                          for (t, a), n in sizes.items()],
+                         ["task", "architecture", ("parameters", "parameters without the PE")])
         + "\n## Accuracy per task and encoder (mean [95 % Student-t interval] over seeds)\n\n"
-        + summary_table(summary, ["task", "encoding", ("runs", "seeds")],
-                        [("iid_accuracy", "IID exact match"), ("ood_accuracy", "OOD exact match"),
-                         ("seconds", "s / run")],
-                        {"iid_accuracy": ".3f", "ood_accuracy": ".3f", "seconds": ".0f"})
+        + summary_table(summary, ["task", "encoding", ("runs", "seeds")], [
+            ("iid_accuracy", "IID exact match"), ("ood_accuracy", "OOD exact match"), ("seconds", "s / run")],
+            {"iid_accuracy": ".3f", "ood_accuracy": ".3f", "seconds": ".0f"})
         + "\n## Mean reciprocal rank across tasks (by seed-mean OOD accuracy)\n\n"
         "Each encoder is ranked only on the tasks it has runs for: compare MRRs over the same tasks.\n\n"
-        + markdown_table(
-            sorted(({"encoding": k, "mrr": v, "tasks": sum(s["encoding"] == k for s in summary)}
-                    for k, v in mrr.items()), key=lambda r: -r["mrr"]),
-            ["encoding", ("mrr", "MRR"), ("tasks", "tasks ranked on")], {"mrr": ".3f"})
+        + markdown_table(mrr, ["encoding", ("mrr", "MRR"), ("tasks", "tasks ranked on")], {"mrr": ".3f"})
         + "\n## How out-of-distribution answers fail\n\nShares of the OOD answers, summed over seeds.\n\n"
-        + (markdown_table(failing, ["task", "encoding", ("answers", "OOD answers"),
-                                    ("stopped_early", "stopped early"), ("ran_over", "ran over"),
-                                    ("wrong_tokens", "wrong token")], dict.fromkeys(FAILURES, ".3f"))
-           if failing else "No run recorded its answers' outcomes.\n")
+        + (markdown_table(failing, ["task", "encoding", ("answers", "OOD answers"), ("stopped_early", "stopped early"),
+                                    ("ran_over", "ran over"), ("wrong_tokens", "wrong token")],
+                          dict.fromkeys(FAILURES, ".3f")) if failing else "No run recorded its answers' outcomes.\n")
         + counting_section(rows, config)
         + "\n## Against the papers' claims\n\nCounts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".\n\n"
-        + (markdown_table([{"task": r["task"], "claim": f"{r['encoder_a']} > {r['encoder_b']}",
-                            "paper": f"{PAPER_OOD_ACCURACY[r['task']][r['encoder_a']]:.3f} vs "
-                                     f"{PAPER_OOD_ACCURACY[r['task']][r['encoder_b']]:.3f}",
-                            "measured": f"{format_side(r['a'])} vs {format_side(r['b'])}",
-                            "verdict": r["verdict"]} for r in kazemnejad],
-                          ["task", "claim", ("paper", "paper OOD"), ("measured", "measured OOD"), "verdict"])
-           + "\n" if kazemnejad else "")
         + claims_table(verdicts)
         + "\n![accuracy vs length](accuracy_vs_length.png)\n"
         + f"\nTotal wall time {result.seconds:.0f} s ({sum(r['seconds'] for r in rows):.0f} s of run time).\n"
@@ -605,16 +523,17 @@ class LengthGeneralization(Benchmark):
     key_fields = ("case", "seed")
     runs = staticmethod(build_specs)
     run_one = staticmethod(run_one)
+    report = staticmethod(report_body)
 
     def check(self, config: Config) -> None:
         import pe_toolkit as pet
 
         distinct("seeds", config.seeds)
         distinct("run_tasks", config.run_tasks)
-        distinct("encoders", config.encoders, allowed=pet.list_encoders())
-        for name, entry in config.tasks.items():
-            if entry.encoders is not None:
-                distinct(f"tasks.{name}.encoders", entry.encoders, allowed=pet.list_encoders())
+        for key, encoders in [("encoders", config.encoders), *((f"tasks.{name}.encoders", entry.encoders)
+                                                              for name, entry in config.tasks.items())]:
+            if encoders is not None:
+                distinct(key, encoders, allowed=pet.list_encoders())
         build_specs(config)  # unknown tasks and scratchpads: ValueError naming them
 
     def progress_label(self, row: dict[str, Any]) -> str:
@@ -628,8 +547,6 @@ class LengthGeneralization(Benchmark):
 
     def plot(self, result: Result) -> dict[str, Any]:
         return {"accuracy_vs_length.png": plot(result.rows)}
-
-    report = staticmethod(report_body)
 
 
 if __name__ == "__main__":

@@ -283,7 +283,8 @@ def test_context_options_cover_the_longest_training_sequence():
     relative = lg.run_one(tiny_spec("music_relative", steps=1, encoding_options=options))
     assert relative["encoding_options"] == {"max_distance": context, "share_heads": True}
     assert relative["parameters"] - relative["parameters_without_pe"] == (2 * context + 1) * 8
-    assert lg.resolve_encoding_options({"npos_max": 16}, data=None) == {"npos_max": 16}
+    fixed = lg.run_one(tiny_spec("cope", steps=1, encoding_options={"npos_max": 16}))
+    assert fixed["encoding_options"] == {"npos_max": 16}  # a number is kept as it is
 
 
 # ------------------------------------------------------------------------------------------- claims
