@@ -141,10 +141,11 @@ def parse_task(text: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"run_tasks: task {name!r} has no scratchpad option; tasks with one: "
                          f"{', '.join(with_scratchpad)}")
     mask = {"none": None, "empty": ""}.get(scratchpad, scratchpad)
-    try:
-        mask is None or ScratchpadFormat.parse(mask)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"run_tasks {text!r}: {error}") from None
+    if mask is not None:
+        try:
+            ScratchpadFormat.parse(mask)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"run_tasks {text!r}: {error}") from None
     return name, {"scratchpad": mask}
 
 
