@@ -241,6 +241,34 @@ class Task:
             out.append(self._sample(rng, length, split))
         return out
 
+    def evaluation_lengths(self, split: str, stride: int = 1) -> list[int]:
+        """Every ``stride``-th length of :meth:`lengths` of ``split``, always with the longest one.
+
+        Example:
+            >>> from pe_toolkit.tasks import get_task
+            >>> get_task("copy_repeat", train_lengths=(1, 8)).evaluation_lengths("train", stride=3)
+            [1, 4, 7, 8]
+        """
+        check_int(self.name, "stride", stride, minimum=1)
+        support = self.lengths(split)
+        return sorted({*support[::stride], support[-1]})
+
+    def evaluation_set(self, split: str, per_length: int, seed: int = 0, *, stride: int = 1) -> list[Example]:
+        """A fixed test set: ``per_length`` examples of ``split`` at each of :meth:`evaluation_lengths`.
+
+        Unlike :meth:`generate` (lengths drawn at random), every evaluated length gets the same number of
+        examples, so accuracy per length has a fixed denominator (Kazemnejad et al. 2023 test 100 per length).
+        Each length has its own stream, seeded by ``(split, seed, length)`` and independent of the training
+        data of any seed; the list is ordered by length.
+        """
+        check_int(self.name, "per_length", per_length, minimum=1)
+        check_int(self.name, "seed", seed)
+        examples = []
+        for length in self.evaluation_lengths(split, stride):
+            rng = random.Random(f"{self.name}/{split}/evaluation/{seed}/{length}")
+            examples += [self._sample(rng, length, split) for _ in range(per_length)]
+        return examples
+
     def check(self, example: Example, predicted: Sequence[str]) -> bool:
         """Exact match of ``predicted`` against ``example.answer``."""
         return list(predicted) == list(example.answer)

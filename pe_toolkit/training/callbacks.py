@@ -12,6 +12,7 @@
   whether (and when) it learned, and optionally prints it as the run goes.
 * :class:`FitClock` measures the wall time of a fit across interruptions: checkpoints carry it.
 * :class:`NonFiniteStop` stops a fit whose loss or weights become NaN or inf and names the step.
+* :class:`ValidationErrorCurve` records the validation exact-match error and can stop below a target.
 
 Both keep their state in checkpoints, so a fit resumed with ``ckpt_path`` continues them.
 """
@@ -368,3 +369,44 @@ class NonFiniteStop(L.Callback):
         trainer.should_stop = True
         if self.raise_error:
             raise FloatingPointError(f"NonFiniteStop: {message}")
+
+
+class ValidationErrorCurve(L.Callback):
+    """The exact-match error of every validation of an :class:`~pe_toolkit.training.ExactMatchModule`, and
+    optionally an early stop once it is below ``target_error`` (CoPE's counting protocol, Golovneva et al. 2024).
+
+    :attr:`history` holds ``(global step, error)`` with ``error = 1 - correct / total`` over the module's
+    ``val_results`` (exact counts); :attr:`reached_at` is the first step whose error was below the target
+    (``None`` while it was not). With ``stop=False`` the curve is only recorded.
+
+    Lightning's ``EarlyStopping(stopping_threshold=...)`` would stop on the float32 logged ``val/exact_match``
+    and needs its patience disabled; the recorded curve is needed anyway, so the stop is this callback's.
+    """
+
+    def __init__(self, target_error: float, stop: bool = True) -> None:
+        super().__init__()
+        if isinstance(target_error, bool) or not isinstance(target_error, (int, float)) or not 0.0 < target_error < 1.0:
+            raise ValueError(f"target_error must be a number in (0, 1), got {target_error!r}")
+        self.target_error, self.stop = float(target_error), bool(stop)
+        self.history: list[tuple[int, float]] = []
+        self.reached_at: int | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": [list(point) for point in self.history], "reached_at": self.reached_at}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = [(int(step), float(error)) for step, error in state_dict["history"]]
+        self.reached_at = state_dict["reached_at"]
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        correct = sum(c for c, _ in pl_module.val_results.values())
+        total = sum(t for _, t in pl_module.val_results.values())
+        error = 1.0 - correct / max(total, 1)
+        self.history.append((int(trainer.global_step), error))
+        if error < self.target_error:
+            if self.reached_at is None:
+                self.reached_at = int(trainer.global_step)
+            if self.stop:
+                trainer.should_stop = True

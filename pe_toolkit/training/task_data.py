@@ -62,7 +62,9 @@ class TaskDataModule(L.LightningDataModule):
     * train: ``num_train`` examples of the task's train split (seed ``seed``);
     * val: ``num_val`` examples of the train split with another seed (in-distribution);
     * test: ``num_test`` examples of each split (in- and out-of-distribution lengths), in batches of
-      equal prompt length for greedy decoding.
+      equal prompt length for greedy decoding; or, when :attr:`test_examples` is set, exactly those
+      (a fixed test set such as :meth:`~pe_toolkit.tasks.Task.evaluation_set`; reset it between
+      ``trainer.test`` calls to test several sets with one model).
 
     Args:
         task: a task name from ``pe_toolkit.tasks.list_tasks()``.
@@ -95,6 +97,7 @@ class TaskDataModule(L.LightningDataModule):
         self.vocab = Vocabulary(self.task.vocabulary())
         self.batch_size = batch_size
         self._splits: dict[str, list[Example]] = {}
+        self.test_examples: list[Example] | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -113,6 +116,8 @@ class TaskDataModule(L.LightningDataModule):
 
     def examples(self, split: str) -> list[Example]:
         self.setup()
+        if split == "test" and self.test_examples is not None:
+            return list(self.test_examples)
         return self._splits[split]
 
     def max_sequence_length(self, splits: Sequence[str] = SPLITS) -> int:
