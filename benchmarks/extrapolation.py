@@ -33,11 +33,10 @@ from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, PositiveInt,
 
 from pe_toolkit.bench import Benchmark, Result, quiet_trainer, trainer_options
 from pe_toolkit.bench.checks import distinct
-from pe_toolkit.bench.plots import finish, has_finite_data, new_figure, note_if_empty, plot_intervals
+from pe_toolkit.bench.plots import finish, has_finite_data, nan_if_missing, new_figure, note_if_empty, plot_intervals
 from pe_toolkit.bench.report import fairness_section, markdown_table
 from pe_toolkit.bench.summary import group_rows, summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side, untested_claim
-from pe_toolkit.bench.verdict import summarize as side
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
 
 MODES = ("zero_shot", "trained")
 PASSKEY_DIGIT_CHANCE = 0.1  # one of ten digits
@@ -117,20 +116,11 @@ class Memory:
 # ------------------------------------------------------------------------------------------ variants
 @dataclass
 class Variant:
-    """One evaluated model: a trained base encoder, optionally with another encoding swapped in.
-
-    Attributes:
-        base: the encoder the model was trained with (its weights are reused).
-        encoding: the encoder swapped in before evaluation; ``None`` keeps the trained one.
-        options: options of the swapped-in encoder (``factor`` and ``original_max_position`` are
-            filled in by :func:`resolve_options`).
-        per_layer: one encoding per layer (HeadScale learns one scale per head *and* layer).
-        factor: ``"scaling"``: ``scalings.factor`` (and its sweep); ``"dynamic"``: ``scalings.dynamic_factor``
-            (the frequencies follow the evaluated length); ``"finetune"``: ``finetune.multiple``; ``None``.
-        finetune: ``None``; ``"positional"``: train the encodings only; ``"full"``: every weight. Both at
-            ``finetune.multiple`` x the context.
-        description: one line for the report.
-    """
+    """One evaluated model: the trained ``base`` with ``encoding`` (``options``, one per layer with ``per_layer``)
+    swapped in (``None``: as trained). ``factor`` names the config key of the scaling factor (``"scaling"``:
+    ``scalings.factor`` and its sweep; ``"dynamic"``: ``scalings.dynamic_factor``; ``"finetune"``:
+    ``finetune.multiple``); ``finetune``: ``"positional"`` (the encodings alone) or ``"full"``, at
+    ``finetune.multiple`` x the context."""
 
     base: str
     encoding: str | None = None
@@ -147,16 +137,11 @@ def _scaled(scaling: str, factor: str, text: str, finetune: str | None = None) -
 
 VARIANTS: dict[str, Variant] = {
     "nope": Variant("nope", description="NoPE, as trained"),
-    "nope+temp1.2": Variant(
-        "nope", "nope_temperature", {"scale": 1.2}, description="NoPE, logits x 1.2 at inference (UniformScale)"
-    ),
-    "nope+temp1.5": Variant(
-        "nope", "nope_temperature", {"scale": 1.5}, description="NoPE, logits x 1.5 at inference (UniformScale)"
-    ),
-    "nope+headscale": Variant(
-        "nope", "nope_temperature", {"scale": 1.6, "learned": True}, per_layer=True, finetune="positional",
-        description="NoPE + HeadScale (init 1.6, >= 1), scales fine-tuned alone at the longer context",
-    ),
+    **{f"nope+temp{t}": Variant("nope", "nope_temperature", {"scale": t},
+                                description=f"NoPE, logits x {t} at inference (UniformScale)") for t in (1.2, 1.5)},
+    "nope+headscale": Variant("nope", "nope_temperature", {"scale": 1.6, "learned": True}, per_layer=True,
+                              finetune="positional", description="NoPE + HeadScale (init 1.6, >= 1), scales "
+                              "fine-tuned alone at the longer context"),
     "rope": Variant("rope", description="RoPE, as trained"),
     "rope+linear": _scaled("linear", "scaling", "RoPE + position interpolation at inference"),
     "rope+ntk": _scaled("ntk", "scaling", "RoPE + NTK-aware base at inference"),
@@ -257,15 +242,13 @@ def eval_device(device: dict[str, Any] | None) -> str:
     return "cuda" if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()) else "cpu"
 
 
-def _module(spec: dict[str, Any], *, lr: float | None = None, steps: int = 0, warmup: int = 1):
+def _module(spec: dict[str, Any], *, steps: int = 0, warmup: int = 1):
     from pe_toolkit.training import LanguageModelModule
 
     training = spec["training"]
-    return LanguageModelModule(
-        256, encoding=spec["base"], **spec["model"], lr=training["lr"] if lr is None else lr,
-        weight_decay=training["weight_decay"], warmup_steps=warmup, max_steps=steps,
-        loss_average=training["loss_average"],
-    )
+    return LanguageModelModule(256, encoding=spec["base"], **spec["model"], lr=training["lr"], max_steps=steps,
+                               weight_decay=training["weight_decay"], warmup_steps=warmup,
+                               loss_average=training["loss_average"])
 
 
 def training_data(training: dict[str, Any], mode: str, seed: int, context: int, batch_size: int, steps: int):
@@ -368,21 +351,13 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
     """
     import torch
 
-    from pe_toolkit.data import (
-        COMPACT_TEMPLATE,
-        PAPER_TEMPLATE,
-        batched_digit_accuracies,
-        equal_token_windows,
-        passkey_accuracy,
-        passkey_grid,
-        sequential_windows,
-    )
+    from pe_toolkit import data as pdata
     from pe_toolkit.nn import attention_entropy
 
     start = time.perf_counter()
     variant, training, evaluation = spec["variant"], spec["training"], spec["evaluation"]
     seed, context, batch_tokens = spec["seed"], training["context"], evaluation["passkey_batch_tokens"]
-    template = {"compact": COMPACT_TEMPLATE, "paper": PAPER_TEMPLATE}[training["passkey_template"]]
+    template = {"compact": pdata.COMPACT_TEMPLATE, "paper": pdata.PAPER_TEMPLATE}[training["passkey_template"]]
     module, finetune = build_variant(spec, state)
     device = eval_device(spec.get("device"))
     module.to(device).eval()
@@ -391,7 +366,7 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
         block.attn.query_block_size = evaluation["block_size"]
     model.config.attention_block_size = evaluation["block_size"]
     data = training_data(training, spec["mode"], seed, context, 1, 1)
-    windows = equal_token_windows(data.val_bytes, evaluation["ppl_lengths"], evaluation["ppl_tokens"])
+    windows = pdata.equal_token_windows(data.val_bytes, evaluation["ppl_lengths"], evaluation["ppl_tokens"])
 
     def perplexities() -> list[dict[str, Any]]:
         return [{"length": length, "ppl": module.perplexity(w, batch_size=max(1, batch_tokens // length)),
@@ -409,19 +384,9 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
     if spec["sweep"]:  # back to the variant's own factor for passkey and entropy
         swap(spec["options"])
 
-    def score(examples) -> list[float]:
-        return batched_digit_accuracies(model, examples, batch_tokens=batch_tokens, device=device)
-
-    passkey = []
-    for length in evaluation["passkey_lengths"]:  # prompt + 5 answer bytes (the last not fed) = `length` bytes
-        examples = passkey_grid([length - 5], evaluation["passkey_depths"], evaluation["passkey_samples"],
-                                seed=_passkey_seed(seed, length), template=template)
-        scores = score(examples)
-        for depth in evaluation["passkey_depths"]:
-            cell = [s for ex, s in zip(examples, scores) if ex.depth == depth]
-            passkey.append({"length": length, "depth": depth, "samples": len(cell),
-                            "digit_accuracy": sum(cell) / len(cell),
-                            "exact_match": sum(s == 1.0 for s in cell) / len(cell)})
+    passkey = [cell for length in evaluation["passkey_lengths"] for cell in pdata.passkey_depth_scores(
+        model, length, evaluation["passkey_depths"], evaluation["passkey_samples"], seed=_passkey_seed(seed, length),
+        template=template, batch_tokens=batch_tokens, device=device)]
     by_length = []
     for length in evaluation["passkey_lengths"]:
         cells = [p for p in passkey if p["length"] == length]
@@ -431,18 +396,18 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
 
     # Greedy decoding (the papers' metric) at the training context must agree with the teacher-forced exact
     # match, which the long lengths use instead (one forward pass instead of a decoding loop).
-    greedy_examples = passkey_grid([context - 5], evaluation["passkey_depths"], evaluation["greedy_samples"],
-                                   seed=_passkey_seed(seed, context), template=template)
+    greedy_examples = pdata.passkey_grid([context - 5], evaluation["passkey_depths"], evaluation["greedy_samples"],
+                                         seed=_passkey_seed(seed, context), template=template)
     with torch.no_grad():
-        greedy = passkey_accuracy(model.generate, greedy_examples, device=device)
-    forced = score(greedy_examples)
+        greedy = pdata.passkey_accuracy(model.generate, greedy_examples, device=device)
+    forced = pdata.batched_digit_accuracies(model, greedy_examples, batch_tokens=batch_tokens, device=device)
     greedy_check = {"length": context, "examples": len(greedy_examples), "greedy_exact_match": greedy,
                     "teacher_forced_exact_match": sum(s == 1.0 for s in forced) / len(forced)}
 
     entropy = []
     for multiple in evaluation["entropy_multiples"]:
         length = context * multiple
-        tokens = sequential_windows(data.val_bytes, length, 1)[:, :-1].to(device)
+        tokens = pdata.sequential_windows(data.val_bytes, length, 1)[:, :-1].to(device)
         with torch.no_grad():
             per_head = attention_entropy(model, tokens)  # (layers, heads), bits
         entropy.append({"multiple": multiple, "length": length, "mean_bits": float(per_head.mean()),
@@ -455,14 +420,6 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
         "passkey": passkey, "passkey_by_length": by_length, "greedy_check": greedy_check, "entropy": entropy,
         "learned": _learned_parameters(model), "seconds": time.perf_counter() - start,
     }
-
-
-def train_and_evaluate(spec: dict[str, Any]) -> dict[str, Any]:
-    """One run: train the base, then evaluate each variant from a copy of its weights (rows under ``variants``)."""
-    start = time.perf_counter()
-    row, state = train_base(spec)
-    variants = [evaluate_variant({**spec, **entry}, copy.deepcopy(state)) for entry in spec["variants"]]
-    return {**row, "variants": variants, "run_seconds": time.perf_counter() - start}
 
 
 def _learned_parameters(model) -> dict[str, Any]:
@@ -534,58 +491,48 @@ def memory_row(memory: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------- summaries
-def _at(items: list[dict[str, Any]] | None, key: str, value: Any) -> dict[str, Any] | None:
-    return next((item for item in items or [] if item[key] == value), None)
+LABELS = ("variant", "mode", "seed", "description", "finetune")
+"""The fields of :func:`metrics_of` that are not metrics."""
+BOUNDED = ("exact@", "digits@", "greedy")
+"""Metric keys in ``[0, 1]`` (passkey exact match and digit accuracy, greedy checks)."""
 
 
-def variant_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The variant rows of every training run, in run order."""
-    return [v for r in rows if r.get("kind") == "training" for v in r["variants"]]
+def ppl_key(length: int, factor: float | None = None) -> str:
+    return f"ppl@{length}" if factor is None else f"ppl@{length} factor {float(factor):g}"
+
+
+def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
+    """A variant row as one flat dict per (variant, mode, seed): ``ppl@<length>`` (``ppl@<length> factor <f>``
+    from the sweep), ``exact@<length>`` / ``digits@<length>`` (passkey, mean over depths), ``digits@<length>
+    depth <d>``, ``entropy x<multiple>``, ``greedy_exact``, ``greedy_agrees`` (1: equals the teacher-forced
+    exact match) and ``finetune_loss``."""
+    out = {key: row[key] for key in LABELS}
+    out.update({ppl_key(p["length"]): p["ppl"] for p in row["ppl"]})
+    out.update({ppl_key(p["length"], s["factor"]): p["ppl"] for s in row["sweep"] for p in s["ppl"]})
+    for p in row["passkey_by_length"]:
+        out[f"exact@{p['length']}"], out[f"digits@{p['length']}"] = p["exact_match"], p["digit_accuracy"]
+    out.update({f"digits@{p['length']} depth {p['depth']:g}": p["digit_accuracy"] for p in row["passkey"]})
+    out.update({f"entropy x{e['multiple']}": e["mean_bits"] for e in row["entropy"]})
+    greedy = row["greedy_check"]
+    out["greedy_exact"] = greedy["greedy_exact_match"]
+    out["greedy_agrees"] = float(greedy["greedy_exact_match"] == greedy["teacher_forced_exact_match"])
+    if row.get("finetune"):
+        out["finetune_loss"] = row["finetune"]["final_train_loss"]
+    return out
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (variant, mode) of the variant rows: every metric's mean and 95 % interval over the seeds.
-
-    Returns:
-        entries with ``variant``, ``mode``, ``seeds``, ``ppl`` / ``passkey_exact`` / ``passkey_digits``
-        (``[{"length", "mean", "low", "high", "n", "n_nonfinite", ...}]``), ``sweep`` (``[{"factor", "ppl"}]``),
-        ``passkey_cells`` (per (length, depth)), ``entropy``, ``greedy_agrees`` and the fine-tune loss.
-    """
+    """One entry per (variant, mode) of the variant rows: each metric of :func:`metrics_of` as mean and 95 %
+    interval over the seeds (:func:`pe_toolkit.bench.summary.summarize_groups`), with ``runs``, ``description``
+    and the first seed's ``finetune``."""
     order = {name: i for i, name in enumerate(VARIANTS)}
-    groups = sorted(group_rows(rows, ("variant", "mode")).items(),
-                    key=lambda kv: (MODES.index(kv[0][1]), order.get(kv[0][0], 99)))
+    flat = sorted(map(metrics_of, rows), key=lambda r: (MODES.index(r["mode"]), order.get(r["variant"], 99), r["seed"]))
     out = []
-    for (name, mode), group in groups:
-        group = sorted(group, key=lambda r: r["seed"])
-
-        def over(items_of, key: str, field_name: str, bounds=None, group=group) -> list[dict[str, Any]]:
-            """``[{key: value, **interval}]`` of ``field_name`` over the seeds, for each value of ``key``."""
-            return [{key: v, **side([(_at(items_of(r), key, v) or {}).get(field_name) for r in group],
-                                    bounds=bounds).as_dict()} for v in [p[key] for p in items_of(group[0])]]
-
-        def cell(p: dict[str, Any], group=group) -> dict[str, Any]:
-            same = [q for r in group for q in r["passkey"] if (q["length"], q["depth"]) == (p["length"], p["depth"])]
-            return {"length": p["length"], "depth": p["depth"], "samples": p["samples"],
-                    **{k: side([q[k] for q in same], bounds=UNIT).as_dict() for k in ("digit_accuracy", "exact_match")}}
-
-        finetune_losses = [r["finetune"]["final_train_loss"] for r in group if r.get("finetune")]
-        out.append({
-            "kind": "summary", "variant": name, "mode": mode, "seeds": [r["seed"] for r in group],
-            "description": group[0]["description"],
-            "ppl": over(lambda r: r["ppl"], "length", "ppl"),
-            "sweep": [{"factor": e["factor"], "ppl": over(lambda r, f=e["factor"]: _at(r["sweep"], "factor", f)["ppl"],
-                                                          "length", "ppl")} for e in group[0]["sweep"]],
-            "passkey_exact": over(lambda r: r["passkey_by_length"], "length", "exact_match", UNIT),
-            "passkey_digits": over(lambda r: r["passkey_by_length"], "length", "digit_accuracy", UNIT),
-            "passkey_samples": group[0]["passkey"][0]["samples"] if group[0]["passkey"] else 0,
-            "passkey_cells": [cell(p) for p in group[0]["passkey"]],
-            "entropy": over(lambda r: r["entropy"], "multiple", "mean_bits"),
-            "greedy_agrees": sum(r["greedy_check"]["greedy_exact_match"]
-                                 == r["greedy_check"]["teacher_forced_exact_match"] for r in group),
-            "greedy_exact": side([r["greedy_check"]["greedy_exact_match"] for r in group], bounds=UNIT).as_dict(),
-            "finetune": group[0]["finetune"],
-            "finetune_loss": side(finetune_losses).as_dict() if finetune_losses else None,
-        })
+    for group in group_rows(flat, ("variant", "mode")).values():
+        metrics = [k for k in group[0] if k not in LABELS]
+        bounds = {k: UNIT for k in metrics if k.startswith(BOUNDED)}
+        out += [{"kind": "summary", **entry} for entry in summarize_groups(
+            group, ("variant", "mode"), metrics, bounds=bounds, keep=("description", "finetune"))]
     return out
 
 
@@ -594,34 +541,21 @@ def passkey_learned(summary: list[dict[str, Any]], context: int) -> dict[str, li
     (interval upper end at most 0.2): their passkey numbers at longer lengths say nothing."""
     out: dict[str, list[str]] = {}
     for entry in summary:
-        at = _at(entry["passkey_digits"], "length", context)
+        at = entry.get(f"digits@{context}")
         if at is not None and at["n"] and (at["high"] if math.isfinite(at["high"]) else at["mean"]) <= 2 * 0.1:
             out.setdefault(entry["mode"], []).append(entry["variant"])
     return out
 
 
 # ------------------------------------------------------------------------------------------ claims
-def per_seed(rows: list[dict[str, Any]], name: str, mode: str, metric: str, length: int | None,
-             factor: float | None = None) -> dict[int, float] | None:
-    """``{seed: value}`` of one variant's metric at ``length`` (``None``: not measured in this run).
-
-    ``metric``: ``"log_ppl"`` (log perplexity, nats per byte; ``factor``: from the factor sweep) or
-    ``"passkey_exact"`` (exact match over the depths).
-    """
-    if length is None:
+def per_seed(rows: list[dict[str, Any]], name: str, mode: str, key: str | None) -> dict[int, float] | None:
+    """``{seed: value}`` of one variant's metric ``key`` of :func:`metrics_of` (``None``: not measured in this
+    run); perplexity as its log (nats per byte), a missing or non-positive one as NaN (counted, not dropped)."""
+    if key is None:
         return None
-    out = {}
-    for row in (r for r in rows if r["variant"] == name and r["mode"] == mode):
-        if metric == "passkey_exact":
-            found = _at(row["passkey_by_length"], "length", length)
-            value = None if found is None else found["exact_match"]
-        else:
-            items = row["ppl"] if factor is None else (_at(row["sweep"], "factor", float(factor)) or {}).get("ppl")
-            found = _at(items, "length", length)
-            ppl = None if found is None else found["ppl"]
-            value = math.log(ppl) if ppl is not None and ppl > 0 else math.nan  # NaN / None: counted, not dropped
-        if found is not None:
-            out[row["seed"]] = value
+    out = {r["seed"]: r[key] for r in rows if r["variant"] == name and r["mode"] == mode and key in r}
+    if key.startswith("ppl@"):
+        out = {s: math.log(v) if v is not None and v > 0 else math.nan for s, v in out.items()}
     return out or None
 
 
@@ -653,9 +587,10 @@ def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str,
     ext = length_or_none(factor * context)  # the length a factor-s scaling is meant for
     ft_len = length_or_none(multiple * context)  # the fine-tune length
     out: list[dict[str, Any]] = []
+    flat = [metrics_of(r) for r in rows]
 
     def ppl(name: str, length: int | None, swept: float | None = None):
-        return per_seed(rows, name, ppl_mode, "log_ppl", length, swept)
+        return per_seed(flat, name, ppl_mode, None if length is None else ppl_key(length, swept))
 
     def add(paper: str, text: str, mode: str, metric: str, a_name: str, a, b_name: str, b, *, paired: bool,
             higher: bool = False, kind: str = "difference", preconditions=(), bounds=None) -> None:
@@ -729,7 +664,7 @@ def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str,
 
     for mode in modes:
         def exact(name: str, length: int | None, mode: str = mode):
-            return per_seed(rows, name, mode, "passkey_exact", length)
+            return per_seed(flat, name, mode, None if length is None else f"exact@{length}")
 
         def learned(*names: str, mode: str = mode) -> tuple[bool, str]:
             """Precondition: every side retrieves some passkey at the training context (any seed, prompt)."""
@@ -751,28 +686,13 @@ def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str,
 
 
 # ------------------------------------------------------------------------------------------- plots
-def plot_ppl(summary: list[dict[str, Any]], mode: str, context: int):
-    """Perplexity vs length of every variant of ``mode``: a figure."""
-    import matplotlib
+def _log_lengths(ax, lengths: list[int], context: int) -> None:
+    """Log-2 length axis labelled at ``lengths``, log perplexity axis, the training context as a grey line."""
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-    entries = [s for s in summary if s["mode"] == mode]
-    fig, axes = new_figure(size=(9, 5))
-    ax = axes[0][0]
-    colors = matplotlib.colormaps["tab10"].colors
-    bases = list(dict.fromkeys(VARIANTS[s["variant"]].base for s in entries))
-    seen: dict[str, int] = {}
-    for entry in entries:
-        variant = VARIANTS[entry["variant"]]
-        index = seen[variant.base] = seen.get(variant.base, -1) + 1
-        plot_intervals(ax, [e["length"] for e in entry["ppl"]], entry["ppl"], marker="o^sDvP*X<>"[index % 10],
-                       linestyle=":" if variant.finetune else ("--" if variant.encoding else "-"), markersize=4,
-                       capsize=2, color=colors[bases.index(variant.base) % len(colors)], label=entry["variant"])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    lengths = sorted({e["length"] for s in entries for e in s["ppl"]})
-    if lengths:
-        ax.xaxis.set_major_locator(FixedLocator(lengths))
+    ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(ScalarFormatter())
@@ -781,32 +701,48 @@ def plot_ppl(summary: list[dict[str, Any]], mode: str, context: int):
         ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.axvline(context, color="grey", linestyle="--", linewidth=1)
+
+
+def plot_ppl(summary: list[dict[str, Any]], mode: str, lengths: list[int], context: int):
+    """Perplexity vs length of every variant of ``mode``: a figure."""
+    import matplotlib
+
+    entries = [s for s in summary if s["mode"] == mode]
+    fig, axes = new_figure(size=(9, 5))
+    ax, colors = axes[0][0], matplotlib.colormaps["tab10"].colors
+    bases = list(dict.fromkeys(VARIANTS[s["variant"]].base for s in entries))
+    seen: dict[str, int] = {}
+    for entry in entries:
+        variant = VARIANTS[entry["variant"]]
+        index = seen[variant.base] = seen.get(variant.base, -1) + 1
+        plot_intervals(ax, lengths, [entry.get(ppl_key(n)) for n in lengths], marker="o^sDvP*X<>"[index % 10],
+                       linestyle=":" if variant.finetune else ("--" if variant.encoding else "-"), markersize=4,
+                       capsize=2, color=colors[bases.index(variant.base) % len(colors)], label=entry["variant"])
+    _log_lengths(ax, lengths, context)
     ax.set_xlabel("evaluation length (bytes; the same scored bytes at every length)")
     ax.set_ylabel("validation perplexity (bytes)")
-    seeds = max((len(s["seeds"]) for s in entries), default=0)
+    seeds = max((s["runs"] for s in entries), default=0)
     ax.set_title(f"Perplexity vs length, {mode} models, mean and 95 % interval over {seeds} seeds; grey line: the "
                  "training context\n(solid: as trained; dashed: swapped at inference; dotted: fine-tuned)", fontsize=9)
     return finish(fig, "validation perplexity", fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
-def plot_sweep(summary: list[dict[str, Any]], context: int):
-    """Perplexity vs length per swept factor of each fixed-factor scaling: a figure."""
+def plot_sweep(summary: list[dict[str, Any]], lengths: list[int], factors: list[float], context: int):
+    """Perplexity vs length per swept factor of each fixed-factor scaling (zero-shot models): a figure."""
     import matplotlib
 
-    entries = [s for s in summary if s["sweep"]]
+    entries = [s for s in summary if factors and ppl_key(lengths[0], factors[0]) in s]
     fig, axes = new_figure(1, max(1, len(entries)), size=(3.6, 3.4))
-    cmap = matplotlib.colormaps["viridis"]
     for ax, entry in zip(axes.flat, entries):
-        for i, swept in enumerate(entry["sweep"]):
-            plot_intervals(ax, [e["length"] for e in swept["ppl"]], swept["ppl"], markersize=3, capsize=2,
-                           color=cmap(i / max(1, len(entry["sweep"]) - 1)), label=f"factor {swept['factor']:g}")
+        for i, factor in enumerate(factors):
+            color = matplotlib.colormaps["viridis"](i / max(1, len(factors) - 1))
+            plot_intervals(ax, lengths, [entry.get(ppl_key(n, factor)) for n in lengths], markersize=3, capsize=2,
+                           color=color, label=f"factor {factor:g}")
         rope = next((s for s in summary if s["variant"] == "rope" and s["mode"] == entry["mode"]), None)
         if rope is not None:
-            plot_intervals(ax, [e["length"] for e in rope["ppl"]], rope["ppl"], color="black", linestyle="--",
+            plot_intervals(ax, lengths, [rope.get(ppl_key(n)) for n in lengths], color="black", linestyle="--",
                            marker=None, capsize=2, label="rope (no scaling)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.axvline(context, color="grey", linestyle="--", linewidth=1)
+        _log_lengths(ax, lengths, context)
         ax.set_title(entry["variant"], fontsize=9)
         ax.set_xlabel("length (bytes)", fontsize=8)
     axes[0, 0].set_ylabel("validation perplexity (bytes)")
@@ -816,7 +752,7 @@ def plot_sweep(summary: list[dict[str, Any]], context: int):
                   reason=None if entries else "no fixed-factor scaling variant with a sweep ran")
 
 
-def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int):
+def plot_passkey(summary: list[dict[str, Any]], mode: str, lengths: list[int], depths: list[float], context: int):
     """Passkey digit accuracy per (length, depth), one panel per variant of ``mode``: a figure."""
     import numpy as np
 
@@ -826,12 +762,8 @@ def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int):
     fig.set_layout_engine("constrained")
     image = None
     for ax, entry in zip(axes.flat, entries):
-        lengths = sorted({p["length"] for p in entry["passkey_cells"]})
-        depths = sorted({p["depth"] for p in entry["passkey_cells"]})
-        grid = np.full((len(depths), len(lengths)), np.nan)
-        for p in entry["passkey_cells"]:
-            if p["digit_accuracy"]["n"]:
-                grid[depths.index(p["depth"]), lengths.index(p["length"])] = p["digit_accuracy"]["mean"]
+        grid = np.array([[nan_if_missing((entry.get(f"digits@{n} depth {d:g}") or {}).get("mean")) for n in lengths]
+                         for d in depths])
         shown = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
         if not note_if_empty(ax, "passkey digit accuracy"):
             image = shown
@@ -850,7 +782,7 @@ def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int):
     for ax in list(axes.flat)[len(entries):]:
         ax.axis("off")
     if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8, label="passkey digit accuracy (mean over seeds)")
+        fig.colorbar(image, ax=axes, shrink=0.8, label="digit accuracy (mean over seeds)")
     fig.suptitle(f"Passkey retrieval, {mode} models (teacher-forced digit accuracy, chance 0.1); training context "
                  f"{context}", fontsize=10)
     return fig
@@ -859,13 +791,6 @@ def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int):
 # ------------------------------------------------------------------------------------------ report
 MODE_TITLES = {"zero_shot": "zero-shot models (trained on text only)",
                "trained": "passkey-trained models (passkey rows in training)"}
-
-
-def _pivot(entries: list[dict[str, Any]], key: str, by: str, values: list[int], names: list[str]) -> str:
-    """Variants as rows, ``values`` of ``by`` (lengths, multiples) as the columns ``names``: mean [interval]."""
-    rows = [{"variant": e["variant"], **{c: (lambda s: "-" if s is None else format_side(s, ".2f"))(
-        _at(e[key], by, v)) for v, c in zip(values, names)}} for e in entries]
-    return markdown_table(rows, ["variant", *names])
 
 
 def _memory_text(row: dict[str, Any] | None) -> str:
@@ -880,19 +805,13 @@ def _memory_text(row: dict[str, Any] | None) -> str:
                                          ("output_finite", "finite output")], {"peak_mib": ".1f", "seconds": ".2f"})
 
 
-def build_report(config: Config, rows: list[dict[str, Any]], derived: list[dict[str, Any]]) -> str:
-    context, training, ev, ft = config.training.context, config.training, config.evaluation, config.finetune
-    training_rows = [r for r in rows if r["kind"] == "training"]
-    memory = next((r for r in rows if r["kind"] == "memory"), None)
-    summary = [d for d in derived if d["kind"] == "summary"]
-    claim_list = [d for d in derived if d["kind"] == "claim"]
-    if not training_rows:
-        return _memory_text(memory)
-    dynamic = config.scalings.dynamic_factor
-    body = (
-        f"Model: byte-level decoder, {dataclasses.asdict(config.model)} ({training_rows[0]['parameters_without_pe']:,} "
-        f"parameters without the PE), {training.steps} steps of batch {training.batch_size} x {context} bytes, AdamW "
-        f"lr {training.lr}, standard-library text. Passkey modes: {', '.join(config.passkey_modes)} (trained: "
+def _protocol(config: Config, parameters: int) -> str:
+    context, training, ev, ft, dynamic = (config.training.context, config.training, config.evaluation,
+                                          config.finetune, config.scalings.dynamic_factor)
+    return (
+        f"Model: byte-level decoder, {dataclasses.asdict(config.model)} ({parameters:,} parameters without the PE), "
+        f"{training.steps} steps of batch {training.batch_size} x {context} bytes, AdamW lr {training.lr}, "
+        f"standard-library text. Passkey modes: {', '.join(config.passkey_modes)} (trained: "
         + (f"only {', '.join(config.trained_variants)}, " if config.trained_variants else "")
         + f"{training.passkey_fraction:.0%} of each batch passkey prompts, {training.passkey_template} template). "
         f"Fine-tunes: {ft.steps} steps of batch {ft.batch_size} at {ft.multiple}x the context (lr {ft.lr}; "
@@ -911,59 +830,66 @@ def build_report(config: Config, rows: list[dict[str, Any]], derived: list[dict[
                    f"(log {1 + PPL_MARGIN_PCT / 100:g}); a passkey claim is untested when a side retrieves no passkey "
                    "at the training context."])
     )
-    training_summary = summarize_groups(training_rows, ("base", "mode"), ("final_train_loss", "seconds"))
-    body += "## Training\n\n" + summary_table(training_summary, ["base", "mode", ("runs", "seeds")],
-                                              [("final_train_loss", "final loss (nats/byte)"), "seconds"],
-                                              {"final_train_loss": ".3f", "seconds": ".0f"})
+
+
+def build_report(config: Config, rows: list[dict[str, Any]], summary: list[dict[str, Any]],
+                 claim_list: list[dict[str, Any]]) -> str:
+    context, ev = config.training.context, config.evaluation
+    training_rows = [r for r in rows if r["kind"] == "training"]
+    memory = next((r for r in rows if r["kind"] == "memory"), None)
+    if not training_rows:
+        return _memory_text(memory)
+    body = _protocol(config, training_rows[0]["parameters_without_pe"]) + "## Training\n\n" + summary_table(
+        summarize_groups(training_rows, ("base", "mode"), ("final_train_loss", "seconds")),
+        ["base", "mode", ("runs", "seeds")], [("final_train_loss", "final loss (nats/byte)"), "seconds"],
+        {"final_train_loss": ".3f", "seconds": ".0f"})
     if claim_list:
         counts = ", ".join(f"{sum(c['verdict'] == v for c in claim_list)} {v}"
                            for v in ("reproduced", "contradicted", "inconclusive", "untested"))
         body += (f"\n## Against the papers' claims\n\nLog perplexity in nats per byte; passkey: exact match. "
                  f"Here: {counts}.\n\n"
                  + claims_table(claim_list, extra=[("paper", "paper"), ("mode", "mode"), ("metric", "metric")]))
+
+    def columns(prefix: str, lengths: list[int]) -> list[tuple[str, str]]:
+        return [(f"{prefix}{n}", f"x{n // context}" if n % context == 0 else str(n)) for n in lengths]
+
     unlearned = passkey_learned(summary, context)
     for mode in config.passkey_modes:
         entries = [s for s in summary if s["mode"] == mode]
         if not entries:
             continue
-        lengths, pk_lengths = ev.ppl_lengths, ev.passkey_lengths
-        times = [f"x{n // context}" if n % context == 0 else str(n) for n in lengths]
-        pk_times = [f"x{n // context}" if n % context == 0 else str(n) for n in pk_lengths]
+        heading = ["variant", ("runs", "seeds")]
         body += (f"\n## Validation perplexity (bytes) by length, {MODE_TITLES[mode]}, as a multiple of the training "
-                 f"context {context}\n\n" + _pivot(entries, "ppl", "length", lengths, times))
+                 f"context {context}\n\n" + summary_table(entries, heading, columns("ppl@", ev.ppl_lengths), ".2f"))
         if mode == "zero_shot":
             body += "\n![perplexity vs length](ppl_vs_length.png)\n"
-        swept = [{"variant": f"{s['variant']} (factor {e['factor']:g})", "ppl": e["ppl"]}
-                 for s in entries for e in s["sweep"]]
+        swept = [{"variant": s["variant"], "factor": f"{f:g}", **{ppl_key(n): s[ppl_key(n, f)] for n in ev.ppl_lengths}}
+                 for s in entries for f in config.scalings.sweep_factors if ppl_key(context, f) in s]
         if swept:
             body += ("\n### Factor sweep of the fixed-factor scalings at inference (perplexity)\n\n"
-                     + _pivot(swept, "ppl", "length", lengths, times) + "\n![factor sweep](factor_sweep.png)\n")
+                     + summary_table(swept, ["variant", "factor"], columns("ppl@", ev.ppl_lengths), ".2f")
+                     + "\n![factor sweep](factor_sweep.png)\n")
         body += (f"\n## Passkey retrieval, {MODE_TITLES[mode]}: exact match by length (mean over depths; "
-                 f"{entries[0]['passkey_samples']} prompts per length and depth per seed)\n\n"
-                 + _pivot(entries, "passkey_exact", "length", pk_lengths, pk_times)
+                 f"{ev.passkey_samples} prompts per length and depth per seed)\n\n"
+                 + summary_table(entries, heading, columns("exact@", ev.passkey_lengths), ".2f")
                  + f"\nDigit accuracy (chance {PASSKEY_DIGIT_CHANCE}):\n\n"
-                 + _pivot(entries, "passkey_digits", "length", pk_lengths, pk_times))
+                 + summary_table(entries, heading, columns("digits@", ev.passkey_lengths), ".2f"))
         heatmap = "passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"
         body += f"\n![passkey heatmap, {mode}]({heatmap})\n"
         if unlearned.get(mode):
             body += (f"\nNot retrieved at the training context (digit accuracy interval at most "
                      f"{2 * PASSKEY_DIGIT_CHANCE:.1f}, twice chance): {', '.join(unlearned[mode])}; their passkey "
                      "numbers at longer lengths say nothing about extrapolation.\n")
-        greedy = [{"variant": s["variant"], "agree": f"{s['greedy_agrees']} of {len(s['seeds'])}",
-                   "greedy": format_side(s["greedy_exact"], ".2f")} for s in entries]
-        body += ("\nGreedy decoding check at the training context (greedy exact match, and the seeds where it "
-                 "equals the teacher-forced exact match):\n\n"
-                 + markdown_table(greedy, ["variant", ("greedy", "greedy exact match"), ("agree", "agrees")]))
-        multiples = ev.entropy_multiples
-        body += (f"\nAttention entropy (bits, mean over layers, heads and queries), {mode}; rising entropy past the "
-                 "training context is the 'distraction' of Wang et al. 2024:\n\n"
-                 + _pivot(entries, "entropy", "multiple", multiples, [f"x{m}" for m in multiples]))
-        tuned = [{"variant": s["variant"], "kind": s["finetune"]["kind"], "context": s["finetune"]["context"],
-                  "steps": s["finetune"]["steps"], "loss": format_side(s["finetune_loss"])}
-                 for s in entries if s["finetune"]]
-        if tuned:
-            body += f"\nFine-tunes ({mode}):\n\n" + markdown_table(
-                tuned, ["variant", "kind", "context", "steps", ("loss", "final loss")])
+        checks = [{**s, "agree": f"{sum(v == 1.0 for v in s['greedy_agrees']['values'])} of {s['runs']}",
+                   "finetune": s["finetune"] and f"{s['finetune']['kind']}, {s['finetune']['steps']} steps at "
+                                                 f"{s['finetune']['context']}"} for s in entries]
+        body += ("\nChecks: greedy exact match at the training context (and the seeds where it equals the "
+                 "teacher-forced one); attention entropy (bits, mean over layers, heads and queries) at multiples of "
+                 "the context, whose rise is the 'distraction' of Wang et al. 2024; fine-tunes and their loss.\n\n"
+                 + summary_table(checks, ["variant", ("agree", "greedy agrees"), ("finetune", "fine-tune")],
+                                 [("greedy_exact", "greedy exact match"),
+                                  *[(f"entropy x{m}", f"entropy x{m}") for m in ev.entropy_multiples],
+                                  ("finetune_loss", "fine-tune loss")], ".2f"))
     return body + "\n" + _memory_text(memory)
 
 
@@ -1006,7 +932,13 @@ class Extrapolation(Benchmark):
         return specs + [run_spec(preset, b, m, s) for b, m, s in order]
 
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return memory_row(spec["memory"]) if "memory" in spec else train_and_evaluate(spec)
+        """The memory row, or: train the base, then evaluate each variant from a copy of its weights."""
+        if "memory" in spec:
+            return memory_row(spec["memory"])
+        start = time.perf_counter()
+        row, state = train_base(spec)
+        variants = [evaluate_variant({**spec, **entry}, copy.deepcopy(state)) for entry in spec["variants"]]
+        return {**row, "variants": variants, "run_seconds": time.perf_counter() - start}
 
     def progress_label(self, row: dict[str, Any]) -> str:
         if row["kind"] == "memory":
@@ -1017,23 +949,26 @@ class Extrapolation(Benchmark):
                 + "; ".join(parts) + f" ({row['run_seconds']:.0f}s)")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        rows = variant_rows(result.rows)
+        rows = [v for r in result.rows if r["kind"] == "training" for v in r["variants"]]
         return summarize(rows) + claims(rows, dataclasses.asdict(result.config)) if rows else []
 
     def plot(self, result: Result) -> dict[str, Any]:
         summary = result.derived_of("summary")
         if not summary:
             return {}
-        context, modes = result.config.training.context, result.config.passkey_modes
-        figures = {"ppl_vs_length.png": plot_ppl(summary, "zero_shot" if "zero_shot" in modes else modes[0], context),
-                   "factor_sweep.png": plot_sweep(summary, context)}
+        config, ev = result.config, result.config.evaluation
+        context, modes, lengths = config.training.context, config.passkey_modes, ev.ppl_lengths
+        figures = {"ppl_vs_length.png": plot_ppl(summary, "zero_shot" if "zero_shot" in modes else modes[0], lengths,
+                                                 context),
+                   "factor_sweep.png": plot_sweep(summary, lengths, config.scalings.sweep_factors, context)}
         for mode in modes:
             figures["passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"] = plot_passkey(
-                summary, mode, context)
+                summary, mode, ev.passkey_lengths, ev.passkey_depths, context)
         return figures
 
     def report(self, result: Result) -> str:
-        return build_report(result.config, result.rows, result.derived) + f"\nTotal wall time {result.seconds:.0f} s.\n"
+        return (build_report(result.config, result.rows, result.derived_of("summary"), result.derived_of("claim"))
+                + f"\nTotal wall time {result.seconds:.0f} s.\n")
 
 
 if __name__ == "__main__":

@@ -351,6 +351,37 @@ def batched_digit_accuracies(
     return scores
 
 
+def passkey_depth_scores(
+    model_logits_fn: Callable[[Tensor], Tensor],
+    length: int,
+    depths: Sequence[float],
+    samples: int,
+    *,
+    seed: int,
+    template: PasskeyTemplate = PAPER_TEMPLATE,
+    batch_tokens: int,
+    device: torch.device | str | None = None,
+) -> list[dict[str, Any]]:
+    """Passkey retrieval at input length ``length``: ``samples`` prompts per needle depth, scored teacher-forced.
+
+    The prompts are :func:`passkey_grid` ``([length - 5], depths, samples, seed=seed)`` (prompt + the 5 digits
+    fed before the last = ``length`` input bytes), scored by :func:`batched_digit_accuracies`.
+
+    Returns:
+        one dict per depth: ``length``, ``depth``, ``samples``, ``digit_accuracy`` (mean fraction of digits
+        right) and ``exact_match`` (fraction of prompts with all 5 digits right, what greedy decoding gives).
+    """
+    _check_int("length", length, minimum=6)
+    examples = passkey_grid([length - NUM_DIGITS], depths, samples, seed=seed, template=template)
+    scores = batched_digit_accuracies(model_logits_fn, examples, batch_tokens=batch_tokens, device=device)
+    cells = []
+    for depth in depths:
+        cell = [s for ex, s in zip(examples, scores) if ex.depth == depth]
+        cells.append({"length": length, "depth": depth, "samples": len(cell), "digit_accuracy": sum(cell) / len(cell),
+                      "exact_match": sum(s == 1.0 for s in cell) / len(cell)})
+    return cells
+
+
 def passkey_training_windows(
     length: int,
     batch: int,

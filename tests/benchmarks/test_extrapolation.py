@@ -302,9 +302,11 @@ def _by_name(claims):
 def test_claims_are_decided_from_the_difference_paired_for_one_model():
     rows = _ppl_rows()
     summary = ext.summarize(rows)
-    assert [(s["variant"], s["seeds"]) for s in summary][0] == ("rope", [0, 1, 2])
+    assert [(s["variant"], s["runs"]) for s in summary][0] == ("rope", 3)
     rope = next(s for s in summary if s["variant"] == "rope")
-    assert ext._at(rope["ppl"], "length", 512)["mean"] == pytest.approx(30.0) and rope["ppl"][0]["n"] == 3
+    assert rope["ppl@512"]["mean"] == pytest.approx(30.0) and rope["ppl@64"]["n"] == 3
+    assert rope["ppl@512"]["values"] == [30.0, 32.0, 28.0]  # in seed order
+    assert rope["exact@64"]["method"] == "t within [0, 1]" and rope["ppl@64"]["method"] == "t"
     found = _by_name(ext.claims(rows, _config()))
     assert all(c["kind"] == "claim" and c["verdict"] in ("reproduced", "contradicted", "inconclusive", "untested")
                for c in found.values())

@@ -231,3 +231,23 @@ def test_batched_digit_accuracies_equal_the_one_prompt_scorer():
                                  batch_tokens=512)
     with pytest.raises(ValueError, match="batch_tokens must be >= 1"):
         batched_digit_accuracies(model, examples, batch_tokens=0)
+
+
+def test_passkey_depth_scores_score_each_depth_of_one_length():
+    import pe_toolkit as pet
+    from pe_toolkit.data.passkey import passkey_depth_scores
+
+    torch.manual_seed(0)
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=256, dim=16, num_heads=2, num_layers=2,
+                                                  encoding="alibi")).eval()
+    cells = passkey_depth_scores(model, 128, [0.0, 1.0], 3, seed=7, template=COMPACT_TEMPLATE, batch_tokens=300)
+    examples = passkey_grid([123], [0.0, 1.0], 3, seed=7, template=COMPACT_TEMPLATE)
+    assert all(len(ex.prompt_bytes) + 5 == 128 for ex in examples)  # `length` input bytes per prompt
+    with torch.no_grad():
+        scores = [teacher_forced_digit_accuracy(model, ex) for ex in examples]
+    assert [(c["length"], c["depth"], c["samples"]) for c in cells] == [(128, 0.0, 3), (128, 1.0, 3)]
+    for cell, chunk in zip(cells, (scores[:3], scores[3:])):
+        assert cell["digit_accuracy"] == pytest.approx(sum(chunk) / 3)
+        assert cell["exact_match"] == sum(s == 1.0 for s in chunk) / 3
+    with pytest.raises(ValueError, match="length must be >= 6"):
+        passkey_depth_scores(model, 5, [0.0], 1, seed=0, batch_tokens=64)
