@@ -364,8 +364,9 @@ def passkey_depth_scores(
 ) -> list[dict[str, Any]]:
     """Passkey retrieval at input length ``length``: ``samples`` prompts per needle depth, scored teacher-forced.
 
-    The prompts are :func:`passkey_grid` ``([length - 5], depths, samples, seed=seed)`` (prompt + the 5 digits
-    fed before the last = ``length`` input bytes), scored by :func:`batched_digit_accuracies`.
+    The prompts are :func:`passkey_grid` ``([length - 5], depths, samples, seed=seed)``: a prompt of
+    ``length - 5`` bytes and its 6-byte answer but the last byte make ``length`` input bytes. Scored by
+    :func:`batched_digit_accuracies`, ``batch_tokens`` input bytes per forward pass.
 
     Returns:
         one dict per depth: ``length``, ``depth``, ``samples``, ``digit_accuracy`` (mean fraction of digits
