@@ -1,48 +1,16 @@
 """Context-length extrapolation on real text: perplexity vs length and passkey retrieval, per encoder.
 
-Trains the same byte-level ``LanguageModelModule`` trunk per base encoder (nope, rope, alibi, t5,
-kerple, fire, bam, bam_ssmax), per seed and per *passkey mode*, at a short context on Python's
-standard-library text:
+Claims tested: the bias encoders (ALiBi, KERPLE, FIRE, BAM, BAM-SSMax; Press et al. 2022, Chi et al. 2022,
+Li et al. 2023, Bianchessi et al. 2025) keep their perplexity past the training context and RoPE does not;
+RoPE scalings at inference (PI, NTK, YaRN, Llama 3.1, LongRoPE, dynamic NTK) and after a short fine-tune
+beat plain RoPE; NoPE with a temperature or HeadScale (Wang et al. 2024) extends further; passkey retrieval.
 
-* ``zero_shot``: text only (no passkey rows in training), as the papers train; its passkey numbers
-  are zero-shot retrieval, and its perplexities carry the papers' perplexity claims;
-* ``trained``: a ``training.passkey_fraction`` of every batch is passkey prompts (loss on their
-  answer bytes, averaged per row), so the model learns the retrieval format; reported separately.
-
-Evaluation *variants* are derived from the trained weights (see :data:`VARIANTS`):
-
-* NoPE with a uniform attention temperature (Wang et al. 2024, arXiv:2404.12224), applied at
-  inference, and with HeadScale (one learned scale per head and layer, init 1.6, clamped >= 1,
-  fine-tuned alone for a short run at a longer context, as the paper does);
-* RoPE with the fixed-factor scalings PI (``linear``), NTK-aware, YaRN, Llama 3.1 and LongRoPE
-  applied at inference at the factor ``scalings.factor`` of the preset, each also swept over
-  ``scalings.sweep_factors`` (perplexity of the zero-shot models); dynamic NTK, whose frequencies
-  follow the evaluated length ``l`` exactly as HF's ``dynamic`` rule (``_compute_dynamic_ntk_parameters``):
-  NTK scale ``1 + f (max(l, L0) / L0 - 1)`` with ``f = scalings.dynamic_factor`` (1: the scale is
-  ``max(1, l / L0)``); PI / YaRN after a short fine-tune at ``finetune.multiple`` x the context
-  (factor = that multiple). LongRoPE takes its long rescale factors from NTK-by-parts at the factor
-  (short factors 1): the paper's evolutionary search of the factors is not run;
-* the trained bias encoders as they are: ALiBi, T5, KERPLE, FIRE, BAM, BAM-SSMax
-  (Bianchessi et al. 2025, arXiv:2505.22842).
-
-One run per (base, mode, seed) trains the base and evaluates every variant of it (the variants share
-its weights, so they are paired per seed). For every variant:
-
-* perplexity at every length of ``evaluation.ppl_lengths`` on the *same* ``evaluation.ppl_tokens``
-  held-out bytes (the first ones of the validation split), cut into windows of that length, so every
-  length scores exactly the same targets;
-* passkey retrieval on a length x depth grid, ``evaluation.passkey_samples`` prompts per cell (the
-  template of the papers without its instruction prefix, so that it fits the short training
-  context), scored teacher-forced in one forward pass per prompt: per-digit accuracy, and exact
-  match of all five digits, which equals greedy decoding's exact match (checked with greedy
-  decoding on ``evaluation.greedy_samples`` prompts per depth at the training context);
-* the attention entropy at ``evaluation.entropy_multiples`` x the context.
-
-Over the seeds: mean and Student-t 95 % interval in every table; each paper claim is decided by
-:func:`pe_toolkit.bench.verdict.decide_claim` (:func:`claims`): paired per-seed differences for
-variants of one model, Welch for different trainings, and a stated margin (:data:`PPL_MARGIN_PCT`)
-for "does not rise" / "at least as well". Plus the peak memory of one BAM attention layer at
-``memory.length`` (batch 1, query blocks, in a fresh process's forked child).
+Design: one run per (base encoder, passkey mode, seed) trains a byte-level ``LanguageModelModule`` at a
+short context on the standard-library text (``zero_shot``: text only; ``trained``: a share of passkey rows)
+and evaluates every variant derived from its weights (:data:`VARIANTS`): perplexity on the same held-out
+bytes at every length, passkey retrieval on a length x depth grid, attention entropy. Claims are decided by
+``pe_toolkit.bench.verdict.decide_claim``, paired per seed for variants of one model. Plus the peak memory of
+one BAM attention layer at ``memory.length``. The protocol in detail: docs/tutorials/yarn_extension.md.
 
     pe-toolkit bench extrapolation --quick                      # pipeline check
     pe-toolkit bench extrapolation --jobs 2                     # the full CPU preset
@@ -50,10 +18,6 @@ for "does not rise" / "at least as well". Plus the peak memory of one BAM attent
     python benchmarks/extrapolation.py --set scalings.factor=4 --set seeds=[0,1,2,3,4] --resume
     python benchmarks/extrapolation.py --set variants=[bam,alibi,rope,rope+yarn] --resume
     python benchmarks/extrapolation.py --set memory_only=true   # only the BAM attention-layer memory
-
-Outputs in ``<out>/extrapolation/``: ``results.json`` (rows of kind ``training``, each with its
-``variants``, ``memory``, ``summary`` and ``claim``), ``report.md``, ``ppl_vs_length.png``,
-``factor_sweep.png``, ``passkey_heatmap.png`` (zero-shot) and ``passkey_heatmap_trained.png``.
 """
 
 from __future__ import annotations
@@ -67,19 +31,20 @@ from typing import Any, Literal
 
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, PositiveInt, restricted_number_type
 
-from pe_toolkit.bench import Benchmark, Result, trainer_options
-from pe_toolkit.bench.plots import note_if_empty
-from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.verdict import decide_claim, format_side, untested_claim
-from pe_toolkit.bench.verdict import summarize as side
+from pe_toolkit.bench import Benchmark, Result, quiet_trainer, trainer_options
+from pe_toolkit.bench.checks import distinct
+from pe_toolkit.bench.plots import finish, has_finite_data, nan_if_missing, new_figure, note_if_empty, plot_intervals
+from pe_toolkit.bench.report import fairness_section, markdown_table
+from pe_toolkit.bench.summary import group_rows, summarize_groups, summary_table
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
 
 MODES = ("zero_shot", "trained")
 PASSKEY_DIGIT_CHANCE = 0.1  # one of ten digits
-MIB = 2**20
 PPL_MARGIN_PCT = 5.0
 """The margin of the claims of no rise ("does not rise", "at least as well"): perplexity up by at most 5 %,
 tested on log perplexity (nats per byte) with margin ``log(1.05)``."""
 MIN_SEEDS = 2
+UNIT = (0.0, 1.0)
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -151,21 +116,11 @@ class Memory:
 # ------------------------------------------------------------------------------------------ variants
 @dataclass
 class Variant:
-    """One evaluated model: a trained base encoder, optionally with another encoding swapped in.
-
-    Attributes:
-        base: the encoder the model was trained with (its weights are reused).
-        encoding: the encoder swapped in before evaluation; ``None`` keeps the trained one.
-        options: options of the swapped-in encoder (``factor`` and ``original_max_position`` are
-            filled in by :func:`resolve_options`).
-        per_layer: one encoding per layer (HeadScale learns one scale per head *and* layer).
-        factor: ``"scaling"``: the preset's ``scalings.factor`` (and its sweep); ``"dynamic"``:
-            ``scalings.dynamic_factor`` (the frequencies follow the evaluated length); ``"finetune"``:
-            ``finetune.multiple``; ``None``: no factor.
-        finetune: ``None``; ``"positional"``: train the encodings only (``train_positional_only``);
-            ``"full"``: train every weight. Both at ``finetune.multiple`` x the context.
-        description: one line for the report.
-    """
+    """One evaluated model: the trained ``base`` with ``encoding`` (``options``, one per layer with ``per_layer``)
+    swapped in (``None``: as trained). ``factor`` names the config key of the scaling factor (``"scaling"``:
+    ``scalings.factor`` and its sweep; ``"dynamic"``: ``scalings.dynamic_factor``; ``"finetune"``:
+    ``finetune.multiple``); ``finetune``: ``"positional"`` (the encodings alone) or ``"full"``, at
+    ``finetune.multiple`` x the context."""
 
     base: str
     encoding: str | None = None
@@ -176,35 +131,29 @@ class Variant:
     description: str = ""
 
 
+def _scaled(scaling: str, factor: str, text: str, finetune: str | None = None) -> Variant:
+    return Variant("rope", "rope", {"scaling": scaling}, factor=factor, finetune=finetune, description=text)
+
+
 VARIANTS: dict[str, Variant] = {
     "nope": Variant("nope", description="NoPE, as trained"),
-    "nope+temp1.2": Variant(
-        "nope", "nope_temperature", {"scale": 1.2}, description="NoPE, logits x 1.2 at inference (UniformScale)"
-    ),
-    "nope+temp1.5": Variant(
-        "nope", "nope_temperature", {"scale": 1.5}, description="NoPE, logits x 1.5 at inference (UniformScale)"
-    ),
-    "nope+headscale": Variant(
-        "nope", "nope_temperature", {"scale": 1.6, "learned": True}, per_layer=True, finetune="positional",
-        description="NoPE + HeadScale (init 1.6, >= 1), scales fine-tuned alone at the longer context",
-    ),
+    **{f"nope+temp{t}": Variant("nope", "nope_temperature", {"scale": t},
+                                description=f"NoPE, logits x {t} at inference (UniformScale)") for t in (1.2, 1.5)},
+    "nope+headscale": Variant("nope", "nope_temperature", {"scale": 1.6, "learned": True}, per_layer=True,
+                              finetune="positional", description="NoPE + HeadScale (init 1.6, >= 1), scales "
+                              "fine-tuned alone at the longer context"),
     "rope": Variant("rope", description="RoPE, as trained"),
-    "rope+linear": Variant("rope", "rope", {"scaling": "linear"}, factor="scaling",
-                           description="RoPE + position interpolation at inference"),
-    "rope+ntk": Variant("rope", "rope", {"scaling": "ntk"}, factor="scaling",
-                        description="RoPE + NTK-aware base at inference"),
-    "rope+yarn": Variant("rope", "rope", {"scaling": "yarn"}, factor="scaling",
-                         description="RoPE + YaRN at inference"),
-    "rope+llama3": Variant("rope", "rope", {"scaling": "llama3"}, factor="scaling",
-                           description="RoPE + Llama 3.1 scaling at inference"),
-    "rope+longrope": Variant("rope", "rope", {"scaling": "longrope"}, factor="scaling",
-                             description="RoPE + LongRoPE form at inference (rescale from NTK-by-parts, no search)"),
-    "rope+dynamic": Variant("rope", "rope", {"scaling": "dynamic"}, factor="dynamic",
-                            description="RoPE + dynamic NTK at inference (scale follows the length, HF rule)"),
-    "rope+linear+ft": Variant("rope", "rope", {"scaling": "linear"}, factor="finetune", finetune="full",
-                              description="RoPE + position interpolation, fine-tuned at the longer context"),
-    "rope+yarn+ft": Variant("rope", "rope", {"scaling": "yarn"}, factor="finetune", finetune="full",
-                            description="RoPE + YaRN, fine-tuned at the longer context"),
+    "rope+linear": _scaled("linear", "scaling", "RoPE + position interpolation at inference"),
+    "rope+ntk": _scaled("ntk", "scaling", "RoPE + NTK-aware base at inference"),
+    "rope+yarn": _scaled("yarn", "scaling", "RoPE + YaRN at inference"),
+    "rope+llama3": _scaled("llama3", "scaling", "RoPE + Llama 3.1 scaling at inference"),
+    "rope+longrope": _scaled("longrope", "scaling",
+                             "RoPE + LongRoPE form at inference (rescale from NTK-by-parts, no search)"),
+    "rope+dynamic": _scaled("dynamic", "dynamic",
+                            "RoPE + dynamic NTK at inference (scale follows the length, HF rule)"),
+    "rope+linear+ft": _scaled("linear", "finetune", "RoPE + position interpolation, fine-tuned at the longer context",
+                              "full"),
+    "rope+yarn+ft": _scaled("yarn", "finetune", "RoPE + YaRN, fine-tuned at the longer context", "full"),
     "alibi": Variant("alibi", description="ALiBi, as trained"),
     "t5": Variant("t5", description="T5 relative buckets, as trained"),
     "kerple": Variant("kerple", description="KERPLE (log), as trained"),
@@ -234,94 +183,32 @@ class Config:
     """Only measure the attention layer's memory."""
 
 
-def longrope_factors(head_dim: int, base: float, factor: float, original_max_position: int) -> dict[str, list[float]]:
-    """LongRoPE's ``short_factor`` / ``long_factor`` without its search: 1 below ``L0``, NTK-by-parts above.
-
-    The long factors are ``theta_k / theta'_k`` of YaRN's NTK-by-parts frequencies at ``factor``
-    (1 for the fast pairs, ``factor`` for the slow ones), one of the starting points of the paper's
-    evolutionary search; the search itself is not run.
-    """
-    from pe_toolkit.encoders.rotary import rope_inverse_frequencies, yarn_inverse_frequencies
-
-    plain = rope_inverse_frequencies(head_dim, base)
-    scaled = yarn_inverse_frequencies(head_dim, base, factor, original_max_position)
-    return {"short_factor": [1.0] * (head_dim // 2), "long_factor": [float(v) for v in plain / scaled]}
-
-
 def resolve_options(variant: Variant, preset: dict[str, Any], factor: float | None = None) -> dict[str, Any]:
-    """The swapped-in encoder's options with ``factor`` / ``original_max_position`` filled in.
+    """The swapped-in encoder's options with ``factor`` / ``original_max_position`` (and LongRoPE's factors).
 
-    Args:
-        variant: the variant.
-        preset: the config as a dict (``training.context``, ``scalings``, ``finetune``, ``model``).
-        factor: for ``factor="scaling"`` variants, a factor other than ``scalings.factor`` (the sweep).
+    ``preset``: the config as a dict; ``factor``: for ``"scaling"`` variants, one of the sweep's factors.
     """
-    options = dict(variant.options)
-    context = preset["training"]["context"]
-    if factor is not None and variant.factor != "scaling":
-        raise ValueError(f"factor applies to fixed-factor scaling variants only, not to {variant.factor!r}")
-    if variant.factor == "scaling":
-        options["factor"] = float(preset["scalings"]["factor"] if factor is None else factor)
-        if options["factor"] < 1:
-            raise ValueError(f"factor must be >= 1, got {options['factor']}")
-    elif variant.factor == "dynamic":
-        options["factor"] = float(preset["scalings"]["dynamic_factor"])
-    elif variant.factor == "finetune":
-        options["factor"] = float(preset["finetune"]["multiple"])
-    elif variant.factor is not None:
-        raise ValueError(f"variant factor must be None, 'scaling', 'dynamic' or 'finetune', got {variant.factor!r}")
+    from pe_toolkit.encoders.rotary import longrope_factors_from_yarn
+
+    options, context = dict(variant.options), preset["training"]["context"]
+    where = {"scaling": ("scalings", "factor"), "dynamic": ("scalings", "dynamic_factor"),
+             "finetune": ("finetune", "multiple")}
+    if variant.factor is not None:
+        section, key = where[variant.factor]
+        options["factor"] = float(preset[section][key] if factor is None else factor)
     if options.get("scaling") in ("dynamic", "yarn", "llama3", "longrope"):
         options["original_max_position"] = context
     if options.get("scaling") == "longrope":
         model = preset["model"]
-        options.update(longrope_factors(model["dim"] // model["num_heads"], 10_000.0, options["factor"], context))
+        options.update(longrope_factors_from_yarn(model["dim"] // model["num_heads"], 10_000.0, options["factor"],
+                                                  context))
     return options
-
-
-def dynamic_ntk_scale(length: int, original_max_position: int, factor: float) -> float:
-    """The NTK scale HF's ``dynamic`` rule uses at input length ``length``: ``factor * l / L0 - (factor - 1)``
-    with ``l = max(length, L0)`` (``_compute_dynamic_ntk_parameters``); ``max(1, length / L0)`` for factor 1."""
-    longest = max(length, original_max_position)
-    return factor * longest / original_max_position - (factor - 1)
-
-
-def swap_encoding(model, name: str, options: dict[str, Any] | None = None, *, per_layer: bool = False):
-    """Replace a trained ``Transformer``'s positional encoding by ``get_encoder(name, ...)``, in place.
-
-    Every other weight is left untouched. ``per_layer`` builds one encoding per layer (each with its
-    own parameters), otherwise one shared by all layers; ``model.config`` is updated to match.
-
-    Returns:
-        ``model``.
-    """
-    import torch.nn as nn
-
-    import pe_toolkit as pet
-
-    options = dict(options or {})
-    config = model.config
-    count = config.num_layers if per_layer else 1
-    built = [pet.get_encoder(name, config.dim, config.num_heads, causal=config.causal, **options) for _ in range(count)]
-    device = next(model.parameters()).device
-    model.encodings = nn.ModuleList(built).to(device)
-    model.config = dataclasses.replace(config, encoding=name, encoding_options=options, share_encoding=not per_layer)
-    return model
-
-
-def set_query_block_size(model, block_size: int | None) -> None:
-    """Evaluate every self-attention layer ``block_size`` queries at a time (memory linear in L)."""
-    for block in model.blocks:
-        block.attn.query_block_size = block_size
-    model.config.attention_block_size = block_size
 
 
 # ------------------------------------------------------------------------------------------- specs
 def mode_variants(preset: dict[str, Any], mode: str) -> list[str]:
-    """The variants evaluated in ``mode``: all of ``variants``, or ``trained_variants`` in the trained mode.
-
-    The trained mode only carries passkey claims, so a preset may evaluate (and train bases for) fewer
-    variants there.
-    """
+    """The variants evaluated in ``mode``: ``variants``, or those also in ``trained_variants`` in the trained
+    mode (it carries passkey claims only, so a preset may train fewer bases there)."""
     if mode == "trained" and preset.get("trained_variants") is not None:
         return [v for v in preset["variants"] if v in preset["trained_variants"]]
     return list(preset["variants"])
@@ -329,8 +216,6 @@ def mode_variants(preset: dict[str, Any], mode: str) -> list[str]:
 
 def variant_spec(preset: dict[str, Any], name: str, mode: str) -> dict[str, Any]:
     """What changes one evaluated variant: its definition, resolved options and (zero-shot) factor sweep."""
-    if name not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {name!r}")
     v = VARIANTS[name]
     sweep = []
     if v.factor == "scaling" and mode == "zero_shot":  # perplexity claims rest on the text-only models
@@ -341,8 +226,6 @@ def variant_spec(preset: dict[str, Any], name: str, mode: str) -> dict[str, Any]
 
 def run_spec(preset: dict[str, Any], base: str, mode: str, seed: int) -> dict[str, Any]:
     """One run: train ``base`` in ``mode`` with ``seed``, then evaluate each of its variants in this mode."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     variants = [variant_spec(preset, n, mode) for n in mode_variants(preset, mode) if VARIANTS[n].base == base]
     return {"run": f"train__{base}__{mode}__s{seed}", "base": base, "mode": mode, "seed": seed,
             "model": preset["model"], "training": preset["training"], "evaluation": preset["evaluation"],
@@ -351,42 +234,28 @@ def run_spec(preset: dict[str, Any], base: str, mode: str, seed: int) -> dict[st
 
 
 # ------------------------------------------------------------------------------------ training
-def _trainer(steps: int, device: dict[str, Any] | None):
-    import lightning as L
-
-    return L.Trainer(
-        max_steps=steps, **trainer_options(device), logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-    )
-
-
 def eval_device(device: dict[str, Any] | None) -> str:
     """Where evaluation runs: ``"cuda"`` for a GPU accelerator (or ``auto`` with a GPU), else ``"cpu"``."""
     import torch
 
     accelerator = trainer_options(device)["accelerator"]
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        return "cuda"
-    return "cpu"
+    return "cuda" if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()) else "cpu"
 
 
-def _module(spec: dict[str, Any], *, lr: float | None = None, steps: int = 0, warmup: int = 1):
+def _module(spec: dict[str, Any], *, steps: int = 0, warmup: int = 1):
     from pe_toolkit.training import LanguageModelModule
 
     training = spec["training"]
-    return LanguageModelModule(
-        256, encoding=spec["base"], **spec["model"], lr=training["lr"] if lr is None else lr,
-        weight_decay=training["weight_decay"], warmup_steps=warmup, max_steps=steps,
-        loss_average=training["loss_average"],
-    )
+    return LanguageModelModule(256, encoding=spec["base"], **spec["model"], lr=training["lr"], max_steps=steps,
+                               weight_decay=training["weight_decay"], warmup_steps=warmup,
+                               loss_average=training["loss_average"])
 
 
 def training_data(training: dict[str, Any], mode: str, seed: int, context: int, batch_size: int, steps: int):
     """The ``ByteLMDataModule`` of a run: passkey rows only in the ``trained`` mode.
 
-    The document split is drawn with ``training.split_seed``, the same for every seed, so all runs
-    hold out (and are evaluated on) the same text and validation text is never trained on; ``seed``
-    draws the training windows (and passkey rows).
+    The document split is drawn with ``training.split_seed``, the same for every seed (all runs hold out and
+    are evaluated on the same text); ``seed`` draws the training windows (and passkey rows).
     """
     from pe_toolkit.data import ByteLMDataModule
 
@@ -403,13 +272,15 @@ def training_data(training: dict[str, Any], mode: str, seed: int, context: int, 
     return data
 
 
-def train_base(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train one base encoder at the training context.
+def _fit(module, data, steps: int, device: dict[str, Any] | None) -> float:
+    """Train ``module`` for ``steps``; the final training loss."""
+    trainer = quiet_trainer(device, max_steps=steps, limit_val_batches=0)
+    trainer.fit(module, data)
+    return float(trainer.callback_metrics.get("train/loss", float("nan")))
 
-    Returns:
-        ``(row, state_dict)``: a ``training`` row (final training loss, parameter counts, seconds) and
-        the trained weights (on the CPU).
-    """
+
+def train_base(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train one base encoder at the training context: ``(training row, state_dict on the CPU)``."""
     import lightning as L
 
     start = time.perf_counter()
@@ -418,11 +289,9 @@ def train_base(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     data = training_data(training, spec["mode"], spec["seed"], training["context"], training["batch_size"],
                          training["steps"])
     module = _module(spec, steps=training["steps"], warmup=training["warmup_steps"])
-    trainer = _trainer(training["steps"], spec.get("device"))
-    trainer.fit(module, data)
     row = {
         "kind": "training", "base": spec["base"], "mode": spec["mode"], "seed": spec["seed"],
-        "final_train_loss": float(trainer.callback_metrics.get("train/loss", float("nan"))),
+        "final_train_loss": _fit(module, data, training["steps"], spec.get("device")),
         "parameters": module.model.num_parameters(),
         "parameters_without_pe": module.model.num_parameters(exclude_positional=True),
         "seconds": time.perf_counter() - start,
@@ -431,112 +300,46 @@ def train_base(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _finetune(module, spec: dict[str, Any], kind: str) -> dict[str, Any]:
-    """Fine-tune ``module`` at ``multiple`` x the context: every weight, or the encodings only."""
+    """Fine-tune ``module`` at ``multiple`` x the context: every weight (``"full"``) or the encodings only."""
     import lightning as L
 
     ft, training = spec["finetune"], spec["training"]
     context = training["context"] * ft["multiple"]
     if kind == "positional":
         module.model.train_positional_only()
-        module.hparams.lr = ft["positional_lr"]
-    elif kind == "full":
-        module.hparams.lr = ft["lr"]
-    else:
-        raise ValueError(f"finetune must be 'positional' or 'full', got {kind!r}")
+    module.hparams.lr = ft["positional_lr"] if kind == "positional" else ft["lr"]
     module.hparams.max_steps = ft["steps"]
     module.hparams.warmup_steps = max(1, ft["steps"] // 10)
     start = time.perf_counter()
     L.seed_everything(spec["seed"] + 1, verbose=False)
     data = training_data(training, spec["mode"], spec["seed"], context, ft["batch_size"], ft["steps"])
-    trainer = _trainer(ft["steps"], spec.get("device"))
-    trainer.fit(module, data)
+    loss = _fit(module, data, ft["steps"], spec.get("device"))
     module.model.requires_grad_(True)
-    return {
-        "kind": kind, "context": context, "steps": ft["steps"], "batch_size": ft["batch_size"],
-        "lr": module.hparams.lr, "final_train_loss": float(trainer.callback_metrics.get("train/loss", float("nan"))),
-        "seconds": time.perf_counter() - start,
-    }
+    return {"kind": kind, "context": context, "steps": ft["steps"], "batch_size": ft["batch_size"],
+            "lr": module.hparams.lr, "final_train_loss": loss, "seconds": time.perf_counter() - start}
 
 
 def build_variant(spec: dict[str, Any], state: dict[str, Any]):
-    """The trained base model (``state``) with the variant's encoding swapped in, fine-tuned if the variant says so.
+    """The trained base (``state``) with the variant's encoding swapped in, fine-tuned if the variant says so.
 
-    ``spec``: the run's spec merged with one of its ``variants`` entries.
-
-    Returns:
-        ``(module, finetune)``: the ``LanguageModelModule`` and the fine-tune's summary (or ``None``).
+    ``spec``: the run's spec merged with one of its ``variants`` entries. Returns ``(module, finetune or None)``.
     """
     variant = spec["variant"]
     module = _module(spec)
     module.load_state_dict(state)
     if variant["encoding"] is not None:
-        swap_encoding(module.model, variant["encoding"], spec["options"], per_layer=variant["per_layer"])
+        module.model.replace_encoding(variant["encoding"], spec["options"], per_layer=variant["per_layer"])
     finetune = _finetune(module, spec, variant["finetune"]) if variant["finetune"] else None
     return module, finetune
 
 
 # ------------------------------------------------------------------------------------ evaluation
-def equal_token_windows(data, lengths: list[int], tokens: int) -> dict[int, Any]:
-    """Windows of every length cut from the same ``tokens + 1`` bytes, so each length scores the same targets.
-
-    Window ``j`` of length ``n`` is ``data[j n : (j + 1) n + 1]`` (``sequential_windows``); with ``n``
-    dividing ``tokens`` the ``tokens / n`` windows predict bytes ``1 .. tokens`` exactly once.
-
-    Returns:
-        ``{length: (tokens // length, length + 1) long tensor}``.
-
-    Raises:
-        ValueError: ``tokens`` not divisible by a length, or ``data`` shorter than ``tokens + 1`` bytes.
-    """
-    from pe_toolkit.data import sequential_windows
-
-    if not _positive_int(tokens):
-        raise ValueError(f"tokens must be an int >= 1, got {tokens!r}")
-    bad = [n for n in lengths if not _positive_int(n) or tokens % n]
-    if bad:
-        raise ValueError(f"tokens={tokens} must be divisible by every length; lengths {bad} do not divide it")
-    if data.numel() < tokens + 1:
-        raise ValueError(f"data has {data.numel()} bytes; {tokens} scored tokens need {tokens + 1}")
-    text = data[: tokens + 1]
-    return {n: sequential_windows(text, n) for n in lengths}
-
-
-def passkey_scores(model, examples, *, batch_tokens: int, device: str = "cpu") -> list[float]:
-    """Teacher-forced digit accuracy of each example, ``batch_tokens // length`` prompts per forward pass.
-
-    Equals ``pe_toolkit.data.teacher_forced_digit_accuracy(model, example)`` for every example (the
-    prompts of one length are stacked; a causal model's rows do not see each other).
-
-    Raises:
-        ValueError: examples of different lengths.
-    """
-    import torch
-
-    from pe_toolkit.data.passkey import NUM_DIGITS
-
-    if not examples:
-        return []
-    sequences = [ex.prompt_bytes + ex.answer for ex in examples]
-    lengths = {len(s) for s in sequences}
-    if len(lengths) != 1:
-        raise ValueError(f"passkey_scores: examples must have one length, got {sorted(lengths)}")
-    total = lengths.pop()
-    per_batch = max(1, batch_tokens // total)
-    ids = torch.tensor([list(s) for s in sequences], dtype=torch.long)  # (N, L + 6)
-    first = total - NUM_DIGITS  # index of the first digit in each sequence
-    scores: list[float] = []
-    with torch.no_grad():
-        for start in range(0, len(examples), per_batch):
-            chunk = ids[start : start + per_batch].to(device)
-            logits = model(chunk[:, :-1])  # (b, L + 5, V)
-            predicted = logits[:, first - 1 : total - 1].argmax(-1)  # (b, 5)
-            correct = (predicted == chunk[:, first:]).sum(-1)  # digits right, per prompt
-            scores.extend(int(v) / NUM_DIGITS for v in correct.cpu())
-    return scores
-
-
 def _passkey_seed(seed: int, length: int) -> int:
     return 1_000_003 * seed + length  # the same prompts for every variant and mode of one seed
+
+
+def _mean_of(items: list[dict[str, Any]], key: str) -> float:
+    return sum(i[key] * i["samples"] for i in items) / sum(i["samples"] for i in items)
 
 
 def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
@@ -544,79 +347,69 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
 
     Returns:
         a ``variant`` row: ``ppl`` per length, ``sweep`` (perplexity per swept factor), ``passkey`` per
-        (length, depth), ``passkey_by_length``, ``greedy_check``, ``entropy``, learned encoder
-        parameters, seconds.
+        (length, depth), ``passkey_by_length``, ``greedy_check``, ``entropy``, learned encoder parameters.
     """
     import torch
 
-    from pe_toolkit.data import COMPACT_TEMPLATE, PAPER_TEMPLATE, passkey_accuracy, passkey_grid, sequential_windows
+    from pe_toolkit import data as pdata
     from pe_toolkit.nn import attention_entropy
 
     start = time.perf_counter()
     variant, training, evaluation = spec["variant"], spec["training"], spec["evaluation"]
-    seed, context = spec["seed"], training["context"]
-    template = {"compact": COMPACT_TEMPLATE, "paper": PAPER_TEMPLATE}[training["passkey_template"]]
+    seed, context, batch_tokens = spec["seed"], training["context"], evaluation["passkey_batch_tokens"]
+    template = {"compact": pdata.COMPACT_TEMPLATE, "paper": pdata.PAPER_TEMPLATE}[training["passkey_template"]]
     module, finetune = build_variant(spec, state)
     device = eval_device(spec.get("device"))
     module.to(device).eval()
-    set_query_block_size(module.model, evaluation["block_size"])
+    model = module.model
+    for block in model.blocks:  # query blocks: memory linear in the length
+        block.attn.query_block_size = evaluation["block_size"]
+    model.config.attention_block_size = evaluation["block_size"]
     data = training_data(training, spec["mode"], seed, context, 1, 1)
-    data.setup()
-    windows = equal_token_windows(data.val_bytes, evaluation["ppl_lengths"], evaluation["ppl_tokens"])
-    batch_tokens = evaluation["passkey_batch_tokens"]
+    windows = pdata.equal_token_windows(data.val_bytes, evaluation["ppl_lengths"], evaluation["ppl_tokens"])
 
     def perplexities() -> list[dict[str, Any]]:
         return [{"length": length, "ppl": module.perplexity(w, batch_size=max(1, batch_tokens // length)),
                  "windows": int(w.shape[0]), "tokens": int(w[:, 1:].numel())} for length, w in windows.items()]
 
-    ppl = perplexities()
-    sweep = []
-    for entry in spec["sweep"]:
-        if entry["options"] == spec["options"]:
-            sweep.append({"factor": entry["factor"], "ppl": ppl})
-            continue
-        swap_encoding(module.model, variant["encoding"], entry["options"], per_layer=variant["per_layer"])
-        sweep.append({"factor": entry["factor"], "ppl": perplexities()})
-    if spec["sweep"]:  # back to the variant's own factor for passkey and entropy
-        swap_encoding(module.model, variant["encoding"], spec["options"], per_layer=variant["per_layer"])
+    def swap(options: dict[str, Any]) -> None:
+        model.replace_encoding(variant["encoding"], options, per_layer=variant["per_layer"])
 
-    passkey = []
-    for length in evaluation["passkey_lengths"]:
-        # prompt + 5 answer bytes (the last not fed) = `length` input bytes
-        examples = passkey_grid([length - 5], evaluation["passkey_depths"], evaluation["passkey_samples"],
-                                seed=_passkey_seed(seed, length), template=template)
-        scores = passkey_scores(module.model, examples, batch_tokens=batch_tokens, device=device)
-        for depth in evaluation["passkey_depths"]:
-            cell = [s for ex, s in zip(examples, scores) if ex.depth == depth]
-            passkey.append({"length": length, "depth": depth, "samples": len(cell),
-                            "digit_accuracy": sum(cell) / len(cell),
-                            "exact_match": sum(s == 1.0 for s in cell) / len(cell)})
+    ppl, sweep = perplexities(), []
+    for entry in spec["sweep"]:
+        same = entry["options"] == spec["options"]  # the preset's factor is not evaluated twice
+        if not same:
+            swap(entry["options"])
+        sweep.append({"factor": entry["factor"], "ppl": ppl if same else perplexities()})
+    if spec["sweep"]:  # back to the variant's own factor for passkey and entropy
+        swap(spec["options"])
+
+    passkey = [cell for length in evaluation["passkey_lengths"] for cell in pdata.passkey_depth_scores(
+        model, length, evaluation["passkey_depths"], evaluation["passkey_samples"], seed=_passkey_seed(seed, length),
+        template=template, batch_tokens=batch_tokens, device=device)]
     by_length = []
     for length in evaluation["passkey_lengths"]:
         cells = [p for p in passkey if p["length"] == length]
-        total = sum(c["samples"] for c in cells)
-        by_length.append({
-            "length": length, "examples": total,
-            "digit_accuracy": sum(c["digit_accuracy"] * c["samples"] for c in cells) / total,
-            "exact_match": sum(c["exact_match"] * c["samples"] for c in cells) / total,
-        })
+        by_length.append({"length": length, "examples": sum(c["samples"] for c in cells),
+                          "digit_accuracy": _mean_of(cells, "digit_accuracy"),
+                          "exact_match": _mean_of(cells, "exact_match")})
 
-    # Greedy decoding (the papers' metric) at the training context: must agree with the teacher-forced
-    # exact match, which the long lengths use instead (one forward pass instead of a decoding loop).
-    greedy_examples = passkey_grid([context - 5], evaluation["passkey_depths"], evaluation["greedy_samples"],
-                                   seed=_passkey_seed(seed, context), template=template)
+    # Greedy decoding (the papers' metric) at the training context must agree with the teacher-forced exact
+    # match, which the long lengths use instead (one forward pass instead of a decoding loop).
+    greedy_examples = pdata.passkey_grid([context - 5], evaluation["passkey_depths"], evaluation["greedy_samples"],
+                                         seed=_passkey_seed(seed, context), template=template)
     with torch.no_grad():
-        greedy = passkey_accuracy(module.model.generate, greedy_examples, device=device)
-    forced = passkey_scores(module.model, greedy_examples, batch_tokens=batch_tokens, device=device)
+        greedy = pdata.passkey_accuracy(model.generate, greedy_examples, device=device)
+    forced = pdata.batched_digit_accuracies(model, greedy_examples, batch_tokens=batch_tokens, device=device)
     greedy_check = {"length": context, "examples": len(greedy_examples), "greedy_exact_match": greedy,
                     "teacher_forced_exact_match": sum(s == 1.0 for s in forced) / len(forced)}
 
     entropy = []
     for multiple in evaluation["entropy_multiples"]:
         length = context * multiple
-        tokens = sequential_windows(data.val_bytes, length, 1)[:, :-1].to(device)
+        tokens = pdata.sequential_windows(data.val_bytes, length, 1)[:, :-1].to(device)
         with torch.no_grad():
-            per_head = attention_entropy(module.model, tokens)  # (layers, heads), bits
+            per_head = attention_entropy(model, tokens)  # (layers, heads), bits
         entropy.append({"multiple": multiple, "length": length, "mean_bits": float(per_head.mean()),
                         "per_layer_bits": [float(v) for v in per_head.mean(-1)]})
 
@@ -625,17 +418,8 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
         "encoding": variant["encoding"] or variant["base"], "options": spec["options"],
         "description": variant["description"], "finetune": finetune, "ppl": ppl, "sweep": sweep,
         "passkey": passkey, "passkey_by_length": by_length, "greedy_check": greedy_check, "entropy": entropy,
-        "learned": _learned_parameters(module.model), "seconds": time.perf_counter() - start,
+        "learned": _learned_parameters(model), "seconds": time.perf_counter() - start,
     }
-
-
-def train_and_evaluate(spec: dict[str, Any]) -> dict[str, Any]:
-    """One run: train the base, then evaluate each variant from a copy of its weights; the training row
-    with the variant rows under ``"variants"``."""
-    start = time.perf_counter()
-    row, state = train_base(spec)
-    variants = [evaluate_variant({**spec, **entry}, copy.deepcopy(state)) for entry in spec["variants"]]
-    return {**row, "variants": variants, "run_seconds": time.perf_counter() - start}
 
 
 def _learned_parameters(model) -> dict[str, Any]:
@@ -666,28 +450,18 @@ def _attention_memory(length: int, dim: int, heads: int, block_size: int, encodi
     import pe_toolkit as pet
 
     torch.set_num_threads(1)
-    attention = pet.MultiHeadAttention(
-        dim, heads, causal=True, encoding=pet.get_encoder(encoding, dim, heads, causal=True),
-        query_block_size=block_size,
-    )
+    attention = pet.MultiHeadAttention(dim, heads, causal=True, query_block_size=block_size,
+                                       encoding=pet.get_encoder(encoding, dim, heads, causal=True))
     with torch.no_grad():
         x = torch.randn(1, length, dim, generator=torch.Generator().manual_seed(0))
         start = time.perf_counter()
         out = attention(x)
-        seconds = time.perf_counter() - start
-        return {"seconds": seconds, "finite": bool(torch.isfinite(out).all())}
-
-
-def _attention_warmup(dim: int, heads: int, block_size: int, encoding: str) -> None:
-    _attention_memory(64, dim, heads, block_size, encoding)
+        return {"seconds": time.perf_counter() - start, "finite": bool(torch.isfinite(out).all())}
 
 
 def measure_memory(memory: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
-    """Peak RSS growth of one attention layer at ``memory["length"]`` in a forked child.
-
-    The calling process must not have run torch compute (see :mod:`pe_toolkit.bench.memory`):
-    :func:`memory_row` calls this in a freshly spawned process.
-    """
+    """Peak RSS growth of one attention layer at ``memory["length"]`` in a forked child; the calling process
+    must not have run torch compute (:mod:`pe_toolkit.bench.memory`): :func:`memory_row` spawns a fresh one."""
     from pe_toolkit.bench.memory import peak_memory_in_subprocess
 
     args = (memory["length"], memory["dim"], memory["num_heads"], memory["block_size"], memory["encoding"])
@@ -698,10 +472,9 @@ def measure_memory(memory: dict[str, Any], timeout: float = 1800.0) -> dict[str,
         "spec": dict(memory),
     }
     try:
-        result, peak = peak_memory_in_subprocess(
-            _attention_memory, *args, warmup=lambda: _attention_warmup(*args[1:]), timeout=timeout
-        )
-        row.update(status="ok", peak_mib=peak / MIB, seconds=result["seconds"], output_finite=result["finite"])
+        result, peak = peak_memory_in_subprocess(_attention_memory, *args, timeout=timeout,
+                                                 warmup=lambda: _attention_memory(64, *args[1:]))
+        row.update(status="ok", peak_mib=peak / 2**20, seconds=result["seconds"], output_finite=result["finite"])
     except RuntimeError as error:
         lines = [line for line in str(error).splitlines() if line.strip()]
         row.update(status="failed: " + (lines[-1] if lines else "unknown")[:300], peak_mib=None, seconds=None)
@@ -718,149 +491,106 @@ def memory_row(memory: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------- summaries
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+LABELS = ("variant", "mode", "seed", "description", "finetune")
+"""The fields of :func:`metrics_of` that are not metrics."""
+BOUNDED = ("exact@", "digits@", "greedy")
+"""Metric keys in ``[0, 1]`` (passkey exact match and digit accuracy, greedy checks)."""
 
 
-def _at(items: list[dict[str, Any]] | None, key: str, value: Any) -> dict[str, Any] | None:
-    for item in items or []:
-        if item[key] == value:
-            return item
-    return None
+def ppl_key(length: int, factor: float | None = None) -> str:
+    return f"ppl@{length}" if factor is None else f"ppl@{length} factor {float(factor):g}"
 
 
-def variant_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The variant rows of every training run, in run order."""
-    return [v for r in rows if r.get("kind") == "training" for v in r["variants"]]
+def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
+    """A variant row as one flat dict per (variant, mode, seed): ``ppl@<length>`` (``ppl@<length> factor <f>``
+    from the sweep), ``exact@<length>`` / ``digits@<length>`` (passkey, mean over depths), ``digits@<length>
+    depth <d>``, ``entropy x<multiple>``, ``greedy_exact``, ``greedy_agrees`` (1: equals the teacher-forced
+    exact match) and ``finetune_loss``."""
+    out = {key: row[key] for key in LABELS}
+    out.update({ppl_key(p["length"]): p["ppl"] for p in row["ppl"]})
+    out.update({ppl_key(p["length"], s["factor"]): p["ppl"] for s in row["sweep"] for p in s["ppl"]})
+    for p in row["passkey_by_length"]:
+        out[f"exact@{p['length']}"], out[f"digits@{p['length']}"] = p["exact_match"], p["digit_accuracy"]
+    out.update({f"digits@{p['length']} depth {p['depth']:g}": p["digit_accuracy"] for p in row["passkey"]})
+    out.update({f"entropy x{e['multiple']}": e["mean_bits"] for e in row["entropy"]})
+    greedy = row["greedy_check"]
+    out["greedy_exact"] = greedy["greedy_exact_match"]
+    out["greedy_agrees"] = float(greedy["greedy_exact_match"] == greedy["teacher_forced_exact_match"])
+    if row.get("finetune"):
+        out["finetune_loss"] = row["finetune"]["final_train_loss"]
+    return out
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (variant, mode) of the variant rows: every metric's mean and 95 % interval over the seeds.
-
-    Returns:
-        entries with ``variant``, ``mode``, ``seeds``, ``ppl`` / ``passkey_exact`` /
-        ``passkey_digits`` (``[{"length", "mean", "low", "high", "n", "n_nonfinite", ...}]``), ``sweep``
-        (``[{"factor", "ppl": [...]}]``), ``passkey_cells`` (digit accuracy and exact match per
-        (length, depth)), ``entropy``, ``greedy_agrees`` and the fine-tune loss.
-    """
+    """One entry per (variant, mode) of the variant rows: each metric of :func:`metrics_of` as mean and 95 %
+    interval over the seeds (:func:`pe_toolkit.bench.summary.summarize_groups`), with ``runs``, ``description``
+    and the first seed's ``finetune``."""
     order = {name: i for i, name in enumerate(VARIANTS)}
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["variant"], row["mode"]), []).append(row)
-    unit = (0.0, 1.0)
+    flat = sorted(map(metrics_of, rows), key=lambda r: (MODES.index(r["mode"]), order.get(r["variant"], 99), r["seed"]))
     out = []
-    for (name, mode), group in sorted(groups.items(), key=lambda kv: (MODES.index(kv[0][1]), order.get(kv[0][0], 99))):
-        group = sorted(group, key=lambda r: r["seed"])
-
-        def over(items_of, key: str, field_name: str, bounds=None, group=group) -> list[dict[str, Any]]:
-            """``[{key: value, **interval}]`` of ``field_name`` over the seeds, for each value of ``key``."""
-            return [{key: v, **side([(_at(items_of(r), key, v) or {}).get(field_name) for r in group],
-                                    bounds=bounds).as_dict()}
-                    for v in [p[key] for p in items_of(group[0])]]
-
-        sweep = [{"factor": e["factor"], "ppl": over(lambda r, f=e["factor"]: _at(r["sweep"], "factor", f)["ppl"],
-                                                     "length", "ppl")} for e in group[0]["sweep"]]
-        cells = []
-        for cell in group[0]["passkey"]:
-            matches = [p for r in group for p in r["passkey"]
-                       if p["length"] == cell["length"] and p["depth"] == cell["depth"]]
-            cells.append({"length": cell["length"], "depth": cell["depth"], "samples": cell["samples"],
-                          **{k: side([p[k] for p in matches], bounds=unit).as_dict()
-                             for k in ("digit_accuracy", "exact_match")}})
-        finetune_losses = [r["finetune"]["final_train_loss"] for r in group if r.get("finetune")]
-        out.append({
-            "kind": "summary", "variant": name, "mode": mode, "seeds": [r["seed"] for r in group],
-            "description": group[0]["description"],
-            "ppl": over(lambda r: r["ppl"], "length", "ppl"),
-            "sweep": sweep,
-            "passkey_exact": over(lambda r: r["passkey_by_length"], "length", "exact_match", unit),
-            "passkey_digits": over(lambda r: r["passkey_by_length"], "length", "digit_accuracy", unit),
-            "passkey_samples": group[0]["passkey"][0]["samples"] if group[0]["passkey"] else 0,
-            "passkey_cells": cells,
-            "entropy": over(lambda r: r["entropy"], "multiple", "mean_bits"),
-            "greedy_agrees": sum(r["greedy_check"]["greedy_exact_match"]
-                                 == r["greedy_check"]["teacher_forced_exact_match"] for r in group),
-            "greedy_exact": side([r["greedy_check"]["greedy_exact_match"] for r in group], bounds=unit).as_dict(),
-            "finetune": group[0]["finetune"],
-            "finetune_loss": side(finetune_losses).as_dict() if finetune_losses else None,
-        })
+    for group in group_rows(flat, ("variant", "mode")).values():
+        metrics = [k for k in group[0] if k not in LABELS]
+        bounds = {k: UNIT for k in metrics if k.startswith(BOUNDED)}
+        out += [{"kind": "summary", **entry} for entry in summarize_groups(
+            group, ("variant", "mode"), metrics, bounds=bounds, keep=("description", "finetune"))]
     return out
 
 
 def passkey_learned(summary: list[dict[str, Any]], context: int) -> dict[str, list[str]]:
     """Per mode, the variants whose digit accuracy at the training context is not above 2x chance
     (interval upper end at most 0.2): their passkey numbers at longer lengths say nothing."""
-    floor = 2 * PASSKEY_DIGIT_CHANCE
     out: dict[str, list[str]] = {}
     for entry in summary:
-        at = _at(entry["passkey_digits"], "length", context)
-        if at is not None and at["n"]:
-            high = at["high"] if math.isfinite(at["high"]) else at["mean"]
-            if high <= floor:
-                out.setdefault(entry["mode"], []).append(entry["variant"])
+        at = entry.get(f"digits@{context}")
+        if at is not None and at["n"] and (at["high"] if math.isfinite(at["high"]) else at["mean"]) <= 2 * 0.1:
+            out.setdefault(entry["mode"], []).append(entry["variant"])
     return out
 
 
 # ------------------------------------------------------------------------------------------ claims
-def per_seed(rows: list[dict[str, Any]], name: str, mode: str, metric: str, length: int | None,
-             factor: float | None = None) -> dict[int, float] | None:
-    """``{seed: value}`` of one variant's metric at ``length`` (``None``: not measured in this run).
-
-    ``metric``: ``"log_ppl"`` (log perplexity, nats per byte; ``factor``: from the factor sweep) or
-    ``"passkey_exact"`` (exact match over the depths).
-    """
-    if length is None:
+def per_seed(rows: list[dict[str, Any]], name: str, mode: str, key: str | None) -> dict[int, float] | None:
+    """``{seed: value}`` of one variant's metric ``key`` of :func:`metrics_of` (``None``: not measured in this
+    run); perplexity as its log (nats per byte), a missing or non-positive one as NaN (counted, not dropped)."""
+    if key is None:
         return None
-    out = {}
-    for row in rows:
-        if row["variant"] != name or row["mode"] != mode:
-            continue
-        if metric == "passkey_exact":
-            found = _at(row["passkey_by_length"], "length", length)
-            value = None if found is None else found["exact_match"]
-        else:
-            items = row["ppl"] if factor is None else (_at(row["sweep"], "factor", float(factor)) or {}).get("ppl")
-            found = _at(items, "length", length)
-            ppl = None if found is None else found["ppl"]
-            value = math.log(ppl) if ppl is not None and ppl > 0 else math.nan  # NaN / None: counted, not dropped
-        if found is not None:
-            out[row["seed"]] = value
+    out = {r["seed"]: r[key] for r in rows if r["variant"] == name and r["mode"] == mode and key in r}
+    if key.startswith("ppl@"):
+        out = {s: math.log(v) if v is not None and v > 0 else math.nan for s, v in out.items()}
     return out or None
+
+
+YARN, PI = "Peng et al. 2023 (YaRN, arXiv:2309.00071)", "Chen et al. 2023 (PI, arXiv:2306.15595)"
+PRESS, BAM = "Press et al. 2022 (ALiBi, arXiv:2108.12409)", "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)"
+WANG = "Wang et al. 2024 (NoPE length generalization, arXiv:2404.12224)"
+LONGROPE = "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)"
 
 
 def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
     """Each paper claim tested here, decided by :func:`pe_toolkit.bench.verdict.decide_claim`.
 
-    Perplexity claims read log perplexity (nats per byte) of the ``zero_shot`` models (trained on text
-    only, as the papers train) when that mode ran; passkey claims read exact match in each mode.
-    Variants of one trained model (a scaling or temperature at inference, a fine-tune from it, two
-    lengths of one model) are compared with paired per-seed differences; different trainings with
-    Welch's test. Claims of no rise are non-inferiority tests with the margin :data:`PPL_MARGIN_PCT`.
-
-    Returns:
-        ``ClaimResult.as_row()`` rows with ``kind: "claim"`` (the claim's kind under ``claim_kind``),
-        ``paper``, ``mode``, ``metric``, and the two sides' names ``a_name`` / ``b_name``.
+    Perplexity claims read log perplexity (nats per byte) of the ``zero_shot`` models when that mode ran;
+    passkey claims read exact match in each mode. Variants of one trained model are compared with paired
+    per-seed differences, different trainings with Welch's test; claims of no rise are non-inferiority tests
+    with the margin :data:`PPL_MARGIN_PCT`. Returns :func:`~pe_toolkit.bench.verdict.claim_row` rows with
+    ``paper``, ``mode``, ``metric`` and the two sides' names ``a_name`` / ``b_name``.
     """
-    context = config["training"]["context"]
-    evaluation = config["evaluation"]
+    context, evaluation = config["training"]["context"], config["evaluation"]
     ppl_lengths, pk_lengths = evaluation["ppl_lengths"], evaluation["passkey_lengths"]
     longest, pk_longest = ppl_lengths[-1], pk_lengths[-1]
-    factor = config["scalings"]["factor"]
-    multiple = config["finetune"]["multiple"]
-    modes = config["passkey_modes"]
+    factor, multiple, modes = config["scalings"]["factor"], config["finetune"]["multiple"], config["passkey_modes"]
     ppl_mode = "zero_shot" if "zero_shot" in modes else modes[0]
     margin = math.log(1 + PPL_MARGIN_PCT / 100)
 
     def length_or_none(n: float) -> int | None:
-        n = int(round(n))
-        return n if n in ppl_lengths else None
+        return int(round(n)) if int(round(n)) in ppl_lengths else None
 
     ext = length_or_none(factor * context)  # the length a factor-s scaling is meant for
     ft_len = length_or_none(multiple * context)  # the fine-tune length
     out: list[dict[str, Any]] = []
+    flat = [metrics_of(r) for r in rows]
 
     def ppl(name: str, length: int | None, swept: float | None = None):
-        return per_seed(rows, name, ppl_mode, "log_ppl", length, swept)
+        return per_seed(flat, name, ppl_mode, None if length is None else ppl_key(length, swept))
 
     def add(paper: str, text: str, mode: str, metric: str, a_name: str, a, b_name: str, b, *, paired: bool,
             higher: bool = False, kind: str = "difference", preconditions=(), bounds=None) -> None:
@@ -875,78 +605,66 @@ def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str,
             enough = min(len(va), len(vb)) >= MIN_SEEDS
             claim = decide_claim(va, vb, name=text, preconditions=(
                 (enough, f"fewer than {MIN_SEEDS} seeds per side: no interval"), *preconditions), **options)
-        row = claim.as_row()
-        row["claim_kind"] = row.pop("kind")
-        out.append({"kind": "claim", "paper": paper, "mode": mode, "metric": metric, "a_name": a_name,
-                    "b_name": b_name, **row})
+        out.append(claim_row(claim, paper=paper, mode=mode, metric=metric, a_name=a_name, b_name=b_name))
 
     rise = f"+{PPL_MARGIN_PCT:g} % perplexity"
     log_ppl = f"log perplexity (nats/byte) at {longest} vs at {context}, paired per seed"
-    press = "Press et al. 2022 (ALiBi, arXiv:2108.12409)"
-    bam = "Bianchessi et al. 2025 (BAM, arXiv:2505.22842)"
-    for name, paper in (("alibi", press), ("kerple", "Chi et al. 2022 (KERPLE, arXiv:2205.09921)"),
-                        ("fire", "Li et al. 2023 (FIRE, arXiv:2310.04418)"), ("bam", bam), ("bam_ssmax", bam)):
+    for name, paper in (("alibi", PRESS), ("kerple", "Chi et al. 2022 (KERPLE, arXiv:2205.09921)"),
+                        ("fire", "Li et al. 2023 (FIRE, arXiv:2310.04418)"), ("bam", BAM), ("bam_ssmax", BAM)):
         add(paper, f"{name}'s perplexity does not rise past the training context ({longest // context}x; "
             f"non-inferiority, margin {rise})", ppl_mode, log_ppl, f"{name}@{longest}", ppl(name, longest),
             f"{name}@{context}", ppl(name, context), paired=True, kind="noninferiority")
-    add(press, "RoPE's perplexity rises past the training context", ppl_mode, log_ppl, f"rope@{context}",
+    add(PRESS, "RoPE's perplexity rises past the training context", ppl_mode, log_ppl, f"rope@{context}",
         ppl("rope", context), f"rope@{longest}", ppl("rope", longest), paired=True)
     at_long = f"log perplexity at {longest}"
-    add(press, "ALiBi extrapolates better than RoPE", ppl_mode, at_long, "alibi", ppl("alibi", longest), "rope",
+    add(PRESS, "ALiBi extrapolates better than RoPE", ppl_mode, at_long, "alibi", ppl("alibi", longest), "rope",
         ppl("rope", longest), paired=False)
-    add(bam, f"BAM-SSMax extrapolates at least as well as ALiBi (non-inferiority, margin {rise})", ppl_mode, at_long,
+    add(BAM, f"BAM-SSMax extrapolates at least as well as ALiBi (non-inferiority, margin {rise})", ppl_mode, at_long,
         "bam_ssmax", ppl("bam_ssmax", longest), "alibi", ppl("alibi", longest), paired=False, kind="noninferiority")
 
     at_ext = f"log perplexity at {ext} ({factor:g}x, factor {factor:g}, no fine-tune), paired per seed"
-    for name, paper in (("rope+ntk", "bloc97 2023 (NTK-aware scaling)"),
-                        ("rope+yarn", "Peng et al. 2023 (YaRN, arXiv:2309.00071)"),
-                        ("rope+llama3", "Meta 2024 (Llama 3.1 scaling, arXiv:2407.21783)"),
-                        ("rope+longrope", "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)")):
+    llama = "Meta 2024 (Llama 3.1 scaling, arXiv:2407.21783)"
+    for name, paper in (("rope+ntk", "bloc97 2023 (NTK-aware scaling)"), ("rope+yarn", YARN), ("rope+llama3", llama),
+                        ("rope+longrope", LONGROPE)):
         add(paper, f"{name} at inference beats plain RoPE at {factor:g}x the context", ppl_mode, at_ext, name,
             ppl(name, ext), "rope", ppl("rope", ext), paired=True)
     for other in ("rope+linear", "rope+ntk"):
-        add("Peng et al. 2023 (YaRN, arXiv:2309.00071)", f"YaRN beats {other.split('+')[1]} at the same factor "
-            "without fine-tuning", ppl_mode, at_ext, "rope+yarn", ppl("rope+yarn", ext), other, ppl(other, ext),
-            paired=True)
-    longrope = untested_claim("searched non-uniform rescale factors beat PI / NTK / YaRN",
-                              "the evolutionary search is not run (long factors taken from NTK-by-parts)").as_row()
-    longrope["claim_kind"] = longrope.pop("kind")
-    out.append({"kind": "claim", "paper": "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)", "mode": ppl_mode,
-                "metric": "-", "a_name": "rope+longrope (searched)", "b_name": "rope+linear / ntk / yarn", **longrope})
+        add(YARN, f"YaRN beats {other.split('+')[1]} at the same factor without fine-tuning", ppl_mode, at_ext,
+            "rope+yarn", ppl("rope+yarn", ext), other, ppl(other, ext), paired=True)
+    out.append(claim_row(untested_claim("searched non-uniform rescale factors beat PI / NTK / YaRN",
+                                        "the evolutionary search is not run (long factors taken from NTK-by-parts)"),
+                         paper=LONGROPE, mode=ppl_mode, metric="-", a_name="rope+longrope (searched)",
+                         b_name="rope+linear / ntk / yarn"))
     add("emozilla 2023 (dynamic NTK; HF 'dynamic')", "dynamic NTK at inference beats plain RoPE past the context",
         ppl_mode, f"{at_long} (scale follows the length), paired per seed", "rope+dynamic",
         ppl("rope+dynamic", longest), "rope", ppl("rope", longest), paired=True)
     at_ft = f"log perplexity at {ft_len} (the fine-tune length, {multiple}x), paired per seed"
-    pi = "Chen et al. 2023 (PI, arXiv:2306.15595)"
-    add(pi, "PI with a short fine-tune extends the context past plain RoPE", ppl_mode, at_ft, "rope+linear+ft",
+    add(PI, "PI with a short fine-tune extends the context past plain RoPE", ppl_mode, at_ft, "rope+linear+ft",
         ppl("rope+linear+ft", ft_len), "rope", ppl("rope", ft_len), paired=True)
-    add(pi, "PI needs the fine-tune: fine-tuned beats inference-only at the same factor", ppl_mode, at_ft,
+    add(PI, "PI needs the fine-tune: fine-tuned beats inference-only at the same factor", ppl_mode, at_ft,
         "rope+linear+ft", ppl("rope+linear+ft", ft_len), f"rope+linear (factor {multiple})",
         ppl("rope+linear", ft_len, multiple), paired=True)
-    add("Peng et al. 2023 (YaRN, arXiv:2309.00071)", "a short YaRN fine-tune beats YaRN at inference at the same "
-        "factor", ppl_mode, at_ft, "rope+yarn+ft", ppl("rope+yarn+ft", ft_len), f"rope+yarn (factor {multiple})",
-        ppl("rope+yarn", ft_len, multiple), paired=True)
+    add(YARN, "a short YaRN fine-tune beats YaRN at inference at the same factor", ppl_mode, at_ft, "rope+yarn+ft",
+        ppl("rope+yarn+ft", ft_len), f"rope+yarn (factor {multiple})", ppl("rope+yarn", ft_len, multiple),
+        paired=True)
 
-    wang = "Wang et al. 2024 (NoPE length generalization, arXiv:2404.12224)"
-    # read where the papers' extension is about (8x, 16x the context), not at 2x, where NoPE's in-distribution
+    # NoPE vs RoPE is read where the papers' extension is (8x, 16x), not at 2x where NoPE's in-distribution
     # perplexity gap to RoPE dominates; the longest length when the preset has neither
-    far = [n for n in (8 * context, 16 * context) if n in ppl_lengths] or [longest]
-    for n in far:
-        add(wang, f"NoPE extends past its training context further than RoPE (read at {n // context}x)", ppl_mode,
+    for n in [n for n in (8 * context, 16 * context) if n in ppl_lengths] or [longest]:
+        add(WANG, f"NoPE extends past its training context further than RoPE (read at {n // context}x)", ppl_mode,
             f"log perplexity at {n} ({n // context}x)", "nope", ppl("nope", n), "rope", ppl("rope", n), paired=False)
     for name in ("nope+temp1.2", "nope+temp1.5", "nope+headscale"):
-        add(wang, f"{name} improves on NoPE past the context", ppl_mode, at_ft, name, ppl(name, ft_len), "nope",
+        add(WANG, f"{name} improves on NoPE past the context", ppl_mode, at_ft, name, ppl(name, ft_len), "nope",
             ppl("nope", ft_len), paired=True)
     uniform = [(n, ppl(n, ft_len)) for n in ("nope+temp1.2", "nope+temp1.5") if ppl(n, ft_len) is not None]
     best_name, best = min(uniform, key=lambda nv: math.fsum(nv[1].values()) / len(nv[1])) if uniform else (
         "best uniform scale", None)
-    add(wang, "HeadScale beats the best uniform scale (chosen by its mean here)", ppl_mode, at_ft, "nope+headscale",
+    add(WANG, "HeadScale beats the best uniform scale (chosen by its mean here)", ppl_mode, at_ft, "nope+headscale",
         ppl("nope+headscale", ft_len), best_name, best, paired=True)
 
-    unit = (0.0, 1.0)
     for mode in modes:
         def exact(name: str, length: int | None, mode: str = mode):
-            return per_seed(rows, name, mode, "passkey_exact", length)
+            return per_seed(flat, name, mode, None if length is None else f"exact@{length}")
 
         def learned(*names: str, mode: str = mode) -> tuple[bool, str]:
             """Precondition: every side retrieves some passkey at the training context (any seed, prompt)."""
@@ -956,131 +674,96 @@ def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str,
 
         metric = f"passkey exact match at {pk_longest} ({pk_longest // context}x)"
         for other in ("alibi", "rope"):
-            add(bam, f"BAM-SSMax retrieves the passkey past the training context better than {other}", mode, metric,
+            add(BAM, f"BAM-SSMax retrieves the passkey past the training context better than {other}", mode, metric,
                 "bam_ssmax", exact("bam_ssmax", pk_longest), other, exact(other, pk_longest), higher=True,
-                paired=False, bounds=unit, preconditions=[learned("bam_ssmax", other)])
+                paired=False, bounds=UNIT, preconditions=[learned("bam_ssmax", other)])
         pk_ft = ft_len if ft_len in pk_lengths else None
-        add(wang, "HeadScale extends NoPE's passkey retrieval", mode,
+        add(WANG, "HeadScale extends NoPE's passkey retrieval", mode,
             f"passkey exact match at {pk_ft}, paired per seed", "nope+headscale", exact("nope+headscale", pk_ft),
-            "nope", exact("nope", pk_ft), higher=True, paired=True, bounds=unit,
+            "nope", exact("nope", pk_ft), higher=True, paired=True, bounds=UNIT,
             preconditions=[learned("nope+headscale", "nope")])
     return out
 
 
 # ------------------------------------------------------------------------------------------- plots
-def _fmt_len(length: int) -> str:
-    return f"{length // 1024}k" if length >= 1024 and length % 1024 == 0 else str(length)
-
-
-def _errorbar(ax, entries: list[dict[str, Any]], key: str, **style) -> None:
-    finite = [e for e in entries if e["n"] and math.isfinite(e["mean"])]
-    xs = [e[key] for e in finite]
-    ys = [e["mean"] for e in finite]
-    low = [e["mean"] - e["low"] if math.isfinite(e["low"]) else 0.0 for e in finite]
-    high = [e["high"] - e["mean"] if math.isfinite(e["high"]) else 0.0 for e in finite]
-    ax.errorbar(xs, ys, yerr=[low, high], capsize=2, **style)
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_ppl(summary: list[dict[str, Any]], mode: str, context: int):
-    """Perplexity vs length of every variant of ``mode``: a figure."""
+def _log_lengths(ax, lengths: list[int], context: int) -> None:
+    """Log-2 length axis labelled at ``lengths``, log perplexity axis, the training context as a grey line."""
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-    plt = _pyplot()
-    entries = [s for s in summary if s["mode"] == mode]
-    fig, ax = plt.subplots(figsize=(9, 5))
-    colors = plt.get_cmap("tab10").colors
-    bases = list(dict.fromkeys(VARIANTS[s["variant"]].base for s in entries))
-    markers = "o^sDvP*X<>"
-    seen: dict[str, int] = {}
-    for entry in entries:
-        variant = VARIANTS[entry["variant"]]
-        style = ":" if variant.finetune else ("--" if variant.encoding else "-")
-        index = seen[variant.base] = seen.get(variant.base, -1) + 1
-        _errorbar(ax, entry["ppl"], "length", linestyle=style, marker=markers[index % len(markers)], markersize=4,
-                  color=colors[bases.index(variant.base) % len(colors)], label=entry["variant"])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    empty = note_if_empty(ax, "validation perplexity")
-    lengths = sorted({e["length"] for s in entries for e in s["ppl"]})
-    if lengths:
-        ax.xaxis.set_major_locator(FixedLocator(lengths))
+    ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(ScalarFormatter())
     low, high = ax.get_ylim()
-    if not empty and high / low < 10:  # within one decade the log axis has no major tick: label the minor ones
+    if has_finite_data(ax) and high / low < 10:  # within one decade the log axis has no major tick: label minor ones
         ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.axvline(context, color="grey", linestyle="--", linewidth=1)
-    ax.text(context, ax.get_ylim()[1], " training context", va="top", fontsize=8, color="grey")
+
+
+def plot_ppl(summary: list[dict[str, Any]], mode: str, lengths: list[int], context: int):
+    """Perplexity vs length of every variant of ``mode``: a figure."""
+    import matplotlib
+
+    entries = [s for s in summary if s["mode"] == mode]
+    fig, axes = new_figure(size=(9, 5))
+    ax, colors = axes[0][0], matplotlib.colormaps["tab10"].colors
+    bases = list(dict.fromkeys(VARIANTS[s["variant"]].base for s in entries))
+    seen: dict[str, int] = {}
+    for entry in entries:
+        variant = VARIANTS[entry["variant"]]
+        index = seen[variant.base] = seen.get(variant.base, -1) + 1
+        plot_intervals(ax, lengths, [entry.get(ppl_key(n)) for n in lengths], marker="o^sDvP*X<>"[index % 10],
+                       linestyle=":" if variant.finetune else ("--" if variant.encoding else "-"), markersize=4,
+                       capsize=2, color=colors[bases.index(variant.base) % len(colors)], label=entry["variant"])
+    _log_lengths(ax, lengths, context)
     ax.set_xlabel("evaluation length (bytes; the same scored bytes at every length)")
     ax.set_ylabel("validation perplexity (bytes)")
-    seeds = max((len(s["seeds"]) for s in entries), default=0)
-    ax.set_title(f"Perplexity vs length, {mode} models, mean and 95 % interval over {seeds} seeds\n"
-                 "(solid: as trained; dashed: swapped at inference; dotted: fine-tuned)", fontsize=9)
-    if not empty:
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    return fig
+    seeds = max((s["runs"] for s in entries), default=0)
+    ax.set_title(f"Perplexity vs length, {mode} models, mean and 95 % interval over {seeds} seeds; grey line: the "
+                 "training context\n(solid: as trained; dashed: swapped at inference; dotted: fine-tuned)", fontsize=9)
+    return finish(fig, "validation perplexity", fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
-def plot_sweep(summary: list[dict[str, Any]], context: int):
-    """Perplexity vs length per swept factor of each fixed-factor scaling: a figure."""
-    plt = _pyplot()
-    entries = [s for s in summary if s["sweep"]]
-    count = max(1, len(entries))
-    fig, axes = plt.subplots(1, count, figsize=(3.6 * count, 3.4), squeeze=False, sharey=True)
-    cmap = plt.get_cmap("viridis")
+def plot_sweep(summary: list[dict[str, Any]], lengths: list[int], factors: list[float], context: int):
+    """Perplexity vs length per swept factor of each fixed-factor scaling (zero-shot models): a figure."""
+    import matplotlib
+
+    entries = [s for s in summary if factors and ppl_key(lengths[0], factors[0]) in s]
+    fig, axes = new_figure(1, max(1, len(entries)), size=(3.6, 3.4))
     for ax, entry in zip(axes.flat, entries):
-        for i, swept in enumerate(entry["sweep"]):
-            _errorbar(ax, swept["ppl"], "length", marker="o", markersize=3,
-                      color=cmap(i / max(1, len(entry["sweep"]) - 1)), label=f"factor {swept['factor']:g}")
+        for i, factor in enumerate(factors):
+            color = matplotlib.colormaps["viridis"](i / max(1, len(factors) - 1))
+            plot_intervals(ax, lengths, [entry.get(ppl_key(n, factor)) for n in lengths], markersize=3, capsize=2,
+                           color=color, label=f"factor {factor:g}")
         rope = next((s for s in summary if s["variant"] == "rope" and s["mode"] == entry["mode"]), None)
         if rope is not None:
-            _errorbar(ax, rope["ppl"], "length", color="black", linestyle="--", label="rope (no scaling)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.axvline(context, color="grey", linestyle="--", linewidth=1)
+            plot_intervals(ax, lengths, [rope.get(ppl_key(n)) for n in lengths], color="black", linestyle="--",
+                           marker=None, capsize=2, label="rope (no scaling)")
+        _log_lengths(ax, lengths, context)
         ax.set_title(entry["variant"], fontsize=9)
         ax.set_xlabel("length (bytes)", fontsize=8)
-        ax.legend(fontsize=6)
-    if not entries:
-        note_if_empty(axes[0, 0], "factor sweep", reason="no fixed-factor scaling variant with a sweep ran")
     axes[0, 0].set_ylabel("validation perplexity (bytes)")
     fig.suptitle("Fixed-factor RoPE scalings at inference, by factor (zero-shot models, mean and 95 % interval)",
                  fontsize=10)
-    fig.tight_layout()
-    return fig
+    return finish(fig, "factor sweep", fontsize=6,
+                  reason=None if entries else "no fixed-factor scaling variant with a sweep ran")
 
 
-def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int):
+def plot_passkey(summary: list[dict[str, Any]], mode: str, lengths: list[int], depths: list[float], context: int):
     """Passkey digit accuracy per (length, depth), one panel per variant of ``mode``: a figure."""
     import numpy as np
 
-    plt = _pyplot()
     entries = [s for s in summary if s["mode"] == mode]
-    count = max(1, len(entries))
-    columns = min(4, count)
-    rows_n = math.ceil(count / columns)
-    fig, axes = plt.subplots(rows_n, columns, figsize=(3.6 * columns, 2.7 * rows_n), squeeze=False,
-                             layout="constrained")
+    columns = min(4, max(1, len(entries)))
+    fig, axes = new_figure(math.ceil(max(1, len(entries)) / columns), columns, size=(3.6, 2.7))
+    fig.set_layout_engine("constrained")
     image = None
     for ax, entry in zip(axes.flat, entries):
-        lengths = sorted({p["length"] for p in entry["passkey_cells"]})
-        depths = sorted({p["depth"] for p in entry["passkey_cells"]})
-        grid = np.full((len(depths), len(lengths)), np.nan)
-        for p in entry["passkey_cells"]:
-            if p["digit_accuracy"]["n"]:
-                grid[depths.index(p["depth"]), lengths.index(p["length"])] = p["digit_accuracy"]["mean"]
+        grid = np.array([[nan_if_missing((entry.get(f"digits@{n} depth {d:g}") or {}).get("mean")) for n in lengths]
+                         for d in depths])
         shown = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
         if not note_if_empty(ax, "passkey digit accuracy"):
             image = shown
@@ -1088,18 +771,18 @@ def plot_passkey(summary: list[dict[str, Any]], mode: str, context: int):
             if math.isfinite(value):
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6,
                         color="white" if value < 0.6 else "black")
-        ax.set_xticks(range(len(lengths)), [_fmt_len(n) for n in lengths], fontsize=7)
+        ax.set_xticks(range(len(lengths)), [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths],
+                      fontsize=7)
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
         ax.set_title(entry["variant"], fontsize=9)
         ax.set_xlabel("length (bytes)", fontsize=7)
-        if ax in axes[:, 0]:
-            ax.set_ylabel("needle depth", fontsize=7)
+        ax.set_ylabel("needle depth", fontsize=7)
     if not entries:
         note_if_empty(axes[0, 0], "passkey digit accuracy", reason=f"no {mode} run")
     for ax in list(axes.flat)[len(entries):]:
         ax.axis("off")
     if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8, label="passkey digit accuracy (mean over seeds)")
+        fig.colorbar(image, ax=axes, shrink=0.8, label="digit accuracy (mean over seeds)")
     fig.suptitle(f"Passkey retrieval, {mode} models (teacher-forced digit accuracy, chance 0.1); training context "
                  f"{context}", fontsize=10)
     return fig
@@ -1110,159 +793,103 @@ MODE_TITLES = {"zero_shot": "zero-shot models (trained on text only)",
                "trained": "passkey-trained models (passkey rows in training)"}
 
 
-def _iv(summary: dict[str, Any] | None, fmt: str = ".2f") -> str:
-    """``mean [low, high]``; ``mean`` alone with one seed; ``-`` for nothing (n is in the table's heading)."""
-    if summary is None or summary["n"] == 0:
-        return "-"
-    if not math.isfinite(summary["mean"]):
-        return "n/a"
-    extra = f" ({summary['n_nonfinite']} non-finite)" if summary.get("n_nonfinite") else ""
-    if not (math.isfinite(summary["low"]) and math.isfinite(summary["high"])):
-        return f"{summary['mean']:{fmt}}{extra}"
-    return f"{summary['mean']:{fmt}} [{summary['low']:{fmt}}, {summary['high']:{fmt}}]{extra}"
-
-
 def _memory_text(row: dict[str, Any] | None) -> str:
     if row is None:
         return ""
-    head = (f"One causal attention layer with `{row['encoding']}`, L = {row['length']:,}, batch 1, {row['num_heads']} "
-            f"heads, head_dim {row['head_dim']}, float32, no grad, query blocks of {row['query_block_size']}, "
-            f"{row['threads']} thread, in a forked process (peak RSS growth, input and output included).\n\n")
+    head = (f"## Memory\n\nOne causal attention layer with `{row['encoding']}`, L = {row['length']:,}, batch 1, "
+            f"{row['num_heads']} heads, head_dim {row['head_dim']}, float32, no grad, query blocks of "
+            f"{row['query_block_size']}, {row['threads']} thread, in a forked process (peak RSS growth).\n\n")
     if row["status"] != "ok":
-        return "## Memory\n\n" + head + f"Status: {row['status']}\n"
-    table = markdown_table([row], [("length", "L"), ("peak_mib", "peak MiB"), ("seconds", "seconds"),
-                                   ("output_finite", "finite output")], {"peak_mib": ".1f", "seconds": ".2f"})
-    return "## Memory\n\n" + head + table
+        return head + f"Status: {row['status']}\n"
+    return head + markdown_table([row], [("length", "L"), ("peak_mib", "peak MiB"), "seconds",
+                                         ("output_finite", "finite output")], {"peak_mib": ".1f", "seconds": ".2f"})
 
 
-def _length_table(entries: list[dict[str, Any]], key: str, lengths: list[int], context: int, fmt: str) -> str:
-    columns = [f"x{n // context}" if n % context == 0 else str(n) for n in lengths]
-    rows = [{"variant": e["variant"], "n": len(e["seeds"]),
-             **{c: _iv(_at(e[key], "length", n), fmt) for n, c in zip(lengths, columns)}} for e in entries]
-    return markdown_table(rows, ["variant", ("n", "seeds"), *columns])
+def _protocol(config: Config, parameters: int) -> str:
+    context, training, ev, ft, dynamic = (config.training.context, config.training, config.evaluation,
+                                          config.finetune, config.scalings.dynamic_factor)
+    return (
+        f"Model: byte-level decoder, {dataclasses.asdict(config.model)} ({parameters:,} parameters without the PE), "
+        f"{training.steps} steps of batch {training.batch_size} x {context} bytes, AdamW lr {training.lr}, "
+        f"standard-library text. Passkey modes: {', '.join(config.passkey_modes)} (trained: "
+        + (f"only {', '.join(config.trained_variants)}, " if config.trained_variants else "")
+        + f"{training.passkey_fraction:.0%} of each batch passkey prompts, {training.passkey_template} template). "
+        f"Fine-tunes: {ft.steps} steps of batch {ft.batch_size} at {ft.multiple}x the context (lr {ft.lr}; "
+        f"{ft.positional_lr} for HeadScale alone). Fixed-factor RoPE scalings at factor {config.scalings.factor:g} "
+        f"(swept over {config.scalings.sweep_factors}); dynamic NTK: scale {dynamic:g} x max(l, {context}) / {context} "
+        f"- {dynamic - 1:g} at length l. Perplexity on the same first {ev.ppl_tokens:,} validation bytes at every "
+        f"length; passkey: {ev.passkey_samples} prompts per (length, depth), depths {ev.passkey_depths}, scored "
+        "teacher-forced (exact match = all 5 digits = what greedy decoding gives).\n\n"
+        + fairness_section(
+            None, config.seeds,
+            held_out=f"one document split (split seed {training.split_seed}) for every seed; perplexity is scored on "
+                     "held-out validation text never trained on, passkey prompts are drawn apart from training's",
+            same_budget="trains the same trunk for the same steps on the same text; the variants of a base share its "
+                        "weights, so they are paired per seed",
+            notes=[f"Claims of no rise are non-inferiority tests with a margin of {PPL_MARGIN_PCT:g} % perplexity "
+                   f"(log {1 + PPL_MARGIN_PCT / 100:g}); a passkey claim is untested when a side retrieves no passkey "
+                   "at the training context."])
+    )
 
 
-def _claim_evidence(claim: dict[str, Any]) -> str:
-    if claim["verdict"] == "untested":
-        sides = "" if not claim["a"]["n"] else (f"{claim['a_name']} {format_side(claim['a'])} vs {claim['b_name']} "
-                                               f"{format_side(claim['b'])}; ")
-        return sides + claim["reason"]
-    d = claim["difference"]
-    text = (f"{claim['metric']}: {claim['a_name']} {format_side(claim['a'])} vs {claim['b_name']} "
-            f"{format_side(claim['b'])}; difference (positive: the paper's direction) {d['mean']:+.3f} "
-            f"[{d['low']:+.3f}, {d['high']:+.3f}], {claim['test']}: {claim['reason']}")
-    if claim.get("min_detectable_effect"):
-        text += f" (smallest effect this n detects: {claim['min_detectable_effect']:.3f})"
-    return text
-
-
-def build_report(config: Config, rows: list[dict[str, Any]], derived: list[dict[str, Any]]) -> str:
-    preset = dataclasses.asdict(config)
-    context = config.training.context
+def build_report(config: Config, rows: list[dict[str, Any]], summary: list[dict[str, Any]],
+                 claim_list: list[dict[str, Any]]) -> str:
+    context, ev = config.training.context, config.evaluation
     training_rows = [r for r in rows if r["kind"] == "training"]
     memory = next((r for r in rows if r["kind"] == "memory"), None)
-    summary = [d for d in derived if d["kind"] == "summary"]
-    claim_list = [d for d in derived if d["kind"] == "claim"]
-    model, training, ft = preset["model"], preset["training"], preset["finetune"]
-    evaluation, scalings = preset["evaluation"], preset["scalings"]
     if not training_rows:
         return _memory_text(memory)
-    parameters = training_rows[0]["parameters_without_pe"]
-    body = (
-        f"Model: byte-level decoder, {model} (same trunk for every encoder; {parameters:,} parameters without the "
-        f"PE), trained {training['steps']} steps of batch {training['batch_size']} x {context} bytes, AdamW lr "
-        f"{training['lr']}, on the standard-library corpus; seeds {config.seeds} (model initialisation and "
-        f"training windows; one document split, split seed {training['split_seed']}, for all). One run per "
-        "(base, mode, seed) trains the base and evaluates all its variants from its weights. Passkey modes: "
-        f"{', '.join(config.passkey_modes)} (zero-shot: no passkey rows in training; trained: "
-        + (f"only {', '.join(config.trained_variants)}, " if config.trained_variants else "")
-        + f"{training['passkey_fraction']:.0%} of each batch passkey prompts, {training['passkey_template']} template, "
-        f"loss on the answer only, averaged per row). Fine-tunes: {ft['steps']} steps of batch {ft['batch_size']} at "
-        f"{ft['multiple']}x the context (lr {ft['lr']} for every weight, {ft['positional_lr']} for HeadScale alone), "
-        f"on the data of the model's mode. Fixed-factor RoPE scalings at inference use factor {scalings['factor']:g} "
-        f"(swept over {scalings['sweep_factors']} on the zero-shot models); dynamic NTK uses HF's rule with factor "
-        f"{scalings['dynamic_factor']:g}: NTK scale {scalings['dynamic_factor']:g} x max(l, {context}) / {context} - "
-        f"{scalings['dynamic_factor'] - 1:g} at evaluated length l.\n\n"
-        f"Perplexity: the first {evaluation['ppl_tokens']:,} held-out bytes of the validation split, cut into "
-        f"windows of each length, so every length scores the same {evaluation['ppl_tokens']:,} bytes. Passkey: "
-        f"{evaluation['passkey_samples']} prompts per (length, depth), depths {evaluation['passkey_depths']}, 5-digit "
-        "keys, scored teacher-forced (exact match = all 5 digits right = what greedy decoding gives). Every cell: "
-        "mean over seeds [Student-t 95 % interval].\n\n"
-    )
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in training_rows:
-        groups.setdefault((r["base"], r["mode"]), []).append(r)
-    table = [{"base": b, "mode": m, "n": len(rs), "seconds": math.fsum(r["seconds"] for r in rs) / len(rs),
-              "loss": _iv(side([r["final_train_loss"] for r in rs]).as_dict(), ".3f")} for (b, m), rs in groups.items()]
-    body += "## Training\n\n" + markdown_table(
-        table, ["base", "mode", ("n", "seeds"), ("loss", "final loss (nats/byte)"), ("seconds", "seconds (mean)")],
-        {"seconds": ".0f"})
+    body = _protocol(config, training_rows[0]["parameters_without_pe"]) + "## Training\n\n" + summary_table(
+        summarize_groups(training_rows, ("base", "mode"), ("final_train_loss", "seconds")),
+        ["base", "mode", ("runs", "seeds")], [("final_train_loss", "final loss (nats/byte)"), "seconds"],
+        {"final_train_loss": ".3f", "seconds": ".0f"})
     if claim_list:
-        counts = {v: sum(c["verdict"] == v for c in claim_list)
-                  for v in ("reproduced", "contradicted", "inconclusive", "untested")}
-        claim_rows = [{"verdict": f"**{c['verdict']}**", "evidence": _claim_evidence(c),
-                       **{k: c[k] for k in ("paper", "name", "mode")}} for c in claim_list]
-        body += (
-            "\n## Against the papers' claims\n\n"
-            "Decided by `pe_toolkit.bench.verdict.decide_claim` from the 95 % interval of the difference (log "
-            "perplexity: nats per byte; passkey: exact match): *reproduced* when it lies on the paper's side of 0, "
-            "*contradicted* when on the other, *inconclusive* otherwise. Variants of one trained model (a scaling or "
-            "temperature at inference, a fine-tune from it, two lengths of one model) are paired per seed; different "
-            f"trainings use Welch's test. Claims of no rise are non-inferiority tests with a margin of "
-            f"{PPL_MARGIN_PCT:g} % perplexity (log {1 + PPL_MARGIN_PCT / 100:g}): reproduced only when the 90 % "
-            "interval shows a rise below it. *Untested*: a side not measured, fewer than "
-            f"{MIN_SEEDS} seeds, a non-finite run, or (passkey) no passkey retrieved at the training context. "
-            "NoPE against RoPE (Wang et al.) is read at 8x and 16x the context where the preset has them (at 2x "
-            "NoPE's in-distribution gap dominates). "
-            f"Here: {counts['reproduced']} reproduced, {counts['contradicted']} contradicted, "
-            f"{counts['inconclusive']} inconclusive, {counts['untested']} untested.\n\n"
-            + markdown_table(claim_rows, ["paper", ("name", "claim"), "mode", "verdict", "evidence"])
-        )
+        counts = ", ".join(f"{sum(c['verdict'] == v for c in claim_list)} {v}"
+                           for v in ("reproduced", "contradicted", "inconclusive", "untested"))
+        body += (f"\n## Against the papers' claims\n\nLog perplexity in nats per byte; passkey: exact match. "
+                 f"Here: {counts}.\n\n"
+                 + claims_table(claim_list, extra=[("paper", "paper"), ("mode", "mode"), ("metric", "metric")]))
+
+    def columns(prefix: str, lengths: list[int]) -> list[tuple[str, str]]:
+        return [(f"{prefix}{n}", f"x{n // context}" if n % context == 0 else str(n)) for n in lengths]
+
     unlearned = passkey_learned(summary, context)
     for mode in config.passkey_modes:
         entries = [s for s in summary if s["mode"] == mode]
         if not entries:
             continue
+        heading = ["variant", ("runs", "seeds")]
         body += (f"\n## Validation perplexity (bytes) by length, {MODE_TITLES[mode]}, as a multiple of the training "
-                 f"context {context}\n\n" + _length_table(entries, "ppl", evaluation["ppl_lengths"], context, ".2f"))
+                 f"context {context}\n\n" + summary_table(entries, heading, columns("ppl@", ev.ppl_lengths), ".2f"))
         if mode == "zero_shot":
             body += "\n![perplexity vs length](ppl_vs_length.png)\n"
-        swept = [s for s in entries if s["sweep"]]
+        swept = [{"variant": s["variant"], "factor": f"{f:g}", **{ppl_key(n): s[ppl_key(n, f)] for n in ev.ppl_lengths}}
+                 for s in entries for f in config.scalings.sweep_factors if ppl_key(context, f) in s]
         if swept:
-            lengths = evaluation["ppl_lengths"]
-            sweep_rows = [{"variant": s["variant"], "factor": f"{entry['factor']:g}",
-                           **{f"x{n // context}": _iv(_at(entry["ppl"], "length", n)) for n in lengths}}
-                          for s in swept for entry in s["sweep"]]
             body += ("\n### Factor sweep of the fixed-factor scalings at inference (perplexity)\n\n"
-                     + markdown_table(sweep_rows, ["variant", "factor", *[f"x{n // context}" for n in lengths]])
+                     + summary_table(swept, ["variant", "factor"], columns("ppl@", ev.ppl_lengths), ".2f")
                      + "\n![factor sweep](factor_sweep.png)\n")
         body += (f"\n## Passkey retrieval, {MODE_TITLES[mode]}: exact match by length (mean over depths; "
-                 f"{entries[0]['passkey_samples']} prompts per length and depth per seed)\n\n"
-                 + _length_table(entries, "passkey_exact", evaluation["passkey_lengths"], context, ".2f")
+                 f"{ev.passkey_samples} prompts per length and depth per seed)\n\n"
+                 + summary_table(entries, heading, columns("exact@", ev.passkey_lengths), ".2f")
                  + f"\nDigit accuracy (chance {PASSKEY_DIGIT_CHANCE}):\n\n"
-                 + _length_table(entries, "passkey_digits", evaluation["passkey_lengths"], context, ".2f"))
+                 + summary_table(entries, heading, columns("digits@", ev.passkey_lengths), ".2f"))
         heatmap = "passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"
         body += f"\n![passkey heatmap, {mode}]({heatmap})\n"
         if unlearned.get(mode):
             body += (f"\nNot retrieved at the training context (digit accuracy interval at most "
                      f"{2 * PASSKEY_DIGIT_CHANCE:.1f}, twice chance): {', '.join(unlearned[mode])}; their passkey "
                      "numbers at longer lengths say nothing about extrapolation.\n")
-        greedy = [{"variant": s["variant"], "agree": f"{s['greedy_agrees']} of {len(s['seeds'])}",
-                   "greedy": _iv(s["greedy_exact"])} for s in entries]
-        body += ("\nGreedy decoding check at the training context (greedy exact match, and the seeds where it "
-                 "equals the teacher-forced exact match):\n\n"
-                 + markdown_table(greedy, ["variant", ("greedy", "greedy exact match"), ("agree", "agrees")]))
-        entropy_rows = [{"variant": s["variant"], **{f"x{e['multiple']}": _iv(e) for e in s["entropy"]}}
-                        for s in entries]
-        body += (f"\nAttention entropy (bits, mean over layers, heads and queries), {mode}; rising entropy past the "
-                 "training context is the 'distraction' of Wang et al. 2024:\n\n"
-                 + markdown_table(entropy_rows, ["variant", *[f"x{m}" for m in evaluation["entropy_multiples"]]]))
-        tuned = [{"variant": s["variant"], "kind": s["finetune"]["kind"], "context": s["finetune"]["context"],
-                  "steps": s["finetune"]["steps"], "loss": _iv(s["finetune_loss"], ".3f")}
-                 for s in entries if s["finetune"]]
-        if tuned:
-            body += f"\nFine-tunes ({mode}):\n\n" + markdown_table(
-                tuned, ["variant", "kind", "context", "steps", ("loss", "final loss")])
+        checks = [{**s, "agree": f"{sum(v == 1.0 for v in s['greedy_agrees']['values'])} of {s['runs']}",
+                   "finetune": s["finetune"] and f"{s['finetune']['kind']}, {s['finetune']['steps']} steps at "
+                                                 f"{s['finetune']['context']}"} for s in entries]
+        body += ("\nChecks: greedy exact match at the training context (and the seeds where it equals the "
+                 "teacher-forced one); attention entropy (bits, mean over layers, heads and queries) at multiples of "
+                 "the context, whose rise is the 'distraction' of Wang et al. 2024; fine-tunes and their loss.\n\n"
+                 + summary_table(checks, ["variant", ("agree", "greedy agrees"), ("finetune", "fine-tune")],
+                                 [("greedy_exact", "greedy exact match"),
+                                  *[(f"entropy x{m}", f"entropy x{m}") for m in ev.entropy_multiples],
+                                  ("finetune_loss", "fine-tune loss")], ".2f"))
     return body + "\n" + _memory_text(memory)
 
 
@@ -1276,24 +903,21 @@ class Extrapolation(Benchmark):
     key_fields = ("run",)
 
     def check(self, config: Config) -> None:
-        """What the types do not say (they are checked already): ``ValueError`` naming the key."""
-        def require(holds: bool, key: str, value: Any, allowed: str) -> None:
-            if not holds:
-                raise ValueError(f"extrapolation config: {key} must be {allowed}, got {value!r}")
-
-        for key in ("seeds", "passkey_modes", "variants", "trained_variants"):
-            value = getattr(config, key)
-            require(value is None or (value and len(set(value)) == len(value)), key, value, "a non-empty distinct list")
-        trained = config.trained_variants or []
-        require(set(trained) <= set(config.variants), "trained_variants", trained, f"a subset of {config.variants}")
+        """Distinct lists, trained variants among the variants, lengths from the context, equal ppl tokens."""
+        for key in ("seeds", "passkey_modes", "variants"):
+            distinct(key, getattr(config, key))
+        if config.trained_variants is not None:
+            distinct("trained_variants", config.trained_variants, allowed=config.variants)
         evaluation, context = config.evaluation, config.training.context
         for key in ("ppl_lengths", "passkey_lengths"):
             lengths = getattr(evaluation, key)
-            require(lengths == sorted(set(lengths)) and lengths[:1] == [context], f"evaluation.{key}", lengths,
-                    f"a strictly increasing list starting at the training context {context}")
+            if lengths != sorted(set(lengths)) or lengths[:1] != [context]:
+                raise ValueError(f"evaluation.{key} must be a strictly increasing list starting at the training "
+                                 f"context {context}, got {lengths}")
         bad = [n for n in evaluation.ppl_lengths if evaluation.ppl_tokens % n]
-        require(not bad, "evaluation.ppl_tokens", evaluation.ppl_tokens,
-                f"divisible by every ppl length (so each length scores the same tokens); not by {bad}")
+        if bad:
+            raise ValueError(f"evaluation.ppl_tokens must be divisible by every ppl length (so each length scores the "
+                             f"same tokens), got {evaluation.ppl_tokens}, not divisible by {bad}")
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         memory = dataclasses.asdict(config.memory)
@@ -1308,39 +932,43 @@ class Extrapolation(Benchmark):
         return specs + [run_spec(preset, b, m, s) for b, m, s in order]
 
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return memory_row(spec["memory"]) if "memory" in spec else train_and_evaluate(spec)
+        """The memory row, or: train the base, then evaluate each variant from a copy of its weights."""
+        if "memory" in spec:
+            return memory_row(spec["memory"])
+        start = time.perf_counter()
+        row, state = train_base(spec)
+        variants = [evaluate_variant({**spec, **entry}, copy.deepcopy(state)) for entry in spec["variants"]]
+        return {**row, "variants": variants, "run_seconds": time.perf_counter() - start}
 
     def progress_label(self, row: dict[str, Any]) -> str:
         if row["kind"] == "memory":
             return f"memory {row['encoding']} L={row['length']}: {row.get('peak_mib')} MiB ({row['status']})"
-        parts = []
-        for v in row["variants"]:
-            first, last = v["ppl"][0], v["ppl"][-1]
-            parts.append(f"{v['variant']} ppl {first['ppl']:.2f}@{first['length']}->{last['ppl']:.3g}@{last['length']}")
+        parts = [f"{v['variant']} ppl {v['ppl'][0]['ppl']:.2f}@{v['ppl'][0]['length']}->"
+                 f"{v['ppl'][-1]['ppl']:.3g}@{v['ppl'][-1]['length']}" for v in row["variants"]]
         return (f"{row['base']} {row['mode']} seed {row['seed']}: loss {row['final_train_loss']:.3f}; "
                 + "; ".join(parts) + f" ({row['run_seconds']:.0f}s)")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        rows = variant_rows(result.rows)
-        if not rows:
-            return []
-        return summarize(rows) + claims(rows, dataclasses.asdict(result.config))
+        rows = [v for r in result.rows if r["kind"] == "training" for v in r["variants"]]
+        return summarize(rows) + claims(rows, dataclasses.asdict(result.config)) if rows else []
 
     def plot(self, result: Result) -> dict[str, Any]:
-        config = result.config
-        summary = [d for d in result.derived if d["kind"] == "summary"]
+        summary = result.derived_of("summary")
         if not summary:
             return {}
-        context, modes = config.training.context, config.passkey_modes
-        figures = {"ppl_vs_length.png": plot_ppl(summary, "zero_shot" if "zero_shot" in modes else modes[0], context),
-                   "factor_sweep.png": plot_sweep(summary, context)}
+        config, ev = result.config, result.config.evaluation
+        context, modes, lengths = config.training.context, config.passkey_modes, ev.ppl_lengths
+        figures = {"ppl_vs_length.png": plot_ppl(summary, "zero_shot" if "zero_shot" in modes else modes[0], lengths,
+                                                 context),
+                   "factor_sweep.png": plot_sweep(summary, lengths, config.scalings.sweep_factors, context)}
         for mode in modes:
-            name = "passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"
-            figures[name] = plot_passkey(summary, mode, context)
+            figures["passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"] = plot_passkey(
+                summary, mode, ev.passkey_lengths, ev.passkey_depths, context)
         return figures
 
     def report(self, result: Result) -> str:
-        return build_report(result.config, result.rows, result.derived) + f"\nTotal wall time {result.seconds:.0f} s.\n"
+        return (build_report(result.config, result.rows, result.derived_of("summary"), result.derived_of("claim"))
+                + f"\nTotal wall time {result.seconds:.0f} s.\n")
 
 
 if __name__ == "__main__":

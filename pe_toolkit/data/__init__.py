@@ -13,8 +13,10 @@ from pe_toolkit.data.passkey import (
     PAPER_TEMPLATE,
     PasskeyExample,
     PasskeyTemplate,
+    batched_digit_accuracies,
     make_passkey_example,
     passkey_accuracy,
+    passkey_depth_scores,
     passkey_grid,
     passkey_training_windows,
     score_passkey,
@@ -26,6 +28,7 @@ from pe_toolkit.data.text_corpus import (
     Document,
     TextCorpus,
     build_stdlib_corpus,
+    equal_token_windows,
     join_documents,
     load_text_files,
     random_windows,
@@ -35,9 +38,10 @@ from pe_toolkit.data.text_corpus import (
 
 __all__ = [
     "BYTE_VOCAB_SIZE", "COMPACT_TEMPLATE", "DOC_SEPARATOR", "PAPER_TEMPLATE", "ByteLMDataModule", "Document",
-    "PasskeyExample", "PasskeyTemplate", "TextCorpus", "build_stdlib_corpus", "join_documents", "load_text_files",
-    "make_passkey_example", "passkey_accuracy", "passkey_grid", "passkey_training_windows", "random_windows",
-    "score_passkey", "sequential_windows", "stdlib_source_files", "teacher_forced_digit_accuracy",
+    "PasskeyExample", "PasskeyTemplate", "TextCorpus", "batched_digit_accuracies", "build_stdlib_corpus",
+    "equal_token_windows", "join_documents", "load_text_files", "make_passkey_example", "passkey_accuracy",
+    "passkey_depth_scores", "passkey_grid", "passkey_training_windows", "random_windows", "score_passkey",
+    "sequential_windows", "stdlib_source_files", "teacher_forced_digit_accuracy",
 ]
 
 

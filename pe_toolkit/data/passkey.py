@@ -305,6 +305,84 @@ def teacher_forced_digit_accuracy(
     return int((predicted == expected).sum()) / len(expected)
 
 
+def batched_digit_accuracies(
+    model_logits_fn: Callable[[Tensor], Tensor],
+    examples: Sequence[PasskeyExample],
+    *,
+    batch_tokens: int,
+    device: torch.device | str | None = None,
+) -> list[float]:
+    """:func:`teacher_forced_digit_accuracy` of each example, ``batch_tokens // (L + 5)`` prompts per forward.
+
+    The prompts (all of one length ``L``) are stacked into one batch; a causal model's rows do not
+    see each other, so each score equals the one-prompt scorer's (``prefix_digits`` 0). Use it to
+    score a length x depth grid in a few forward passes instead of one per prompt.
+
+    Args:
+        model_logits_fn: ``model_logits_fn(ids (b, L + 5))`` -> logits ``(b, L + 5, V)`` (a causal ``Transformer``).
+        examples: passkey examples of one prompt length.
+        batch_tokens: input bytes per forward pass (at least one prompt per pass).
+        device: where the inputs are put.
+
+    Returns:
+        one digit accuracy in ``[0, 1]`` per example, in order (``[]`` for no examples).
+
+    Raises:
+        ValueError: examples of different lengths; ``batch_tokens`` < 1.
+    """
+    _check_int("batch_tokens", batch_tokens, minimum=1)
+    if not examples:
+        return []
+    sequences = [ex.prompt_bytes + ex.answer for ex in examples]
+    lengths = {len(s) for s in sequences}
+    if len(lengths) != 1:
+        raise ValueError(f"batched_digit_accuracies: examples must have one length, got {sorted(lengths)}")
+    total = lengths.pop()
+    per_batch = max(1, batch_tokens // total)
+    ids = torch.tensor([list(s) for s in sequences], dtype=torch.long)  # (N, L + 6)
+    first = total - NUM_DIGITS  # index of the first digit in each sequence
+    scores: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(examples), per_batch):
+            chunk = ids[start : start + per_batch].to(device)
+            predicted = model_logits_fn(chunk[:, :-1])[:, first - 1 : total - 1].argmax(-1)  # (b, 5)
+            correct = (predicted == chunk[:, first:]).sum(-1)  # digits right, per prompt
+            scores.extend(int(v) / NUM_DIGITS for v in correct.cpu())
+    return scores
+
+
+def passkey_depth_scores(
+    model_logits_fn: Callable[[Tensor], Tensor],
+    length: int,
+    depths: Sequence[float],
+    samples: int,
+    *,
+    seed: int,
+    template: PasskeyTemplate = PAPER_TEMPLATE,
+    batch_tokens: int,
+    device: torch.device | str | None = None,
+) -> list[dict[str, Any]]:
+    """Passkey retrieval at input length ``length``: ``samples`` prompts per needle depth, scored teacher-forced.
+
+    The prompts are :func:`passkey_grid` ``([length - 5], depths, samples, seed=seed)``: a prompt of
+    ``length - 5`` bytes and its 6-byte answer but the last byte make ``length`` input bytes. Scored by
+    :func:`batched_digit_accuracies`, ``batch_tokens`` input bytes per forward pass.
+
+    Returns:
+        one dict per depth: ``length``, ``depth``, ``samples``, ``digit_accuracy`` (mean fraction of digits
+        right) and ``exact_match`` (fraction of prompts with all 5 digits right, what greedy decoding gives).
+    """
+    _check_int("length", length, minimum=6)
+    examples = passkey_grid([length - NUM_DIGITS], depths, samples, seed=seed, template=template)
+    scores = batched_digit_accuracies(model_logits_fn, examples, batch_tokens=batch_tokens, device=device)
+    cells = []
+    for depth in depths:
+        cell = [s for ex, s in zip(examples, scores) if ex.depth == depth]
+        cells.append({"length": length, "depth": depth, "samples": len(cell), "digit_accuracy": sum(cell) / len(cell),
+                      "exact_match": sum(s == 1.0 for s in cell) / len(cell)})
+    return cells
+
+
 def passkey_training_windows(
     length: int,
     batch: int,

@@ -404,3 +404,30 @@ def sequential_windows(data: Tensor, length: int, max_windows: int | None = None
     else:  # spacing >= 1, so rounding keeps the indices distinct
         index = torch.linspace(0, available - 1, max_windows, dtype=torch.float64).round().long()
     return data[index[:, None] * length + torch.arange(length + 1)].long()  # (W, length + 1)
+
+
+def equal_token_windows(data: Tensor, lengths: Sequence[int], tokens: int) -> dict[int, Tensor]:
+    """Windows of every length cut from the same ``tokens + 1`` bytes, so each length scores the same targets.
+
+    For perplexity against length (length-extrapolation benchmarks): window ``j`` of length ``n`` is
+    ``data[j n : (j + 1) n + 1]`` (:func:`sequential_windows`); with ``n`` dividing ``tokens`` the
+    ``tokens / n`` windows predict bytes ``1 .. tokens`` exactly once, at every length.
+
+    Returns:
+        ``{length: (tokens // length, length + 1) torch.long}``.
+
+    Raises:
+        ValueError: ``tokens`` not divisible by a length, or ``data`` shorter than ``tokens + 1`` bytes.
+        TypeError: ``tokens`` or a length not an int.
+    """
+    _check_int("tokens", tokens, minimum=1)
+    for length in lengths:
+        _check_int("length", length, minimum=1)
+    bad = [n for n in lengths if tokens % n]
+    if bad:
+        raise ValueError(f"tokens={tokens} must be divisible by every length; lengths {bad} do not divide it")
+    data = _check_byte_tensor("data", data)
+    if data.numel() < tokens + 1:
+        raise ValueError(f"data has {data.numel()} bytes; {tokens} scored tokens need {tokens + 1}")
+    text = data[: tokens + 1]
+    return {n: sequential_windows(text, n) for n in lengths}

@@ -193,6 +193,20 @@ def longrope_inverse_frequencies(rotary_dim: int, base: float, rescale: Sequence
     return rope_inverse_frequencies(rotary_dim, base) / torch.tensor(list(rescale), dtype=torch.float64)
 
 
+def longrope_factors_from_yarn(rotary_dim: int, base: float, factor: float,
+                               original_max_position: int) -> dict[str, list[float]]:
+    """LongRoPE ``short_factor`` / ``long_factor`` without the paper's search: 1 below ``L0``, NTK-by-parts above.
+
+    The long rescale factors are ``theta_k / theta'_k`` of YaRN's NTK-by-parts frequencies at ``factor``
+    (:func:`yarn_inverse_frequencies`: 1 for the fast pairs, ``factor`` for the slow ones), one of the
+    starting points of LongRoPE's evolutionary search (Ding et al. 2024, arXiv:2402.13753); the search
+    itself is not run. The result is the ``short_factor`` / ``long_factor`` options of ``scaling="longrope"``.
+    """
+    plain = rope_inverse_frequencies(rotary_dim, base)
+    scaled = yarn_inverse_frequencies(rotary_dim, base, factor, original_max_position)
+    return {"short_factor": [1.0] * (rotary_dim // 2), "long_factor": [float(v) for v in plain / scaled]}
+
+
 def longrope_attention_factor(factor: float, original_max_position: int) -> float:
     """``sqrt(1 + ln(factor) / ln(L0))`` for ``factor > 1``, else 1 (HF ``_compute_longrope_parameters``)."""
     if factor <= 1.0:

@@ -193,6 +193,26 @@ class Transformer(nn.Module):
         self.requires_grad_(False)
         self.encodings.requires_grad_(True)
 
+    def replace_encoding(self, name: str, options: dict[str, Any] | None = None, *,
+                         per_layer: bool = False) -> Transformer:
+        """Put ``get_encoder(name, dim, num_heads, causal=..., **options)`` in place of the positional encoding.
+
+        Every other weight is left as it is: a trained model evaluated with another encoding (a RoPE
+        scaling at inference, a temperature on NoPE) or fine-tuned from it. ``per_layer`` builds one
+        encoding per layer (each with its own parameters), otherwise one shared by all layers; the new
+        encodings go to the model's device and ``config`` is updated to match (``save_pretrained`` keeps them).
+
+        Returns:
+            ``self``.
+        """
+        options = dict(options or {})
+        config = self.config
+        count = config.num_layers if per_layer else 1
+        built = [get_encoder(name, config.dim, config.num_heads, causal=config.causal, **options) for _ in range(count)]
+        self.encodings = nn.ModuleList(built).to(next(self.parameters()).device)
+        self.config = dataclasses.replace(config, encoding=name, encoding_options=options, share_encoding=not per_layer)
+        return self
+
     def forward_features(
         self,
         x: Tensor,

@@ -146,37 +146,28 @@ def test_dynamic_ntk_follows_the_evaluated_length_as_hf_does(loaded):
     preset = loaded["full"]
     context, head_dim = preset["training"]["context"], preset["model"]["dim"] // preset["model"]["num_heads"]
     options = ext.resolve_options(ext.VARIANTS["rope+dynamic"], preset)
-    encoder = pet.get_encoder("rope", preset["model"]["dim"], preset["model"]["num_heads"], causal=True, **options)
-    # what _compute_dynamic_ntk_parameters reads from a model config (a LlamaConfig costs seconds to import)
-    config = SimpleNamespace(hidden_size=preset["model"]["dim"], num_attention_heads=preset["model"]["num_heads"],
-                             max_position_embeddings=context, standardize_rope_params=lambda: None,
-                             rope_parameters={"rope_type": "dynamic", "rope_theta": 10_000.0,
-                                              "factor": options["factor"]})
-    for length in preset["evaluation"]["ppl_lengths"] + preset["evaluation"]["passkey_lengths"]:
-        scale = ext.dynamic_ntk_scale(length, context, options["factor"])
-        assert scale == pytest.approx(max(1.0, length / context))  # factor 1: the scale is the length multiple
-        hf_freq, _ = rope_utils._compute_dynamic_ntk_parameters(config, "cpu", seq_len=length)
-        ours = encoder.traced_inverse_frequencies(length)  # what rotate uses at current length `length`
-        torch.testing.assert_close(ours.float(), hf_freq.float(), rtol=1e-6, atol=0)
-        expected_base = 10_000.0 * scale ** (head_dim / (head_dim - 2))
-        torch.testing.assert_close(ours, rope_inverse_frequencies(head_dim, expected_base).to(ours.dtype))
-    # another factor: HF's rule 1 + f (l / L0 - 1), never the old constant factor 64 l / L0 - 63
-    assert ext.dynamic_ntk_scale(4 * context, context, 2.0) == 7.0
-    assert ext.dynamic_ntk_scale(context // 2, context, 2.0) == 1.0
-
-
-def test_perplexity_windows_score_the_same_tokens_at_every_length():
-    data = torch.arange(5000) % 251
-    lengths = [64, 128, 256, 512]
-    windows = ext.equal_token_windows(data, lengths, 1024)
-    for length, w in windows.items():
-        assert w.shape == (1024 // length, length + 1)
-        torch.testing.assert_close(w[:, 1:].reshape(-1), data[1:1025])  # the same targets, in order
-        torch.testing.assert_close(w[:, 0], data[torch.arange(0, 1024, length)])
-    with pytest.raises(ValueError, match="divisible"):
-        ext.equal_token_windows(data, [64, 96], 1024)
-    with pytest.raises(ValueError, match="1025"):
-        ext.equal_token_windows(data[:1000], lengths, 1024)
+    assert options == {"scaling": "dynamic", "factor": 1.0, "original_max_position": context}
+    for factor in (options["factor"], 2.0):  # the preset's, and another: HF's rule 1 + f (l / L0 - 1)
+        encoder = pet.get_encoder("rope", preset["model"]["dim"], preset["model"]["num_heads"], causal=True,
+                                  **{**options, "factor": factor})
+        # what _compute_dynamic_ntk_parameters reads from a model config (a LlamaConfig costs seconds to import)
+        config = SimpleNamespace(hidden_size=preset["model"]["dim"], num_attention_heads=preset["model"]["num_heads"],
+                                 max_position_embeddings=context, standardize_rope_params=lambda: None,
+                                 rope_parameters={"rope_type": "dynamic", "rope_theta": 10_000.0, "factor": factor})
+        for length in preset["evaluation"]["ppl_lengths"] + preset["evaluation"]["passkey_lengths"]:
+            scale = factor * max(length, context) / context - (factor - 1)
+            if factor == 1.0:
+                assert scale == pytest.approx(max(1.0, length / context))  # the scale is the length multiple
+            hf_freq, _ = rope_utils._compute_dynamic_ntk_parameters(config, "cpu", seq_len=length)
+            ours = encoder.traced_inverse_frequencies(length)  # what rotate uses at current length `length`
+            torch.testing.assert_close(ours.float(), hf_freq.float(), rtol=1e-6, atol=0)
+            expected_base = 10_000.0 * scale ** (head_dim / (head_dim - 2))
+            torch.testing.assert_close(ours, rope_inverse_frequencies(head_dim, expected_base).to(ours.dtype))
+    # factor 2: scale 7 at 4x (never the old constant factor 64 l / L0 - 63), 1 below the context
+    torch.testing.assert_close(encoder.traced_inverse_frequencies(4 * context), rope_inverse_frequencies(
+        head_dim, 10_000.0 * 7.0 ** (head_dim / (head_dim - 2))).to(ours.dtype))
+    torch.testing.assert_close(encoder.traced_inverse_frequencies(context // 2),
+                               rope_inverse_frequencies(head_dim).to(ours.dtype))
 
 
 def test_zero_shot_training_data_has_no_passkey_rows(loaded):
@@ -207,54 +198,18 @@ def test_zero_shot_training_data_has_no_passkey_rows(loaded):
         ext.training_data(training, "zero-shot", 0, 128, 8, 3)
 
 
-def test_batched_passkey_scores_equal_the_one_prompt_scorer():
-    from pe_toolkit.data import COMPACT_TEMPLATE, passkey_grid, teacher_forced_digit_accuracy
+# ------------------------------------------------------------------------------------------ variants
+def test_longrope_variant_takes_its_factors_from_ntk_by_parts():
+    from pe_toolkit.encoders.rotary import longrope_factors_from_yarn
 
-    model = pet.Transformer(pet.TransformerConfig(vocab_size=256, **TINY_MODEL, encoding="rope")).eval()
-    examples = passkey_grid([123], [0.0, 1.0], 3, seed=0, template=COMPACT_TEMPLATE)
-    with torch.no_grad():
-        one = [teacher_forced_digit_accuracy(model, ex) for ex in examples]
-    assert ext.passkey_scores(model, examples, batch_tokens=2 * 128) == one
-    with pytest.raises(ValueError, match="one length"):
-        ext.passkey_scores(model, examples + passkey_grid([150], [0.0], 1, template=COMPACT_TEMPLATE),
-                           batch_tokens=512)
-
-
-# ------------------------------------------------------------------------------------------ the swap
-def _tiny_transformer(encoding="nope"):
-    return pet.Transformer(pet.TransformerConfig(vocab_size=64, **TINY_MODEL, encoding=encoding))
-
-
-@pytest.mark.parametrize("per_layer", [False, True])
-def test_swap_encoding_changes_only_the_encoding(per_layer):
-    model = _tiny_transformer("nope")
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    ext.swap_encoding(model, "nope_temperature", {"scale": 1.6, "learned": True}, per_layer=per_layer)
-    assert len(model.encodings) == (2 if per_layer else 1)
-    layers = [model.encoding_for_layer(i) for i in range(2)]
-    assert all(type(e).__name__ == "TemperatureNoPE" and e.learned for e in layers)
-    assert (layers[0] is layers[1]) != per_layer
-    assert model.config.encoding == "nope_temperature" and model.config.share_encoding != per_layer
-    after = model.state_dict()
-    for key, value in before.items():
-        torch.testing.assert_close(after[key], value)
-    assert all(k.startswith("encodings.") for k in set(after) - set(before))
-    assert model(torch.randint(0, 64, (1, 12))).shape == (1, 12, 64)
-
-
-def test_swap_rope_scaling_keeps_outputs_within_the_original_context():
-    model = _tiny_transformer("rope").eval()
-    tokens = torch.randint(0, 64, (1, 16))
-    with torch.no_grad():
-        plain = model(tokens)
-        ext.swap_encoding(model, "rope", {"scaling": "dynamic", "factor": 4.0, "original_max_position": 32})
-        dynamic = model(tokens)  # dynamic NTK is plain RoPE up to original_max_position
-        preset = {"training": {"context": 16}, "model": TINY_MODEL, "scalings": {"factor": 4}}
-        ext.swap_encoding(model, "rope", ext.resolve_options(ext.VARIANTS["rope+longrope"], preset))
-        longrope = model(tokens)  # short factors 1: plain RoPE up to L0 (times the attention factor)
+    preset = {"training": {"context": 16}, "model": TINY_MODEL, "scalings": {"factor": 4}}
+    options = ext.resolve_options(ext.VARIANTS["rope+longrope"], preset)
+    assert options == {"scaling": "longrope", "factor": 4.0, "original_max_position": 16,
+                       **longrope_factors_from_yarn(8, 10_000.0, 4.0, 16)}
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=64, **TINY_MODEL, encoding="rope")).eval()
+    model.replace_encoding("rope", options)
     assert model.encoding_for_layer(1).scaling == "longrope"
-    torch.testing.assert_close(dynamic, plain)
-    assert longrope.shape == plain.shape and torch.isfinite(longrope).all()
+    assert torch.isfinite(model(torch.randint(0, 64, (1, 40)))).all()
 
 
 def _spec(name, steps=2, mode="zero_shot"):
@@ -347,9 +302,11 @@ def _by_name(claims):
 def test_claims_are_decided_from_the_difference_paired_for_one_model():
     rows = _ppl_rows()
     summary = ext.summarize(rows)
-    assert [(s["variant"], s["seeds"]) for s in summary][0] == ("rope", [0, 1, 2])
+    assert [(s["variant"], s["runs"]) for s in summary][0] == ("rope", 3)
     rope = next(s for s in summary if s["variant"] == "rope")
-    assert ext._at(rope["ppl"], "length", 512)["mean"] == pytest.approx(30.0) and rope["ppl"][0]["n"] == 3
+    assert rope["ppl@512"]["mean"] == pytest.approx(30.0) and rope["ppl@64"]["n"] == 3
+    assert rope["ppl@512"]["values"] == [30.0, 32.0, 28.0]  # in seed order
+    assert rope["exact@64"]["method"] == "t within [0, 1]" and rope["ppl@64"]["method"] == "t"
     found = _by_name(ext.claims(rows, _config()))
     assert all(c["kind"] == "claim" and c["verdict"] in ("reproduced", "contradicted", "inconclusive", "untested")
                for c in found.values())

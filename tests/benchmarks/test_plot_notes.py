@@ -155,10 +155,9 @@ def _saved(figure, path) -> None:
 def test_extrapolation_passkey_with_no_accuracy(tmp_path):
     from pe_toolkit.benchmarks import extrapolation
 
-    rows = [{"variant": v, "mode": "zero_shot", "passkey_cells": [
-        {"length": n, "depth": d, "digit_accuracy": _empty()} for n in (64, 128) for d in (0.0, 0.5)]}
-        for v in ("rope", "alibi", "nope")]
-    figure = extrapolation.plot_passkey(rows, "zero_shot", 64)
+    rows = [{"variant": v, "mode": "zero_shot", **{f"digits@{n} depth {d:g}": _empty() for n in (64, 128)
+                                                   for d in (0.0, 0.5)}} for v in ("rope", "alibi", "nope")]
+    figure = extrapolation.plot_passkey(rows, "zero_shot", [64, 128], [0.0, 0.5], 64)
     # one note per variant's panel (no colorbar, nothing to scale)
     assert [len(p) for p in _panels(figure)] == [1, 1, 1]
     assert "passkey digit accuracy" in _panels(figure)[0][0]
@@ -169,11 +168,9 @@ def test_extrapolation_passkey_mixed(tmp_path):
     from pe_toolkit.bench.verdict import summarize
     from pe_toolkit.benchmarks import extrapolation
 
-    rows = [{"variant": "rope", "mode": "trained",
-             "passkey_cells": [{"length": 64, "depth": 0.5, "digit_accuracy": summarize([0.4, 0.5]).as_dict()}]},
-            {"variant": "nope", "mode": "trained",
-             "passkey_cells": [{"length": 64, "depth": 0.5, "digit_accuracy": _empty()}]}]
-    figure = extrapolation.plot_passkey(rows, "trained", 64)
+    rows = [{"variant": "rope", "mode": "trained", "digits@64 depth 0.5": summarize([0.4, 0.5]).as_dict()},
+            {"variant": "nope", "mode": "trained", "digits@64 depth 0.5": _empty()}]
+    figure = extrapolation.plot_passkey(rows, "trained", [64], [0.5], 64)
     assert [len(p) for p in _panels(figure)] == [0, 1]
     _saved(figure, tmp_path / "passkey.png")
 
@@ -181,9 +178,8 @@ def test_extrapolation_passkey_mixed(tmp_path):
 def test_extrapolation_ppl_with_no_perplexity(tmp_path):
     from pe_toolkit.benchmarks import extrapolation
 
-    rows = [{"variant": "rope", "mode": "zero_shot", "seeds": [0, 1, 2],
-             "ppl": [{"length": n, **_empty()} for n in (64, 128)]}]
-    figure = extrapolation.plot_ppl(rows, "zero_shot", 64)
+    rows = [{"variant": "rope", "mode": "zero_shot", "runs": 3, **{f"ppl@{n}": _empty() for n in (64, 128)}}]
+    figure = extrapolation.plot_ppl(rows, "zero_shot", [64, 128], 64)
     assert [len(p) for p in _panels(figure)] == [1]
     _saved(figure, tmp_path / "ppl.png")
 

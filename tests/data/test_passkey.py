@@ -12,6 +12,7 @@ from pe_toolkit.data.passkey import (
     COMPACT_TEMPLATE,
     PAPER_TEMPLATE,
     PasskeyTemplate,
+    batched_digit_accuracies,
     make_passkey_example,
     passkey_accuracy,
     passkey_grid,
@@ -210,3 +211,43 @@ def test_training_windows():
 def test_module_docstring_example_runs():
     result = doctest.testmod(passkey)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_batched_digit_accuracies_equal_the_one_prompt_scorer():
+    import pe_toolkit as pet
+
+    torch.manual_seed(0)
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=256, dim=16, num_heads=2, num_layers=2,
+                                                  encoding="rope")).eval()
+    examples = passkey_grid([123], [0.0, 1.0], 3, seed=0, template=COMPACT_TEMPLATE)
+    with torch.no_grad():
+        one = [teacher_forced_digit_accuracy(model, ex) for ex in examples]
+    assert len(set(one)) > 1  # the untrained model gets some digits right: the scores are not all equal
+    for batch_tokens in (1, 2 * 128, 10_000):  # one prompt per pass, two, all at once
+        assert batched_digit_accuracies(model, examples, batch_tokens=batch_tokens) == one
+    assert batched_digit_accuracies(model, [], batch_tokens=512) == []
+    with pytest.raises(ValueError, match=r"examples must have one length, got \[129, 156\]"):
+        batched_digit_accuracies(model, examples + passkey_grid([150], [0.0], 1, template=COMPACT_TEMPLATE),
+                                 batch_tokens=512)
+    with pytest.raises(ValueError, match="batch_tokens must be >= 1"):
+        batched_digit_accuracies(model, examples, batch_tokens=0)
+
+
+def test_passkey_depth_scores_score_each_depth_of_one_length():
+    import pe_toolkit as pet
+    from pe_toolkit.data.passkey import passkey_depth_scores
+
+    torch.manual_seed(0)
+    model = pet.Transformer(pet.TransformerConfig(vocab_size=256, dim=16, num_heads=2, num_layers=2,
+                                                  encoding="alibi")).eval()
+    cells = passkey_depth_scores(model, 128, [0.0, 1.0], 3, seed=7, template=COMPACT_TEMPLATE, batch_tokens=300)
+    examples = passkey_grid([123], [0.0, 1.0], 3, seed=7, template=COMPACT_TEMPLATE)
+    assert all(len(ex.prompt_bytes) + 5 == 128 for ex in examples)  # `length` input bytes per prompt
+    with torch.no_grad():
+        scores = [teacher_forced_digit_accuracy(model, ex) for ex in examples]
+    assert [(c["length"], c["depth"], c["samples"]) for c in cells] == [(128, 0.0, 3), (128, 1.0, 3)]
+    for cell, chunk in zip(cells, (scores[:3], scores[3:])):
+        assert cell["digit_accuracy"] == pytest.approx(sum(chunk) / 3)
+        assert cell["exact_match"] == sum(s == 1.0 for s in chunk) / 3
+    with pytest.raises(ValueError, match="length must be >= 6"):
+        passkey_depth_scores(model, 5, [0.0], 1, seed=0, batch_tokens=64)

@@ -13,6 +13,7 @@ from pe_toolkit.data.text_corpus import (
     Document,
     TextCorpus,
     build_stdlib_corpus,
+    equal_token_windows,
     join_documents,
     load_text_files,
     random_windows,
@@ -239,3 +240,21 @@ def test_byte_lm_data_module():
                                              seed=1).train_dataloader())[0]["input_ids"], train[0]["input_ids"])
     with pytest.raises(ValueError, match="length must be >= 252"):
         ByteLMDataModule(context=128, passkey_fraction=0.25)  # the paper template needs a longer context
+
+
+def test_equal_token_windows_score_the_same_tokens_at_every_length():
+    data = torch.arange(5000) % 251
+    lengths = [64, 128, 256, 512]
+    windows = equal_token_windows(data, lengths, 1024)
+    for length, w in windows.items():
+        assert w.shape == (1024 // length, length + 1) and w.dtype == torch.long
+        torch.testing.assert_close(w[:, 1:].reshape(-1), data[1:1025])  # the same targets, in order
+        torch.testing.assert_close(w[:, 0], data[torch.arange(0, 1024, length)])
+    with pytest.raises(ValueError, match=r"divisible by every length; lengths \[96\]"):
+        equal_token_windows(data, [64, 96], 1024)
+    with pytest.raises(ValueError, match="data has 1000 bytes; 1024 scored tokens need 1025"):
+        equal_token_windows(data[:1000], lengths, 1024)
+    with pytest.raises(ValueError, match="tokens must be >= 1, got 0"):
+        equal_token_windows(data, lengths, 0)
+    with pytest.raises(TypeError, match="length must be an int"):
+        equal_token_windows(data, [64.0], 1024)

@@ -14,6 +14,7 @@ import pe_toolkit as pet
 from pe_toolkit.encoders.rotary import (
     ROPE_SCALINGS,
     RotaryEncoding,
+    longrope_factors_from_yarn,
     rope_inverse_frequencies,
     yarn_correction_range,
 )
@@ -207,6 +208,19 @@ def test_longrope_frequencies_match_formula():
     assert enc.factor == 16.0
     assert enc.attention_factor == pytest.approx(math.sqrt(1 + math.log(16) / math.log(512)), rel=1e-14)
 
+
+def test_longrope_factors_from_yarn_are_ntk_by_parts_ratios():
+    """Long factors theta_k / theta'_k of YaRN at the factor (1 for fast pairs, the factor for slow ones)."""
+    factors = longrope_factors_from_yarn(16, 10_000.0, 4.0, 128)
+    assert factors["short_factor"] == [1.0] * 8
+    expected = [t / y for t, y in zip(ref_theta(16, 10_000.0), ref_yarn(16, 10_000.0, 4.0, 128))]
+    assert factors["long_factor"] == pytest.approx(expected, rel=1e-12)
+    assert factors["long_factor"][0] == pytest.approx(1.0) and factors["long_factor"][-1] == pytest.approx(4.0)
+    # as LongRoPE options: plain RoPE frequencies up to L0, YaRN's above it (times LongRoPE's attention factor)
+    enc = RotaryEncoding(32, 2, scaling="longrope", original_max_position=128, factor=4.0, **factors)  # head_dim 16
+    torch.testing.assert_close(enc.inv_freq, as_tensor(ref_theta(16, 10_000.0)), rtol=1e-13, atol=0)
+    torch.testing.assert_close(enc.inverse_frequencies_for("long"), as_tensor(ref_yarn(16, 10_000.0, 4.0, 128)),
+                               rtol=1e-12, atol=0)
 
 @pytest.mark.parametrize(
     ("factor", "mscale", "mscale_all_dim"), [(40.0, 1.0, 1.0), (40.0, 0.707, 1.0), (4.0, 1.0, 0.5)]

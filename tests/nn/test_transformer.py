@@ -200,3 +200,38 @@ def test_save_pretrained_round_trip(tmp_path):
     (tmp_path / "t5" / "config.json").write_text('{"vocab_size": 20, "colour": "red"}')
     with pytest.raises(ValueError, match=r"fields TransformerConfig does not know: \['colour'\]"):
         pet.Transformer.from_pretrained(tmp_path / "t5")
+
+
+@pytest.mark.parametrize("per_layer", [False, True])
+def test_replace_encoding_changes_only_the_encoding(per_layer):
+    model = small("nope", vocab_size=64, dim=16, num_heads=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert model.replace_encoding("nope_temperature", {"scale": 1.6, "learned": True}, per_layer=per_layer) is model
+    assert len(model.encodings) == (2 if per_layer else 1)
+    layers = [model.encoding_for_layer(i) for i in range(2)]
+    assert all(type(e).__name__ == "TemperatureNoPE" and e.learned for e in layers)
+    assert (layers[0] is layers[1]) != per_layer
+    assert model.config.encoding == "nope_temperature" and model.config.share_encoding != per_layer
+    assert model.config.encoding_options == {"scale": 1.6, "learned": True}
+    after = model.state_dict()
+    for key, value in before.items():
+        torch.testing.assert_close(after[key], value)
+    assert all(k.startswith("encodings.") for k in set(after) - set(before))
+    assert model(torch.randint(0, 64, (1, 12))).shape == (1, 12, 64)
+    rebuilt = pet.Transformer(model.config)  # the config describes the new model
+    assert rebuilt.load_state_dict(model.state_dict()) is not None
+
+
+def test_replace_encoding_with_a_rope_scaling_keeps_outputs_within_the_original_context():
+    model = small("rope", vocab_size=64, dim=16, num_heads=2).eval()
+    tokens = torch.randint(0, 64, (1, 16))
+    with torch.no_grad():
+        plain = model(tokens)
+        model.replace_encoding("rope", {"scaling": "dynamic", "factor": 4.0, "original_max_position": 32})
+        dynamic = model(tokens)  # dynamic NTK is plain RoPE up to original_max_position
+        model.replace_encoding("rope", {"scaling": "linear", "factor": 4.0})
+        linear = model(tokens)
+    torch.testing.assert_close(dynamic, plain)
+    assert not torch.allclose(linear, plain)
+    with pytest.raises(ValueError):
+        model.replace_encoding("rope", {"scaling": "yran", "factor": 2.0})
