@@ -31,13 +31,14 @@ from pe_toolkit.data.text_corpus import (
     random_windows,
     sequential_windows,
     stdlib_source_files,
+    unigram_entropy,
 )
 
 __all__ = [
     "BYTE_VOCAB_SIZE", "COMPACT_TEMPLATE", "DOC_SEPARATOR", "PAPER_TEMPLATE", "ByteLMDataModule", "Document",
     "PasskeyExample", "PasskeyTemplate", "TextCorpus", "build_stdlib_corpus", "join_documents", "load_text_files",
     "make_passkey_example", "passkey_accuracy", "passkey_grid", "passkey_training_windows", "random_windows",
-    "score_passkey", "sequential_windows", "stdlib_source_files", "teacher_forced_digit_accuracy",
+    "score_passkey", "sequential_windows", "stdlib_source_files", "teacher_forced_digit_accuracy", "unigram_entropy",
 ]
 
 

@@ -404,3 +404,21 @@ def sequential_windows(data: Tensor, length: int, max_windows: int | None = None
     else:  # spacing >= 1, so rounding keeps the indices distinct
         index = torch.linspace(0, available - 1, max_windows, dtype=torch.float64).round().long()
     return data[index[:, None] * length + torch.arange(length + 1)].long()  # (W, length + 1)
+
+
+def unigram_entropy(data: Tensor) -> float:
+    """Entropy in nats of the byte distribution of ``data`` (1-D bytes): the loss of a model that ignores context.
+
+    A language model whose next-byte loss is not below it has learned nothing from the context (e.g. it diverged).
+
+    Example:
+        >>> round(unigram_entropy(torch.tensor([0, 0, 1, 1], dtype=torch.uint8)), 4)  # ln 2
+        0.6931
+    """
+    data = _check_byte_tensor("data", data)
+    if data.numel() == 0 or int(data.min()) < 0 or int(data.max()) >= BYTE_VOCAB_SIZE:
+        raise ValueError(f"data must hold at least one byte id in [0, {BYTE_VOCAB_SIZE}), got {data.numel()} "
+                         f"value(s)" + (f" in [{int(data.min())}, {int(data.max())}]" if data.numel() else ""))
+    counts = torch.bincount(data.long(), minlength=BYTE_VOCAB_SIZE).double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())
