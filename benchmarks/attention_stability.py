@@ -1,14 +1,15 @@
 """Attention stability: a base learning-rate sweep for MHA, QK-norm, the Q/K learning-rate rule, MLA and QK-clip.
 
-Claims (Anson & Aitchison 2025, "Controlling changes to attention logits", arXiv:2511.21377): the rule
-``eta_Q = eta c / ||W_K||``, ``eta_K = eta c / ||W_Q||`` allows a higher base learning rate (MHA and MLA), is
-competitive with QK-norm (Dehghani et al. 2023) and outperforms QK-clip (Kimi K2, arXiv:2507.20534) under
-MLA (DeepSeek-V2, arXiv:2405.04434). One byte-level LM per configuration, base lr and seed (the seed sets the
-initial weights; data shared, so configurations pair per seed): final validation loss, training curve, the
-largest attention logit per layer. A run is diverged when its loss is not below the unigram entropy; it counts
-as ln 256, never dropped. Verdicts: :func:`pe_toolkit.bench.verdict.decide_claim` on paired per-seed losses.
-The lr is the swept variable (every lr, every seed), not tuned; ``extend_edges`` adds lrs past a grid edge
-that holds a configuration's best. Details: ``docs/tutorials/attention_stability.md``.
+Claims (Anson & Aitchison 2025, "Controlling changes to attention logits", arXiv:2511.21377): the Q/K rule
+``eta_Q = eta c / ||W_K||``, ``eta_K = eta c / ||W_Q||`` (every factor of the logit, :mod:`pe_toolkit.training.
+qk_learning_rate`) allows a higher base learning rate under MHA (``mha+qk_lr`` vs ``mha``) and MLA (DeepSeek-V2,
+arXiv:2405.04434), is competitive with QK-norm (``mha+qknorm``, Dehghani et al. 2023) and outperforms QK-clip
+(``mla+qk_clip``, Kimi K2, arXiv:2507.20534; :class:`~pe_toolkit.training.callbacks.QKClipCallback`). One
+byte-level LM with RoPE per configuration, base lr and seed (the seed sets the initial weights; the data is
+shared, so configurations pair per seed): final validation loss, training curve, the largest attention logit
+per layer. A run whose loss is not below the unigram entropy has diverged and counts as ln 256, never
+dropped. Verdicts: :func:`pe_toolkit.bench.verdict.decide_claim` on paired per-seed losses. The lr is swept
+(every lr, every seed), not tuned; ``extend_edges`` adds lrs past a grid edge holding a configuration's best.
 
     python benchmarks/attention_stability.py --quick              # tiny sweep (< 2 min here), 1 seed: claims untested
     python benchmarks/attention_stability.py --jobs 2             # full preset: 3 seeds, 1,000 steps
@@ -43,9 +44,7 @@ CONFIGS = ("mha", "mha+qknorm", "mha+qk_lr", "mla", "mla+qk_lr", "mla+qk_clip")
 UNIFORM_LOSS = math.log(256)  # what a diverged run counts as in the statistics
 RUN_KEYS = ("model", "mla", "context", "batch_size", "steps", "max_bytes", "val_windows", "monitor_every",
             "qk_clip", "qk_lr")
-COMPETITIVE_MARGIN = 0.05
-"""'Competitive': the rule's best validation loss is not worse than QK-norm's by more than this (nats/byte,
-about 2 % of the losses here); a non-inferiority test with this margin."""
+COMPETITIVE_MARGIN = 0.05  # 'competitive': not worse than QK-norm by more (nats/byte, ~2 % of the losses here)
 
 
 @dataclasses.dataclass
@@ -222,10 +221,27 @@ def claims(lr_rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min
     def gate(*needed: str) -> str | None:
         missing = [c for c in needed if c not in by]
         few = [c for c in needed if c in by and by[c]["runs"] < min_seeds]
-        return (f"configurations not run: {missing}" if missing else
-                f"fewer than {min_seeds} seeds for {few}" if few else None)
+        return f"configurations not run: {missing}" if missing else f"fewer than {min_seeds} seeds for {few}" if few \
+            else None
 
-    def summary(name: str, parts: list[dict[str, Any]], why: str | None) -> None:
+    def beats(rule: str, base: str, claim: str, at_best: bool) -> None:
+        """The composite claims 1 and 3: per-lr difference rows, then their summary row."""
+        why, parts = gate(rule, base), []
+        if not why:
+            start = by[base]["best_lr"]
+            if at_best:
+                a, b = _paired(lr_rows, (rule, by[rule]["best_lr"]), (base, start))
+                parts.append(claim_row(decide_claim(a, b, higher_is_better=False, paired=True, name=f"{rule} beats "
+                                                    f"{base} at the best lrs ({by[rule]['best_lr']:g} vs {start:g})"),
+                                       claim=claim))
+            for lr in sorted(r["lr"] for r in lr_rows if r["config"] == rule and r["lr"] > start
+                             and any(q["config"] == base and q["lr"] == r["lr"] for q in lr_rows)):
+                a, b = _paired(lr_rows, (rule, lr), (base, lr))
+                result = decide_claim(a, b, higher_is_better=False, paired=True,
+                                      name=f"{rule} beats {base} at lr {lr:g} (above {base}'s best lr {start:g})",
+                                      preconditions=[(len(a) >= min_seeds, f"{len(a)} paired seed(s), fewer than "
+                                                      f"{min_seeds}")])
+                parts.append(claim_row(result, claim=claim, lr=lr))
         verdicts = {p["verdict"] for p in parts}
         if why is not None or not parts:
             verdict, reason = "untested", why or "no swept lr to compare at"
@@ -235,51 +251,22 @@ def claims(lr_rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min
             verdict, reason = "contradicted", "contradicted at one or more lrs, reproduced at none"
         else:
             verdict, reason = "inconclusive", "no lr reproduces it, or the lrs disagree"
-        out.append({"kind": "claim_summary", "claim": name, "verdict": verdict, "reason": reason,
-                    "parts": [p["name"] for p in parts],
-                    "evidence": "; ".join(f"{p['name']}: {p['verdict']}" for p in parts) or "-"})
+        out.extend([*parts, {"kind": "claim_summary", "claim": claim, "verdict": verdict, "reason": reason,
+                             "parts": [p["name"] for p in parts],
+                             "evidence": "; ".join(f"{p['name']}: {p['verdict']}" for p in parts) or "-"}])
 
-    def above(rule: str, base: str, start: float, claim: str) -> list[dict[str, Any]]:
-        lrs = sorted(r["lr"] for r in lr_rows if r["config"] == rule and r["lr"] > start
-                     and any(q["config"] == base and q["lr"] == r["lr"] for q in lr_rows))
-        parts = []
-        for lr in lrs:
-            a, b = _paired(lr_rows, (rule, lr), (base, lr))
-            result = decide_claim(a, b, higher_is_better=False, paired=True,
-                                  name=f"{rule} beats {base} at lr {lr:g} (above {base}'s best lr {start:g})",
-                                  preconditions=[(len(a) >= min_seeds, f"{len(a)} paired seed(s), fewer than "
-                                                  f"{min_seeds}")])
-            parts.append(claim_row(result, claim=claim, lr=lr))
-        return parts
-
-    for base, rule in (("mha", "mha+qk_lr"), ("mla", "mla+qk_lr")):
-        name, why = f"{rule} allows a higher base lr than {base}", gate(base, rule)
-        parts = [] if why else above(rule, base, by[base]["best_lr"], name)
-        out += parts
-        summary(name, parts, why)
-
+    beats("mha+qk_lr", "mha", "mha+qk_lr allows a higher base lr than mha", at_best=False)
+    beats("mla+qk_lr", "mla", "mla+qk_lr allows a higher base lr than mla", at_best=False)
     name, why = "mha+qk_lr is competitive with mha+qknorm", gate("mha+qk_lr", "mha+qknorm")
     sides: tuple[list, list] = ([], [])
     if "mha+qk_lr" in by and "mha+qknorm" in by:  # both sides at their best lr (the record, if untested)
         a_lr, b_lr = by["mha+qk_lr"]["best_lr"], by["mha+qknorm"]["best_lr"]
         sides = _paired(lr_rows, ("mha+qk_lr", a_lr), ("mha+qknorm", b_lr))
     common = dict(kind="noninferiority", margin=COMPETITIVE_MARGIN, higher_is_better=False, paired=True)
-    result = (untested_claim(name, why, *sides, **common) if why else decide_claim(
+    out.append(claim_row(untested_claim(name, why, *sides, **common) if why else decide_claim(
         *sides, **common, name=f"{name}: best loss (lr {a_lr:g} vs {b_lr:g}) not worse by more than "
-        f"{COMPETITIVE_MARGIN} nats/byte"))
-    out.append(claim_row(result, claim=name))
-
-    name, why = "mla+qk_lr outperforms mla+qk_clip", gate("mla+qk_lr", "mla+qk_clip")
-    parts = []
-    if not why:
-        a_lr, b_lr = by["mla+qk_lr"]["best_lr"], by["mla+qk_clip"]["best_lr"]
-        a, b = _paired(lr_rows, ("mla+qk_lr", a_lr), ("mla+qk_clip", b_lr))
-        parts.append(claim_row(decide_claim(a, b, higher_is_better=False, paired=True,
-                                            name=f"mla+qk_lr beats mla+qk_clip at the best lrs ({a_lr:g} vs {b_lr:g})"),
-                               claim=name))
-        parts += above("mla+qk_lr", "mla+qk_clip", b_lr, name)
-    out += parts
-    summary(name, parts, why)
+        f"{COMPETITIVE_MARGIN} nats/byte"), claim=name))
+    beats("mla+qk_lr", "mla+qk_clip", "mla+qk_lr outperforms mla+qk_clip", at_best=True)
     return out
 
 
@@ -365,14 +352,11 @@ class AttentionStability(Benchmark):
         config_rows = result.derived_of("config_summary")
         edges = [r["config"] for r in config_rows if r["best_lr_at_grid_edge"]]
         return "\n".join([
-            f"Byte-level LM on standard-library text; model {dataclasses.asdict(c.model)}, MLA "
-            f"{dataclasses.asdict(c.mla)}; context {c.context}, batch {c.batch_size}, {c.steps} steps per run, "
-            f"learning rates {sorted(c.lrs)} (plus up to {c.extend_edges} beyond an edge holding the best); AdamW "
-            "(0.9, 0.95), weight decay 0.1, warmup 10 %, cosine to 10 %, gradient clipping 1.0; Q/K rule with "
-            f"{c.qk_lr.norm} norms per matrix on every factor of the logit (MLA: q_down and kv_down too), "
-            f"recomputed every {c.qk_lr.every} step(s); QK-clip tau {c.qk_clip.tau} (S_max measured "
-            f"{c.qk_clip.measure}). Unigram entropy of the training bytes: {unigram:.3f} nats (a run at or above it "
-            f"has diverged and counts as ln 256 = {UNIFORM_LOSS:.3f}).", "",
+            f"Byte-level LM on standard-library text, {c.steps} steps per run (`train_language_model`: AdamW 0.9/0.95, "
+            "weight decay 0.1, warmup 10 %, cosine to 10 %, clipping 1.0), learning rates "
+            f"{sorted(c.lrs)} (plus up to {c.extend_edges} past an edge holding the best); the Q/K rule on every "
+            f"factor of the logit; the other settings in results.json. Unigram entropy of the training bytes: "
+            f"{unigram:.3f} nats (a run at or above it has diverged and counts as ln 256 = {UNIFORM_LOSS:.3f}).", "",
             "## Paper claims", "",
             markdown_table(result.derived_of("claim_summary"), ["claim", "verdict", "reason", "evidence"],
                            {"verdict": lambda v: f"**{v}**"}),

@@ -35,15 +35,14 @@ from pe_toolkit.bench.checks import distinct, positives
 from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure
 from pe_toolkit.bench.report import fairness_section, markdown_table
 from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side, untested_claim
-from pe_toolkit.explain.faithfulness import FRACTIONS, METHODS
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
+from pe_toolkit.explain.faithfulness import METHODS
 
 TASKS = ("sentiment", "copy")
 ENCODINGS = ("nope", "rope", "learned", "alibi", "sinusoidal")
 TASK_NAMES = {"sentiment": "explain_sentiment", "copy": "copy_random"}
 MIN_SEEDS = 3
 IDENTITY_TOLERANCE = 1e-4  # float32 round-off of the ledger tokens + positions + absorbed = logit
-__all__ = ["FRACTIONS", "METHODS", "Explain"]
 
 
 @dataclasses.dataclass
@@ -173,8 +172,8 @@ def model_summaries(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = summarize_groups(models, ("task", "encoding"), keys, bounds={"accuracy": (0, 1)})
     for entry in out:
         mine = [m for m in models if (m["task"], m["encoding"]) == (entry["task"], entry["encoding"])]
-        entry.update(kind="model_summary", identity_residual_max=max(
-            max(m["identity_residual_pa_lrp"], m["identity_residual_lrp"]) for m in mine))
+        residual = max(max(m["identity_residual_pa_lrp"], m["identity_residual_lrp"]) for m in mine)
+        entry.update(kind="model_summary", identity_residual_max=residual, holds=residual <= IDENTITY_TOLERANCE)
     return out
 
 
@@ -212,9 +211,8 @@ def conservation_checks(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"kind": "check", "task": s["task"], "encoding": s["encoding"],
              "check": "PA-LRP's ledger balances: tokens + positions + absorbed = logit",
              "test": f"largest relative residual <= {IDENTITY_TOLERANCE:g} (float32)",
-             "identity_residual_max": s["identity_residual_max"],
-             "holds": s["identity_residual_max"] <= IDENTITY_TOLERANCE,
-             "input_fraction_pa_lrp": s["input_fraction_pa_lrp"]} for s in model_summaries(models)]
+             **{k: s[k] for k in ("identity_residual_max", "holds", "input_fraction_pa_lrp")}}
+            for s in model_summaries(models)]
 
 
 def plot_auc(rows: list[dict[str, Any]]) -> Any:
@@ -299,49 +297,36 @@ class Explain(Benchmark):
         return figures
 
     def report(self, result: Result) -> str:
-        fmt = {"train_s": ".0f", "eval_s": ".0f", "identity_residual_pa_lrp": ".1e", "identity_residual_max": ".1e"}
-        fmt.update({k: ".3f" for k in ("auc_morf", "auc_lerf", "top1_hit", "final_loss", "accuracy", "position_share",
-                                       "input_fraction_pa_lrp", "input_fraction_lrp", "pa_minus_lrp_morf",
-                                       "pa_minus_lrp_lerf")})
+        fmt = {k: ".3f" for k in ("auc_morf", "auc_lerf", "top1_hit", "final_loss", "accuracy", "position_share",
+                                  "input_fraction_pa_lrp", "input_fraction_lrp")}
+        fmt.update(train_s=".0f", eval_s=".0f", identity_residual_pa_lrp=".1e", identity_residual_max=".1e")
         return "\n".join([
             "Perturbation test: prompt inputs replaced in order of score; the area under the probability of the "
-            "explained class over the removed fraction (0 to 1). MoRF (most relevant first): lower is more faithful; "
-            "LeRF (least relevant first): higher is more faithful. `top1_hit`: the top-scored input is the evidence "
-            f"(copy: the copied symbol; sentiment: a polar word or its negator). Model "
-            f"{dataclasses.asdict(result.config.model)}.", "",
-            "## Paper claims", "",
+            "explained class over the removed fraction. MoRF (most relevant first): lower is more faithful; LeRF: "
+            "higher is more faithful. `top1_hit`: the top-scored input is the evidence. Model "
+            f"{dataclasses.asdict(result.config.model)}.", "", "## Paper claims", "",
             claims_table(result.derived_of("claim"), ".4f", extra=[("task", "task"), ("encoding", "encoding")]),
             "NoPE models are a control (the two methods coincide) and carry no claim.", "",
             fairness_section(self.tuning(result.config), result.config.seeds, held_out="the explained examples are "
                              "drawn fresh (seed + 1000), and the claims compare two explanations of one model",
-                             same_budget="trains the same steps on the same generated data")
-            + "## Conservation (a property of the implementation, not a claim)", "",
-            markdown_table(result.derived_of("check"), ["task", "encoding", "check", "test", ("identity_residual_max",
-                           "residual (max)"), "holds", ("input_fraction_pa_lrp", "fraction reaching inputs, PA-LRP")],
-                           {"identity_residual_max": ".1e", "input_fraction_pa_lrp": format_side}),
-            "The fraction of the logit reaching tokens and positions has no threshold: Bakish et al. state none.", "",
+                             same_budget="trains the same steps on the same generated data"),
+            "## Conservation (a property of the implementation, not a claim)", "",
+            summary_table(result.derived_of("model_summary"), ["task", "encoding", "runs", ("identity_residual_max",
+                          f"ledger residual (max; holds: <= {IDENTITY_TOLERANCE:g})"), "holds"],
+                          ["accuracy", ("input_fraction_pa_lrp", "reaches inputs, PA-LRP"), ("position_fraction_pa_lrp",
+                           "of it positions"), ("input_fraction_lrp", "reaches inputs, plain LRP")], formats=fmt),
+            "Ledger: |tokens + positions + absorbed - logit| / |logit|. Fractions: mean sum(relevance) / logit, "
+            "reported without a threshold (Bakish et al. state none); the rest is absorbed by the rules.", "",
             "## Perturbation AUCs over seeds", "",
             summary_table(result.derived_of("method_summary"), ["task", "encoding", "method", "runs"],
                           [("auc_morf", "MoRF AUC"), ("auc_lerf", "LeRF AUC"), ("top1_hit", "top-1 hit")]),
-            "## Conservation over seeds", "",
-            summary_table(result.derived_of("model_summary"), ["task", "encoding", "runs"],
-                          ["accuracy", ("input_fraction_pa_lrp", "reaches inputs, PA-LRP"), ("position_fraction_pa_lrp",
-                           "of it positions, PA-LRP"), ("input_fraction_lrp", "reaches inputs, plain LRP")],
-                          formats={"identity_residual_max": ".1e"}),
-            "Fractions: mean over examples of sum(relevance) / logit; the rest is absorbed by the rules (the softmax "
-            "remainder, the stabiliser, and for plain LRP the positions it ignores).", "",
-            "## Trained models (one row per seed)", "",
+            "## Every trained model", "",
             markdown_table(result.rows, ["task", "encoding", "seed", "lr", "accuracy", "examples", "final_loss",
                                          "identity_residual_pa_lrp", "input_fraction_pa_lrp", "input_fraction_lrp",
                                          "position_share", "train_s", "eval_s"], fmt),
             "`position_share`: |sum position relevance| / (|sum token| + |sum position|) under PA-LRP.", "",
-            "## Perturbation AUCs per seed", "",
             markdown_table(method_rows(result.rows), ["task", "encoding", "seed", "method", "auc_morf", "auc_lerf",
-                                                      "top1_hit"], fmt),
-            "## PA-LRP against plain LRP per seed (`tie`: |difference| < 0.001)", "",
-            markdown_table(result.derived_of("comparison"), ["task", "encoding", "seed", "pa_minus_lrp_morf",
-                                                             "pa_vs_lrp_morf", "pa_minus_lrp_lerf", "pa_vs_lrp_lerf",
-                                                             "best_morf"], fmt)])
+                                                      "top1_hit"], fmt)])
 
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ def test_analysis_report_and_plots_from_model_rows(tmp_path):
     figures = BENCHMARK.plot(result)
     assert sorted(figures) == ["heatmap_copy_nope.png", "heatmap_copy_rope.png", "perturbation_auc.png"]
     report = BENCHMARK.report(result)
-    assert "PA-LRP against plain LRP" in report and "| copy | rope | 1 | pa_lrp |" in report
+    assert "PA-LRP more faithful than plain LRP" in report and "| copy | rope | 1 | pa_lrp |" in report
     assert "## Conservation (a property of the implementation, not a claim)" in report and "**reproduced**" in report
     write_results("explain", {}, result.rows + result.derived, 1.0, root=tmp_path)
     write_report("explain", BENCHMARK.title, report, root=tmp_path, command="test", quick=False)
