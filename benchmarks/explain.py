@@ -307,8 +307,9 @@ class Explain(Benchmark):
             f"{dataclasses.asdict(result.config.model)}.", "", "## Paper claims", "",
             claims_table(result.derived_of("claim"), ".4f", extra=[("task", "task"), ("encoding", "encoding")]),
             "NoPE models are a control (the two methods coincide) and carry no claim.", "",
-            fairness_section(self.tuning(result.config), result.config.seeds, held_out="the explained examples are "
-                             "drawn fresh (seed + 1000), and the claims compare two explanations of one model",
+            fairness_section(self.tuning(result.config), result.config.seeds, held_out="no held-out target is "
+                             "involved: the claims compare two explanations of one model on the same examples (new "
+                             "draws, seed + 1000, of the training distribution)",
                              same_budget="trains the same steps on the same generated data"),
             "## Conservation (a property of the implementation, not a claim)", "",
             summary_table(result.derived_of("model_summary"), ["task", "encoding", "runs", ("identity_residual_max",
