@@ -18,6 +18,7 @@ from pe_toolkit.extras import require_extra
 
 require_extra("plot", __name__)
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -172,4 +173,37 @@ def plot_positional_pattern(
         notes.append(f"first {shown} of {heads} heads shown")
     heading = title if title is not None else f"{label}{domain}: attention-logit change\n{details}"
     fig.suptitle(heading + ("\n" + "; ".join(notes) if notes else ""), fontsize=10)
+    return fig
+
+
+def plot_relevance(words: Sequence[str], relevance: Mapping[str, Sequence[float]], *, title: str = "") -> Figure:
+    """A heatmap of relevance over one example's tokens: one row per kind (e.g. token and position relevance
+    under PA-LRP, :mod:`pe_toolkit.explain`), each row scaled by its largest ``|relevance|`` (red +, blue -).
+
+    Args:
+        words: the example's tokens, ``L`` of them (the x axis).
+        relevance: ``{row label: L values}``, drawn top to bottom.
+        title: the figure's title (the scaling note is appended).
+
+    Raises:
+        ValueError: no rows, a row whose length is not ``len(words)``, or a non-finite value.
+    """
+    if not relevance:
+        raise ValueError("relevance must have at least one row")
+    lengths = {label: len(values) for label, values in relevance.items()}
+    if set(lengths.values()) != {len(words)}:
+        raise ValueError(f"every relevance row must have len(words) = {len(words)} values, got {lengths}")
+    matrix = torch.tensor([list(map(float, values)) for values in relevance.values()], dtype=torch.float64)
+    if not bool(matrix.isfinite().all()):
+        raise ValueError("relevance holds NaN or inf")
+    scale = matrix.abs().amax(dim=1, keepdim=True)
+    matrix = matrix / torch.where(scale > 0, scale, torch.ones_like(scale))
+    fig = Figure(figsize=(max(6.0, 0.55 * len(words)), 0.6 * len(relevance) + 1.6))
+    ax = fig.subplots()
+    image = ax.imshow(matrix.numpy(), cmap="bwr", vmin=-1, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(words)), list(words), rotation=60, fontsize=8)
+    ax.set_yticks(range(len(relevance)), list(relevance), fontsize=8)
+    ax.set_title(f"{title} (each row scaled by its max |relevance|)".lstrip(), fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.03)
+    fig.tight_layout()
     return fig

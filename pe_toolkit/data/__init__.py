@@ -34,6 +34,7 @@ from pe_toolkit.data.text_corpus import (
     random_windows,
     sequential_windows,
     stdlib_source_files,
+    unigram_entropy,
 )
 
 __all__ = [
@@ -41,7 +42,7 @@ __all__ = [
     "PasskeyExample", "PasskeyTemplate", "TextCorpus", "batched_digit_accuracies", "build_stdlib_corpus",
     "equal_token_windows", "join_documents", "load_text_files", "make_passkey_example", "passkey_accuracy",
     "passkey_depth_scores", "passkey_grid", "passkey_training_windows", "random_windows", "score_passkey",
-    "sequential_windows", "stdlib_source_files", "teacher_forced_digit_accuracy",
+    "sequential_windows", "stdlib_source_files", "teacher_forced_digit_accuracy", "unigram_entropy",
 ]
 
 

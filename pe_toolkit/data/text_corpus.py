@@ -431,3 +431,21 @@ def equal_token_windows(data: Tensor, lengths: Sequence[int], tokens: int) -> di
         raise ValueError(f"data has {data.numel()} bytes; {tokens} scored tokens need {tokens + 1}")
     text = data[: tokens + 1]
     return {n: sequential_windows(text, n) for n in lengths}
+
+
+def unigram_entropy(data: Tensor) -> float:
+    """Entropy in nats of the byte distribution of ``data`` (1-D bytes): the loss of a model that ignores context.
+
+    A language model whose next-byte loss is not below it has learned nothing from the context (e.g. it diverged).
+
+    Example:
+        >>> round(unigram_entropy(torch.tensor([0, 0, 1, 1], dtype=torch.uint8)), 4)  # ln 2
+        0.6931
+    """
+    data = _check_byte_tensor("data", data)
+    if data.numel() == 0 or int(data.min()) < 0 or int(data.max()) >= BYTE_VOCAB_SIZE:
+        raise ValueError(f"data must hold at least one byte id in [0, {BYTE_VOCAB_SIZE}), got {data.numel()} "
+                         f"value(s)" + (f" in [{int(data.min())}, {int(data.max())}]" if data.numel() else ""))
+    counts = torch.bincount(data.long(), minlength=BYTE_VOCAB_SIZE).double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())

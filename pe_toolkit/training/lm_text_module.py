@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -110,3 +110,54 @@ class LanguageModelModule(ExactMatchModule):
             count += chunk[:, 1:].numel()
         self.train(was_training)
         return math.exp(total / count)
+
+
+def train_language_model(
+    model: torch.nn.Module, data: Any, *, lr: float, steps: int, callbacks: Sequence[Any] | None = None,
+    warmup_fraction: float = 0.1, weight_decay: float = 0.1, seed: int = 0, device: Mapping[str, Any] | None = None,
+) -> tuple[LanguageModelModule, list[float]]:
+    """Train a given next-token model (e.g. a byte-level ``Transformer`` or a converted one) in place.
+
+    The :class:`LanguageModelModule` recipe around a model built elsewhere: AdamW (betas 0.9 / 0.95,
+    ``weight_decay``), linear warm-up over ``warmup_fraction`` of ``steps`` then cosine decay to 10 %,
+    gradient clipping at norm 1, no validation, no logger or checkpoints. The fit runs under
+    ``torch.random.fork_rng``: what it draws does not move the global random state.
+
+    Args:
+        model: maps ``(B, T)`` token ids to logits ``(B, T, V)``.
+        data: a Lightning data module of ``{"input_ids", "targets"}`` batches (``ByteLMDataModule``).
+        callbacks: Lightning callbacks (e.g. ``AttentionLogitMonitor``).
+        seed: ``lightning.seed_everything`` before the module is built.
+        device: ``lightning.Trainer``'s ``accelerator`` / ``devices`` / ``precision`` (default: the CPU, float32).
+
+    Returns:
+        ``(module, losses)``: the module whose ``model`` is ``model``, and the training loss of every step.
+    """
+    import lightning as L
+
+    from pe_toolkit.training.callbacks import LossHistory
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    L.seed_everything(seed, verbose=False)
+    # a minimal module whose Transformer is replaced by ``model``: the optimiser and schedule are the module's
+    module = LanguageModelModule(vocab_size=256, dim=8, num_heads=1, num_layers=1, lr=lr,
+                                 warmup_steps=max(1, int(warmup_fraction * steps)), max_steps=steps,
+                                 weight_decay=weight_decay, betas=(0.9, 0.95))
+    module.model = model
+    losses = LossHistory(every_n_steps=1)
+    trainer = L.Trainer(
+        max_steps=steps, **{"accelerator": "cpu", "devices": 1, "precision": "32-true", **(device or {})},
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        limit_val_batches=0, gradient_clip_val=1.0, callbacks=[losses, *(callbacks or [])], num_sanity_val_steps=0,
+    )
+    with torch.random.fork_rng():
+        trainer.fit(module, datamodule=data)
+    return module, [loss for _, loss in losses.history]
+
+
+def validation_loss(module: LanguageModelModule, windows: torch.Tensor, batch_size: int = 16) -> float:
+    """Mean next-token cross-entropy (nats) of ``module`` over ``windows (W, T + 1)``; ``inf`` when not finite
+    (a diverged model), so that it still compares and sorts."""
+    value = math.log(module.perplexity(windows, batch_size=batch_size))
+    return value if math.isfinite(value) else float("inf")

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from pe_toolkit.bench.config import load_config
-from pe_toolkit.bench.stats import mean_interval
+from pe_toolkit.bench.verdict import summarize
 from pe_toolkit.benchmarks import attention_stability as bench
 
 
@@ -44,14 +44,16 @@ def test_every_preset_loads_and_the_full_one_meets_the_protocol():
     for name in ("full", "gpu"):
         config, _ = load_config(benchmark, name)
         assert len(config.seeds) >= 3 and config.steps >= 1000 and len(config.lrs) >= 5
-    with pytest.raises(ValueError, match="seeds must be distinct"):
+    with pytest.raises(ValueError, match="seeds must be a non-empty list of distinct values"):
         load_config(benchmark, "quick", overrides=["seeds=[1, 1]"])
-    with pytest.raises(ValueError, match="lrs must be a non-empty list"):
+    with pytest.raises(ValueError, match="lrs must be a non-empty list of distinct finite numbers > 0"):
         load_config(benchmark, "quick", overrides=["lrs=[0.1, -1.0]"])
-    with pytest.raises(ValueError, match="qk_clip.tau"):
+    with pytest.raises(ValueError, match=r"(?s)config.qk_clip.tau.*PositiveFloat: 0"):
         load_config(benchmark, "quick", overrides=["qk_clip.tau=0"])
-    with pytest.raises(ValueError, match="configs must be a non-empty list"):
+    with pytest.raises(ValueError, match=r"(?s)config.configs.*Literal.*Got value: gqa"):
         load_config(benchmark, "quick", overrides=["configs=[mha, gqa]"])
+    with pytest.raises(ValueError, match="configs must be a non-empty list of distinct values"):
+        load_config(benchmark, "quick", overrides=["configs=[mha, mha]"])
     with pytest.raises(ValueError, match="'qk_lr.evry' does not exist"):
         load_config(benchmark, "quick", overrides=["qk_lr.evry=2"])
 
@@ -68,8 +70,8 @@ def test_runs_cover_every_config_lr_and_seed_plus_the_edge_extensions():
 
 
 def lr_row(config, lr, losses, diverged=0):
-    return {"kind": "lr_summary", "config": config, "lr": lr, "seeds": len(losses), "diverged": diverged,
-            "val_loss": mean_interval(losses), "values": list(losses), "seed_list": list(range(len(losses)))}
+    return {"kind": "lr_summary", "config": config, "lr": lr, "runs": len(losses), "diverged": diverged,
+            "val_loss": summarize(losses).as_dict(), "seed_list": list(range(len(losses)))}
 
 
 def test_summaries_cap_diverged_runs_flag_grid_edges_and_find_the_stable_lr():
@@ -79,6 +81,7 @@ def test_summaries_cap_diverged_runs_flag_grid_edges_and_find_the_stable_lr():
     lr_rows = bench.summarize_lrs(rows, unigram=3.0)
     top = lr_rows[-1]
     assert top["diverged"] == 2 and top["val_loss"]["n"] == 3  # nan and 9 count as ln 256, never dropped
+    assert top["val_loss"]["values"] == [math.log(256), math.log(256), 2.5] and top["seed_list"] == [0, 1, 2]
     assert top["val_loss"]["mean"] == pytest.approx((2 * math.log(256) + 2.5) / 3)
     (summary,) = bench.summarize_configs(lr_rows)
     assert summary["best_lr"] == 0.1 and summary["best_lr_at_grid_edge"] is None
@@ -144,7 +147,7 @@ def test_tiny_run_then_resume(tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(bench, "run_one", no_training)
+    monkeypatch.setattr(bench.AttentionStability, "run_one", staticmethod(no_training))
     run_cli([*argv, "--resume"])
     again = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
     assert json.dumps(again) == json.dumps(rows)  # as text: a diverged run's loss is inf or nan

@@ -242,12 +242,13 @@ def test_multirobot_metrics_all_none(tmp_path):
 
 def test_attention_stability_all_nan(tmp_path):
     from pe_toolkit.bench.report import save_figure
-    from pe_toolkit.bench.stats import mean_interval
+    from pe_toolkit.bench.verdict import summarize
     from pe_toolkit.benchmarks import attention_stability
 
     rows = [{"config": c, "lr": lr, "seed": 0, "val_loss": NAN, "max_logit_per_layer": [[NAN], [NAN]],
              "max_logit_steps": [1, 2]} for c in ("mha", "mla") for lr in (0.01, 0.1)]
-    lr_rows = [{"config": c, "lr": lr, "val_loss": mean_interval([])} for c in ("mha", "mla") for lr in (0.01, 0.1)]
+    lr_rows = [{"config": c, "lr": lr, "val_loss": summarize([]).as_dict()} for c in ("mha", "mla")
+               for lr in (0.01, 0.1)]
     figures = attention_stability.plot(rows, lr_rows, unigram=3.0)
     assert sorted(figures) == ["loss_vs_lr.png", "max_logit.png"]
     for name, figure in figures.items():
