@@ -80,15 +80,11 @@ class Config:
 
 @functools.lru_cache(maxsize=4)
 def clips(count: int, seed: int):
-    """``generate_clips(count, seed=seed)``, made once per process."""
+    """``generate_clips(count, seed=seed)``, made once per process: seed 0 trains every connector and seed, seed 1
+    (at least 64 clips) is the held-out set."""
     from pe_toolkit.domains.crossmodal import generate_clips
 
     return generate_clips(count, seed=seed)
-
-
-def make_data(train_clips: int, eval_clips: int):
-    """The training clips (seed 0) and the held-out clips (seed 1) every connector and seed shares."""
-    return clips(train_clips, 0), clips(max(eval_clips, 64), 1)
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +95,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from pe_toolkit.domains.crossmodal.lightning_module import AVDataModule, JointDiffusionModule
     from pe_toolkit.domains.crossmodal.plotting import encode_picture
 
-    train, val = make_data(spec["data"]["train_clips"], spec["data"]["eval_clips"])
+    train, val = clips(spec["data"]["train_clips"], 0), clips(max(spec["data"]["eval_clips"], 64), 1)
     model, training, sampling, seed = spec["model"], spec["training"], spec["sampling"], spec["seed"]
     start = time.perf_counter()
     L.seed_everything(seed, verbose=False)
@@ -209,15 +205,14 @@ def plot_scores(summary: list[dict[str, Any]], references: dict[str, float]) -> 
 def why_not_note(summary: list[dict[str, Any]], claim_rows: list[dict[str, Any]], references: dict[str, float]) -> str:
     """What the numbers say when no connector aligns beyond its floor (event counts against real clips)."""
     connected = [s for s in summary if s["variant"] != "none"]
-    floor_claims = [c for c in claim_rows if c["metric"] == "av_align" and c["variant"] != "none"]
-    if not connected or any(c["verdict"] == "reproduced" for c in floor_claims):
+    if not connected or any(c["verdict"] == "reproduced" for c in claim_rows
+                            if c["metric"] == "av_align" and c["variant"] != "none"):
         return ""
-    audio = [s["audio_events"]["mean"] for s in connected if math.isfinite(s["audio_events"]["mean"])]
-    video = [s["video_events"]["mean"] for s in connected if math.isfinite(s["video_events"]["mean"])]
-    counts = (f"The connected models draw {min(audio):.2f}-{max(audio):.2f} audio onsets and "
-              f"{min(video):.2f}-{max(video):.2f} video motion peaks per clip, against "
-              f"{references['real_audio_events']:.2f} and {references['real_video_events']:.2f} in real clips. "
-              if audio and video else "")
+    audio, video = ([s[k]["mean"] for s in connected if math.isfinite(s[k]["mean"])]
+                    for k in ("audio_events", "video_events"))
+    counts = (f"The connected models draw {min(audio):.2f}-{max(audio):.2f} audio onsets and {min(video):.2f}-"
+              f"{max(video):.2f} video motion peaks per clip, against {references['real_audio_events']:.2f} and "
+              f"{references['real_video_events']:.2f} in real clips. " if audio and video else "")
     return ("**No connector aligns beyond its chance floor at this size and budget.** Each model's AV-Align is what "
             "its own samples score when re-paired with another clip's video, so the scores measure how many events "
             "the samples contain, not where they are. " + counts +
@@ -265,7 +260,7 @@ class CrossModal(Benchmark):
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         from pe_toolkit.domains.crossmodal.alignment import reference_levels
 
-        val = make_data(1, result.config.data.eval_clips)[1]
+        val = clips(max(result.config.data.eval_clips, 64), 1)
         reference = {"kind": "reference", **reference_levels(val.video, val.audio),
                      "video_shape": list(val.video.shape[1:]), "audio_shape": list(val.audio.shape[1:])}
         return [reference] + [{"kind": "summary", **s} for s in summarize_rows(result.rows)] + claims(result.rows)
