@@ -277,18 +277,16 @@ class CrossModal(Benchmark):
         config, summary, claim_rows = result.config, result.derived_of("summary"), result.derived_of("claim")
         reference = result.derived_of("reference")[0]
         data, model, training, sampling = config.data, config.model, config.training, config.sampling
-        return "\n".join([
+        return "\n\n".join([
             f"Bouncing-ball clips: video {tuple(reference['video_shape'])} (T_v, H, W), audio spectrogram "
             f"{tuple(reference['audio_shape'])} (T_a, F); {data.train_clips} training clips. Joint denoiser dim "
             f"{model.dim}, {model.num_layers} block(s) + connector per modality, T = {model.num_steps} diffusion "
             f"steps, {training.steps} training steps of batch {training.batch_size}; {data.eval_clips} clips sampled "
             f"per model and gamma with {sampling.sampling_steps} DDIM steps. Seeds {config.seeds}; device "
             f"{result.device}; {result.seconds:.0f} s.",
-            "",
             f"Reference levels on held-out real clips: AV-Align {reference['real']:.3f} as drawn, "
             f"{reference['shuffled']:.3f} re-paired (audio of the next clip); {reference['real_audio_events']:.2f} "
             f"audio onsets and {reference['real_video_events']:.2f} video motion peaks per clip.",
-            "",
             fairness_section(self.tuning(config), config.seeds, same_budget="trains on the same clips for the same "
                              "steps with the same model width", held_out="clips are sampled from noise; real clips "
                              "only set the reference lines and the validation loss", notes=[
@@ -296,26 +294,18 @@ class CrossModal(Benchmark):
                                  "i+1's video): the same event counts without alignment. A connector comparison is "
                                  "untested unless one side aligns beyond it."]),
             why_not_note(summary, claim_rows, reference) + "## AV-Align of sampled clips (mean [95 % interval])",
-            "",
             summary_table(summary, ["variant", "gamma", "runs"], [
                 ("av_align", "AV-Align"), ("floor", "chance floor"), "gain", ("audio_events", "audio onsets / clip"),
                 ("video_events", "video peaks / clip"), ("silent_clips", "clips without events"),
                 ("val_loss", "val loss")], {"audio_events": ".2f", "video_events": ".2f"}, formats={"gamma": "g"}),
             "A clip without events has no AV-Align (counted in its own column); a run without any, none (non-finite).",
-            "",
-            "## Claims",
-            "",
-            claims_table(claim_rows),
-            "## Runs",
-            "",
+            "## Claims", claims_table(claim_rows), "## Runs",
             markdown_table(result.rows, ["variant", "gamma", "seed", "lr", ("av_align", "AV-Align"), "floor", "gain",
                                          ("val_loss", "val loss"), "parameters", ("train_seconds", "train s"),
                                          ("sample_seconds", "sample s")],
                            {"gamma": "g", "lr": "g", "av_align": ".3f", "floor": ".3f", "gain": "+.3f",
                             "val_loss": ".4f", "train_seconds": ".0f", "sample_seconds": ".1f"}),
-            "![AV-Align](av_align.png)",
-            "",
-            "![samples](samples.png)",
+            "![AV-Align](av_align.png)", "![samples](samples.png)",
         ])
 
 
