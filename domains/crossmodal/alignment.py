@@ -15,6 +15,10 @@ increase of the log spectrogram); video peaks are peaks of the change of the obj
 peak of this acceleration, as it is a jump of the optical flow). When only one modality has events the
 score is 0.0; when neither has any it is undefined (``nan``), and :func:`av_align_batch` averages over the
 clips where it is defined and reports the share of such silent clips.
+
+AV-Align rewards events that coincide by chance, so a generator that draws many events scores well above zero
+without aligning anything. :func:`chance_floor` scores the same clips re-paired (clip ``i``'s audio with clip
+``i + 1``'s video): the same event counts, no shared time line. ``AV-Align - floor`` is the alignment itself.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["audio_onsets", "av_align", "av_align_batch", "video_motion_peaks"]
+__all__ = ["audio_onsets", "av_align", "av_align_batch", "chance_floor", "reference_levels", "video_motion_peaks"]
 
 AUDIO_THRESHOLD = 5.0   # spectral flux (16 bins in [-1, 1]): background ~0-3, a click ~8-16 on the toy data
 VIDEO_THRESHOLD = 0.15  # pixels / frame^2: a wall bounce changes one velocity component by 0.5-1.2
@@ -144,3 +148,32 @@ def av_align_batch(video: Tensor, audio: Tensor, *, tolerance: float = 1.0, audi
     defined = [x for x in scores if not math.isnan(x)]
     return {"av_align": sum(defined) / len(defined) if defined else math.nan, "audio_events": n_audio / n,
             "video_events": n_video / n, "silent_clips": (n - len(defined)) / n}
+
+
+def chance_floor(video: Tensor, audio: Tensor, **options: float) -> dict[str, float]:
+    """:func:`av_align_batch` of the clips re-paired: clip ``i``'s audio with clip ``i + 1``'s video (cyclically).
+
+    Event counts stay those of the clips, and no pair shares a time line: the score of these event statistics
+    without any alignment. ``options`` go to :func:`av_align_batch`.
+
+    Raises:
+        ValueError: fewer than 2 clips (nothing to re-pair with), or what :func:`av_align_batch` refuses.
+
+    Example:
+        >>> from pe_toolkit.domains.crossmodal import generate_clips
+        >>> clips = generate_clips(16, seed=1)
+        >>> real, floor = av_align_batch(clips.video, clips.audio), chance_floor(clips.video, clips.audio)
+        >>> floor["av_align"] < 0.5 < real["av_align"], floor["audio_events"] == real["audio_events"]
+        (True, True)
+    """
+    if video.shape[0] < 2:
+        raise ValueError(f"chance_floor: needs >= 2 clips to re-pair, got {video.shape[0]}")
+    return av_align_batch(torch.roll(video, 1, dims=0), audio, **options)
+
+
+def reference_levels(video: Tensor, audio: Tensor) -> dict[str, float]:
+    """Real clips' levels: ``{"real", "shuffled", "real_audio_events", "real_video_events"}``, the AV-Align as drawn
+    (the ceiling) and re-paired (:func:`chance_floor`), and the events per clip."""
+    real = av_align_batch(video, audio)
+    return {"real": real["av_align"], "shuffled": chance_floor(video, audio)["av_align"],
+            "real_audio_events": real["audio_events"], "real_video_events": real["video_events"]}

@@ -33,8 +33,8 @@ from pe_toolkit.atomic import atomic_write_text
 from pe_toolkit.domains.detection.box_ops import box_xywh_to_xyxy, box_xyxy_to_xywh
 from pe_toolkit.encoders.base import check_float, check_int
 
-__all__ = ["SHAPE_CLASSES", "CocoDetectionDataset", "Letterbox", "ShapesDetectionDataset", "collate_detection",
-           "to_coco", "undo_letterbox"]
+__all__ = ["SHAPE_CLASSES", "CocoDetectionDataset", "Letterbox", "ShapesDetectionDataset", "build_datasets",
+           "collate_detection", "to_coco", "undo_letterbox"]
 
 SHAPE_CLASSES = ("rectangle", "ellipse", "triangle")
 _NO_BOXES = torch.zeros(0, 4)
@@ -409,3 +409,62 @@ def collate_detection(batch: Sequence[tuple[Tensor, dict[str, Any]]]) -> tuple[T
         raise ValueError(f"collate_detection: images must all have the same shape, got {sorted(shapes)}; give the "
                          "dataset a transform such as Letterbox(size) to batch images of different sizes")
     return torch.stack(images), [target for _, target in batch]
+
+
+def build_datasets(kind: str, *, image_size: int, num_classes: int, train_images: int, val_images: int,
+                   test_images: int, coco: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """Fixed train / validation / test splits: ``{"train", "val", "test", "num_classes", "categories"}``.
+
+    Args:
+        kind: ``"shapes"``: :class:`ShapesDetectionDataset` splits of ``train_images`` / ``val_images`` /
+            ``test_images`` images of side ``image_size`` with ``num_classes`` shape classes (seeds 1000, 1500,
+            2000; object sides 10/64 to 28/64 of the image). ``"coco"``: the COCO files named in ``coco``
+            (``{train,val,test}_annotations`` and ``{train,val,test}_image_dir``; the val pair may be ``None``),
+            every split letterboxed to ``image_size``; the class count is the categories' (``num_classes`` and
+            the image counts other than ``val_images`` are not used).
+        val_images: coco without a validation file: the last ``val_images`` training images are held out for
+            validation.
+
+    Raises:
+        ValueError: an unknown ``kind``, a coco split missing, ``val_images`` not below the training images when
+            they are held out, or splits whose categories differ.
+
+    Example:
+        >>> splits = build_datasets("shapes", image_size=32, num_classes=2, train_images=4, val_images=2,
+        ...                         test_images=2)
+        >>> [len(splits[k]) for k in ("train", "val", "test")], splits["categories"]
+        ([4, 2, 2], ['rectangle', 'ellipse'])
+    """
+    from torch.utils.data import Subset
+
+    if kind == "shapes":
+        options = {"image_size": image_size, "num_classes": num_classes,
+                   "min_size": max(3, round(image_size * 10 / 64)), "max_size": max(3, round(image_size * 28 / 64))}
+        train = ShapesDetectionDataset(train_images, seed=1000, **options)
+        return {"train": train, "val": ShapesDetectionDataset(val_images, seed=1500, **options),
+                "test": ShapesDetectionDataset(test_images, seed=2000, **options),
+                "num_classes": train.num_classes, "categories": train.categories}
+    if kind != "coco":
+        raise ValueError(f"build_datasets: kind must be 'shapes' or 'coco', got {kind!r}")
+    coco = coco or {}
+    for split in ("train", "test"):
+        if not coco.get(f"{split}_annotations") or not coco.get(f"{split}_image_dir"):
+            raise ValueError(f"build_datasets: kind 'coco' needs coco['{split}_annotations'] and "
+                             f"coco['{split}_image_dir'], got {coco!r}")
+    letterbox = Letterbox(image_size)
+    train = CocoDetectionDataset(coco["train_annotations"], coco["train_image_dir"], transform=letterbox)
+    test = CocoDetectionDataset(coco["test_annotations"], coco["test_image_dir"], transform=letterbox)
+    if coco.get("val_annotations"):
+        val = CocoDetectionDataset(coco["val_annotations"], coco["val_image_dir"], transform=letterbox)
+        fit = train
+    else:
+        if val_images >= len(train):
+            raise ValueError(f"build_datasets: val_images ({val_images}) must be below the {len(train)} training "
+                             "images when no validation file is given")
+        cut = len(train) - val_images
+        fit, val = Subset(train, range(cut)), Subset(train, range(cut, len(train)))
+    for name, other in (("test", test), ("val", val.dataset if isinstance(val, Subset) else val)):
+        if other.categories != train.categories:
+            raise ValueError(f"the {name} annotations have categories {other.categories}, the training annotations "
+                             f"{train.categories}; every split needs the same categories")
+    return {"train": fit, "val": val, "test": test, "num_classes": train.num_classes, "categories": train.categories}

@@ -11,12 +11,14 @@ uint16 depth), measured uncompressed and zlib-compressed.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 
 import numpy as np
 
-from pe_toolkit.domains.multirobot.simulator import Observation, World, render_observation
+from pe_toolkit.domains.multirobot.simulator import Observation, PairSample, World, render_observation
 
-__all__ = ["decode_message", "encode_message", "message_bytes", "raw_observation_bytes"]
+__all__ = ["bandwidth_table", "decode_message", "encode_message", "mean_message_bytes", "message_bytes",
+           "raw_observation_bytes"]
 
 _DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 
@@ -66,3 +68,32 @@ def raw_observation_bytes(world: World, pose, *, width: int = 640, height: int =
     rgb, depth = render_observation(world, pose, width=width, height=height)
     payload = rgb.tobytes() + depth.tobytes()
     return {"raw": len(payload), "zlib": len(zlib.compress(payload, 6))}
+
+
+def mean_message_bytes(observations: Sequence[Observation], **dtypes: str) -> float:
+    """The mean :func:`message_bytes` of ``observations`` (``dtypes`` as in :func:`encode_message`)."""
+    if not len(observations):
+        raise ValueError("mean_message_bytes: no observations")
+    return float(np.mean([message_bytes(o, **dtypes) for o in observations]))
+
+
+def bandwidth_table(world: World, pairs: Sequence[PairSample], *, raw_frames: int) -> list[dict[str, object]]:
+    """Bytes per message, mean over both robots' observations of ``pairs``, against the raw RGB-D frame of ``world``
+    rendered at robot a's pose in the first ``raw_frames`` pairs (uncompressed and zlib): one dict per payload,
+    ``{"payload", "bytes", "ratio_to_raw"}`` (``ratio_to_raw``: bytes / the uncompressed frame's)."""
+    if isinstance(raw_frames, bool) or not isinstance(raw_frames, int) or not 1 <= raw_frames:
+        raise ValueError(f"bandwidth_table: raw_frames must be an int >= 1, got {raw_frames!r}")
+    if not len(pairs):
+        raise ValueError("bandwidth_table: no pairs")
+    frames = [raw_observation_bytes(world, p.a.pose) for p in pairs[:raw_frames]]
+    observations = [o for p in pairs for o in (p.a, p.b)]
+    rows = [
+        {"payload": "graph message, float32 descriptors + float32 coordinates",
+         "bytes": mean_message_bytes(observations)},
+        {"payload": "graph message, float16 descriptors + float16 coordinates",
+         "bytes": mean_message_bytes(observations, descriptor_dtype="float16", coordinate_dtype="float16")},
+        {"payload": "raw RGB-D frame 640x480 (uint8 RGB + uint16 depth), uncompressed",
+         "bytes": float(np.mean([f["raw"] for f in frames]))},
+        {"payload": "raw RGB-D frame 640x480, zlib level 6", "bytes": float(np.mean([f["zlib"] for f in frames]))},
+    ]
+    return [{**row, "ratio_to_raw": row["bytes"] / rows[2]["bytes"]} for row in rows]

@@ -7,10 +7,15 @@ pairs that truly overlap *and* for which the method decided "overlap" (so it ret
 ``coverage`` is that fraction of the overlapping pairs, and ``success`` the fraction of overlapping pairs
 with a pose within ``success_translation`` metres and ``success_rotation`` degrees (a declined pair
 counts as a failure), which makes methods with different coverage comparable.
+
+Both methods have decision thresholds (NOPE's match threshold; the baseline's Lowe ratio and RANSAC inlier
+threshold). :func:`tune_match_threshold` and :func:`tune_baseline` pick them on validation pairs by the same
+:func:`tuning_score`, ``(F1 + NDA) / 2``, so that a comparison gives both the same tuning budget.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +30,8 @@ from pe_toolkit.domains.multirobot.model import NOPE
 from pe_toolkit.domains.multirobot.simulator import PairSample
 from pe_toolkit.encoders.base import check_choice, check_int
 
-__all__ = ["Prediction", "evaluate_predictions", "predict_baseline", "predict_nope"]
+__all__ = ["Prediction", "evaluate_predictions", "predict_baseline", "predict_nope", "tune_baseline",
+           "tune_match_threshold", "tuning_score"]
 
 
 @dataclass
@@ -125,3 +131,59 @@ def evaluate_predictions(pairs: Sequence[PairSample], predictions: Sequence[Pred
         "success": successes / overlapping if overlapping else nan,
         "pairs": len(pairs), "overlapping": overlapping,
     }
+
+
+def tuning_score(metrics: dict[str, float]) -> float:
+    """The validation score both methods are tuned by: ``(F1 + NDA) / 2`` of :func:`evaluate_predictions`."""
+    return (metrics["f1"] + metrics["nda"]) / 2
+
+
+def _edge(value: float, grid: Sequence[float]) -> bool:
+    """The chosen value lies on the border of a grid of >= 3 values (the optimum may lie outside)."""
+    return len(grid) >= 3 and value in (min(grid), max(grid))
+
+
+def _check_grid(name: str, grid: Sequence[float]) -> None:
+    if not len(grid):
+        raise ValueError(f"{name} must be a non-empty list of values to try, got {list(grid)!r}")
+
+
+def tune_baseline(pairs: Sequence[PairSample], ratios: Sequence[float], inlier_thresholds: Sequence[float], *,
+                  seed: int = 0) -> dict[str, object]:
+    """The :class:`ClassicalBaseline` configuration (Lowe ratio x RANSAC inlier threshold) with the best
+    :func:`tuning_score` on ``pairs`` (the first best on ties).
+
+    Returns:
+        ``{"ratio", "inlier_threshold", "score", "edge"}``; ``edge``: a chosen value lies on the border of a grid
+        of >= 3 values (the optimum may lie outside the grid).
+    """
+    _check_grid("ratios", ratios)
+    _check_grid("inlier_thresholds", inlier_thresholds)
+    best: dict[str, object] = {"score": -math.inf}
+    for ratio, inlier in itertools.product(ratios, inlier_thresholds):
+        baseline = ClassicalBaseline(ratio=ratio, inlier_threshold=inlier, seed=seed)
+        score = tuning_score(evaluate_predictions(pairs, predict_baseline(pairs, baseline)))
+        if score > best["score"]:
+            best = {"ratio": ratio, "inlier_threshold": inlier, "score": score}
+    best["edge"] = _edge(best["ratio"], ratios) or _edge(best["inlier_threshold"], inlier_thresholds)
+    return best
+
+
+def tune_match_threshold(model: NOPE, pairs: Sequence[PairSample], scale: float,
+                         thresholds: Sequence[float]) -> dict[str, object]:
+    """Set ``model.config.match_threshold`` to the value of ``thresholds`` with the best :func:`tuning_score` on
+    ``pairs`` (the first best on ties; ``scale`` as in :func:`predict_nope`).
+
+    Returns:
+        ``{"threshold", "score", "edge"}`` (``edge`` as in :func:`tune_baseline`).
+    """
+    _check_grid("thresholds", thresholds)
+    best: dict[str, object] = {"score": -math.inf}
+    for tau in thresholds:
+        model.config.match_threshold = tau
+        score = tuning_score(evaluate_predictions(pairs, predict_nope(model, pairs, scale)))
+        if score > best["score"]:
+            best = {"threshold": tau, "score": score}
+    model.config.match_threshold = best["threshold"]
+    best["edge"] = _edge(best["threshold"], thresholds)
+    return best

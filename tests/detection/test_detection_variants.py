@@ -28,7 +28,7 @@ def build(variant: str) -> RecursiveDetector:
 
 
 def test_variants_are_the_benchmarks_and_build_their_flags():
-    assert bench.VARIANTS == DETECTOR_VARIANTS
+    assert bench.VARIANTS == tuple(DETECTOR_VARIANTS)  # the same names in the same order
     config = DetectorConfig.for_variant("independent_box_centerness", **SMALL)
     assert (config.recursive, config.box_pe, config.centerness_pe) == (False, True, True)
     assert config.num_stages == 4 and config.dim == 16

@@ -13,7 +13,7 @@ from pe_toolkit.bench import load_config
 from pe_toolkit.bench.cli import main
 from pe_toolkit.bench.verdict import decide_claim
 from pe_toolkit.benchmarks import detection as bench
-from pe_toolkit.domains.detection.data import ShapesDetectionDataset
+from pe_toolkit.domains.detection.data import ShapesDetectionDataset, build_datasets
 
 TINY = dict(num_classes=3, dim=16, num_heads=2, ffn_dim=32, dynamic_dim=4, pooler_resolution=3, num_proposals=4,
             num_stages=3, backbone_channels=(8, 8))
@@ -129,7 +129,7 @@ def test_tiny_benchmark_run(tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(bench, "run_one", no_training)
+    monkeypatch.setattr(bench.Detection, "run_one", staticmethod(no_training))
     assert main([*argv, "--resume"]) == 0
     again = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["kind"] == "run"]
     assert again == runs
@@ -155,7 +155,7 @@ def test_benchmark_reads_coco_files_of_mixed_sizes(tmp_path):
                      "train_image_dir": str(tmp_path / "train" / "images"), "val_annotations": None,
                      "val_image_dir": None, "test_annotations": str(tmp_path / "test" / "annotations.json"),
                      "test_image_dir": str(tmp_path / "test" / "images")}}
-    built = bench.build_datasets(data)
+    built = build_datasets(**data)
     assert built["num_classes"] == 2 and built["categories"] == ["rectangle", "ellipse"]  # from the file
     assert [len(built[k]) for k in ("train", "val", "test")] == [4, 2, 3]
     assert built["val"][1][0].shape == built["test"][0][0].shape == (3, 32, 32)  # letterboxed
@@ -163,17 +163,18 @@ def test_benchmark_reads_coco_files_of_mixed_sizes(tmp_path):
     data["coco"]["test_annotations"] = str(tmp_path / "other" / "annotations.json")
     data["coco"]["test_image_dir"] = str(tmp_path / "other" / "images")
     with pytest.raises(ValueError, match="the test annotations have categories"):
-        bench.build_datasets(data)
+        build_datasets(**data)
 
 
 @pytest.mark.parametrize("override, match", [
     ("data.kind=coco", "needs data.coco.train_annotations"),
-    ("data.kind=voc", "data.kind must be 'shapes' or 'coco'"),
+    ("data.kind=voc", r"(?s)config\.data\.kind.*Expected a typing\.Literal\['shapes', 'coco'\]. Got value: voc"),
     ("training.lrs=0.001", "lrs"),
     ("training.lrs=[]", "training.lrs must be a non-empty list"),
-    ("variants=[independent, shared]", "variants must be"),
+    ("variants=[independent, shared]", r"(?s)config\.variants.*Literal\['independent', .*Got value: shared"),
+    ("variants=[independent, independent]", "variants must be a non-empty list of distinct values"),
     ("seeds=[1, 1]", "seeds must be"),
-    ("data.image_size=0", "data.image_size must be a finite number > 0"),
+    ("data.image_size=0", r"(?s)config\.data\.image_size.*0 does not conform to restriction v>0"),
     ("training.lr=[0.001]", "training.lr"),
 ])
 def test_bad_config_values_name_their_key(override, match):
