@@ -377,15 +377,12 @@ def measure_input(spec: dict[str, Any]) -> dict[str, Any]:
     import pe_toolkit.domains.graphs  # noqa: F401
 
     sized = isinstance(graph, int)
-    cells: dict[str, dict[str, Any]] = {}
-    for method in PRECOMPUTE_METHODS:
-        cells[method] = {"section": "precompute", "method": method, "input": str(graph),
-                         "num_nodes": graph if sized else None, "library": "pyg" if method.startswith("pyg_")
-                         else "pe_toolkit", "walk_length": options["walk_length"], "k": options["k"], "times_s": [],
-                         "cpu_times_s": []}
-        reason = method.startswith("pyg_") and sized and pyg_skip_reason(
-            method, graph, memory, cap_bytes, walk_length=options["walk_length"], k=options["k"])
-        if reason:
+    cells = {m: {"section": "precompute", "method": m, "input": str(graph), "num_nodes": graph if sized else None,
+                 "library": "pyg" if m.startswith("pyg_") else "pe_toolkit", "walk_length": options["walk_length"],
+                 "k": options["k"], "times_s": [], "cpu_times_s": []} for m in PRECOMPUTE_METHODS}
+    for _, method in PAIRS:  # the PyG methods
+        if sized and (reason := pyg_skip_reason(method, graph, memory, cap_bytes, walk_length=options["walk_length"],
+                                                k=options["k"])):
             cells[method]["status"] = reason
     with _data_lock(root, "timing", exclusive=True):
         for rep in range(repeats):  # PyG's dense-path RWSE above 2k nodes takes minutes per call: once
