@@ -18,16 +18,23 @@ from pe_toolkit.domains.graphs.datasets import (
     PATTERNDataset,
     csl_folds,
     load_edge_list,
+    random_sparse_graph,
     sbm_splits,
 )
 from pe_toolkit.domains.graphs.encoders import LapPEEncoder, LearnedRFPEncoder, RFPEncoder, RWSEEncoder
 from pe_toolkit.domains.graphs.models import GINModel, GPSModel, GraphMambaModel, GraphPEInput
-from pe_toolkit.domains.graphs.transforms import LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
+from pe_toolkit.domains.graphs.transforms import (
+    LaplacianEigenvectorPE,
+    RandomFeaturePropagation,
+    RandomWalkPE,
+    laplacian_residual,
+)
 
 __all__ = [
-    "CLUSTERDataset", "CSLDataset", "PATTERNDataset", "csl_folds", "load_edge_list", "sbm_splits",
+    "CLUSTERDataset", "CSLDataset", "PATTERNDataset", "csl_folds", "load_edge_list", "random_sparse_graph",
+    "sbm_splits",
     "GINModel", "GPSModel", "GraphMambaModel", "GraphPEInput", "LapPEEncoder", "LaplacianEigenvectorPE",
     "LearnedRFPEncoder",
     "RFPEncoder", "RWSEEncoder",
-    "RandomFeaturePropagation", "RandomWalkPE",
+    "RandomFeaturePropagation", "RandomWalkPE", "laplacian_residual",
 ]

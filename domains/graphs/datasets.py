@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, InMemoryDataset
-from torch_geometric.utils import coalesce, to_undirected
+from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
 from pe_toolkit.atomic import atomic_torch_save
 
@@ -51,6 +51,7 @@ __all__ = [
     "csl_folds",
     "default_root",
     "load_edge_list",
+    "random_sparse_graph",
     "sbm_splits",
 ]
 
@@ -279,6 +280,25 @@ def circulant_edge_index(num_nodes: int, skips: Sequence[int] = (1,)) -> Tensor:
     u = np.concatenate([nodes for _ in skips])
     v = np.concatenate([(nodes + s) % num_nodes for s in skips])
     return _undirected(u, v, num_nodes)
+
+
+def random_sparse_graph(num_nodes: int, seed: int = 0, *, edges_per_node: int = 2) -> Data:
+    """A connected random sparse graph: the ring ``i -- i+1 (mod N)`` plus ``edges_per_node * N`` node pairs drawn
+    uniformly (numpy ``default_rng(seed)``), self-loops dropped, undirected and coalesced; mean degree about
+    ``2 + 2 * edges_per_node`` (~6 by default). A scalable test input for graph PEs (the ring keeps it connected).
+
+    Returns:
+        ``Data(edge_index (2, E), num_nodes=N)``.
+    """
+    num_nodes = _check_int("random_sparse_graph: num_nodes", num_nodes, 1)
+    edges_per_node = _check_int("random_sparse_graph: edges_per_node", edges_per_node, 0)
+    rng = np.random.default_rng(_check_int("random_sparse_graph: seed", seed, 0))
+    ring = np.arange(num_nodes)
+    u = np.concatenate([ring, rng.integers(0, num_nodes, edges_per_node * num_nodes)])
+    v = np.concatenate([(ring + 1) % num_nodes, rng.integers(0, num_nodes, edges_per_node * num_nodes)])
+    edge_index, _ = remove_self_loops(torch.from_numpy(np.stack([u, v])).long())
+    edge_index = coalesce(to_undirected(edge_index, num_nodes=num_nodes), num_nodes=num_nodes)
+    return Data(edge_index=edge_index, num_nodes=num_nodes)
 
 
 class CSLDataset(_GeneratedDataset):

@@ -34,7 +34,7 @@ from torch_geometric.utils import is_undirected
 from pe_toolkit.encoders.base import check_choice, check_int
 
 __all__ = ["LaplacianEigenvectorPE", "RandomFeaturePropagation", "RandomWalkPE", "epoch_transforms",
-           "graph_adjacency"]
+           "graph_adjacency", "laplacian_residual"]
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -962,3 +962,33 @@ def random_walk_std(probabilities: Tensor | np.ndarray, num_walks: int) -> np.nd
     """Standard error of the Monte-Carlo return probabilities: ``sqrt(p (1 - p) / num_walks)``."""
     p = np.asarray(probabilities, dtype=np.float64)
     return np.sqrt(np.clip(p * (1 - p), 0, None) / num_walks) if num_walks > 0 else np.full_like(p, math.inf)
+
+
+def laplacian_residual(data: Data, vectors: Tensor | np.ndarray, eigenvalues: Any = None) -> float:
+    """How far ``vectors`` are from eigenvectors of ``L = I - D^-1/2 A D^-1/2``: ``max_j |L v_j - lambda_j v_j|``.
+
+    In float64, for the unit-normalised nonzero columns ``v_j`` of ``vectors`` ``(N, k)`` (all-zero columns, e.g. the
+    padding of :class:`LaplacianEigenvectorPE` on a small graph, are left out); ``lambda_j`` is ``eigenvalues[j]``
+    (the first entries, one per kept column) or, if None, the Rayleigh quotient ``v_j^T L v_j``. Self-loops are
+    ignored, as the transforms ignore them. Use it to check any eigensolver's output (this package's or PyG's
+    ``laplacian_eigenvector_pe``).
+    """
+    n = data.num_nodes
+    v = vectors.detach().cpu().double().numpy() if isinstance(vectors, Tensor) else np.asarray(vectors, np.float64)
+    if v.ndim != 2 or v.shape[0] != n:
+        raise ValueError(f"laplacian_residual: vectors must have shape (num_nodes={n}, k), got {tuple(v.shape)}")
+    adj = graph_adjacency(data, self_loops=False)
+    scale = sp.diags(_inv_sqrt(np.asarray(adj.sum(axis=1)).ravel()))
+    lap = sp.identity(n) - scale @ adj @ scale
+    v = v[:, np.linalg.norm(v, axis=0) > 0]
+    v = v / np.linalg.norm(v, axis=0)
+    lv = lap @ v
+    if eigenvalues is None:
+        lam = (v * lv).sum(0)
+    else:
+        lam = np.asarray(eigenvalues.detach().cpu() if isinstance(eigenvalues, Tensor) else eigenvalues, np.float64)
+        if lam.ndim != 1 or lam.shape[0] < v.shape[1]:
+            raise ValueError(f"laplacian_residual: eigenvalues must be 1-D with at least {v.shape[1]} entries (one per "
+                             f"nonzero column of vectors), got shape {tuple(lam.shape)}")
+        lam = lam[: v.shape[1]]
+    return float(np.linalg.norm(lv - v * lam, axis=0).max(initial=0.0))

@@ -9,25 +9,28 @@ import sys
 
 import pytest
 
-from pe_toolkit.bench import load_config
+from pe_toolkit.bench import Result, load_config
 from pe_toolkit.bench.cli import main
 from pe_toolkit.benchmarks import graphs
 
 SCRIPT = graphs.__file__
 
 
-def test_summarize_training_gives_student_t_intervals_over_replicates():
-    rows = [{"task": "csl", "pe": pe, "model": "gin", "metric": "acc", "test_metric": v, "seconds": 1.0}
-            for pe, v in (("rwse", 1.0), ("rwse", 0.8), ("rwse", 0.9), ("none", 0.1), ("none", float("nan")))]
-    summary = graphs.summarize_training(rows)
-    assert [r["pe"] for r in summary] == ["none", "rwse"]  # PE table order
-    none, rwse = summary
-    assert rwse["runs"] == 3 and rwse["n"] == 3
+def test_summary_gives_bounded_student_t_intervals_over_replicates_and_counts_nan_runs():
+    cells = [("rwse", "gin", 0.7), ("rwse", "gin", 0.8), ("rwse", "gin", 0.9), ("none", "gps", 0.1),
+             ("none", "gin", 0.1), ("none", "gin", float("nan"))]
+    rows = [{"section": "csl", "task": "csl", "pe": pe, "model": model, "metric": "acc", "test_metric": v,
+             "seconds": 1.0, "fold": fold, "seed": 0} for fold, (pe, model, v) in enumerate(cells)]
+    result = Result(config=None, preset="quick", rows=rows)
+    summary = [r for r in graphs.Graphs().analyze(result) if r["kind"] == "summary"]
+    assert [(r["model"], r["pe"]) for r in summary] == [("gin", "none"), ("gin", "rwse"), ("gps", "none")]
+    none, rwse = summary[0]["test_metric"], summary[1]["test_metric"]
+    assert summary[1]["runs"] == 3 and rwse["n"] == 3 and summary[1]["metric"] == "acc"
     half = 4.302653 * 0.1 / 3 ** 0.5  # t(0.975, 2) * sample std / sqrt(n), by hand
-    assert rwse["mean"] == pytest.approx(0.9)
-    assert (rwse["low"], rwse["high"]) == (pytest.approx(0.9 - half, abs=1e-6), pytest.approx(0.9 + half, abs=1e-6))
-    assert rwse["text"] == f"90.0 [{100 * (0.9 - half):.1f}, {100 * (0.9 + half):.1f}] (n=3)"
-    assert none["n"] == 1 and none["text"] == "10.0 (n=1)"  # the NaN run is dropped; one value, no interval
+    assert rwse["mean"] == pytest.approx(0.8) and rwse["method"] == "t within [0, 1]"
+    assert (rwse["low"], rwse["high"]) == (pytest.approx(0.8 - half, abs=1e-6), 1.0)  # 0.8 + half > 1: bounded
+    # the NaN run is counted, never dropped: one finite value (no interval) and one non-finite
+    assert (summary[0]["runs"], none["n"], none["n_nonfinite"], none["mean"]) == (2, 1, 1, 0.1)
 
 
 def _runs(task, model, pe, values):
@@ -145,21 +148,13 @@ def test_timing_lock_excludes_training_and_build_lock_excludes_builders(tmp_path
             fcntl.flock(other, fcntl.LOCK_UN)
 
 
-def test_model_table_reports_missing_models():
-    found, missing = graphs.available_models()
-    assert {"gin", "gps", "graph_mamba"} <= set(found)
-    assert set(found) | set(missing) == set(graphs.MODELS)
-    assert not set(found) & set(missing)
+def test_every_model_and_pe_of_the_config_has_an_entry():
+    from pe_toolkit.domains import graphs as domain
 
-
-def test_random_sparse_graph_is_connected_with_mean_degree_about_six():
-    from scipy.sparse.csgraph import connected_components
-    from torch_geometric.utils import to_scipy_sparse_matrix
-
-    data = graphs.random_sparse_graph(500)
-    assert data.num_nodes == 500
-    assert 5.0 < data.num_edges / data.num_nodes < 6.5
-    assert connected_components(to_scipy_sparse_matrix(data.edge_index, num_nodes=500))[0] == 1
+    config, _ = load_config(graphs.Graphs(), "full")
+    assert all(hasattr(domain, graphs.MODELS[m][0]) for m in config.models)
+    assert set(config.pes) == set(graphs.PES) == set(graphs.PE_OPTIONS)
+    assert graphs.PE_OPTIONS["rfp"]["in_features"] == graphs.make_transform("rfp", per_access=True).out_features
 
 
 def test_precompute_section_in_subprocess(tmp_path):
@@ -221,7 +216,6 @@ def test_csl_section_tiny_run_and_resume(tmp_path):
     assert "CSL test accuracy" in report and "| gin | rwse | " in report and "(n=1)" in report
     assert "## How the fairness rule is met" in report and "## Tuning" in report
     assert "| RWSE beats no PE (Rampasek et al.): csl, gin |" in report and "**untested** (" in report
-    assert "graph_mamba" not in report or "not implemented yet" in report
     # the stored runs are reused, row for row
     before = {p.name: json.loads(p.read_text())["written"] for p in stored}
     assert _main([*argv, "--resume"]) == 0
@@ -248,9 +242,11 @@ def test_sbm_section_tiny_run(tmp_path):
     assert "PATTERN / CLUSTER" in (out / "report.md").read_text()
 
 
-@pytest.mark.parametrize("seeds, message", [("[]", "sbm_seeds must be a non-empty list"),
-                                            ("[0, 0]", "sbm_seeds must be distinct"),
-                                            ("[-1]", "sbm_seeds must be a non-empty list of non-negative ints"),
+DISTINCT = "sbm_seeds must be a non-empty list of distinct values, got "
+
+
+@pytest.mark.parametrize("seeds, message", [("[]", DISTINCT + "[]"), ("[0, 0]", DISTINCT + "[0, 0]"),
+                                            ("[-1]", "Not of type NonNegativeInt: -1 does not conform"),
                                             ("3", "config.sbm_seeds"), ("[0.5]", "config.sbm_seeds")])
 def test_bad_sbm_seeds_are_named(tmp_path, capsys, seeds, message):
     with pytest.raises(SystemExit):
@@ -258,10 +254,14 @@ def test_bad_sbm_seeds_are_named(tmp_path, capsys, seeds, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("override, message", [("sections=[csl, qm9]", "sections must be a list from"),
-                                               ("pes=[lappe]", "pes must be a list from"),
-                                               ("precompute.datasets=[zinc]", "precompute.datasets must be a list"),
-                                               ("folds=6", "folds must be in [1, 5]")])
+@pytest.mark.parametrize("override, message", [
+    ("sections=[csl, qm9]", "\"config.sections\":\n  Expected a typing.Literal['csl', 'sbm', 'precompute']. "
+                            "Got value: qm9"),
+    ("pes=[lappe]", "\"config.pes\":\n  Expected a typing.Literal['none', 'random_features', 'lap_pe', 'rwse', "),
+    ("precompute.datasets=[zinc]", "\"config.precompute.datasets\":\n  Expected a typing.Literal['csl', 'pattern']"),
+    ("folds=6", "\"config.folds\":\n  Expected a typing.Literal[1, 2, 3, 4, 5]. Got value: 6"),
+    ("precompute.sizes=[0]", "\"config.precompute.sizes\":\n  Not of type PositiveInt: 0 does not conform"),
+    ("sbm_fractions=[0.5, 0.5, 0]", "\"config.sbm_fractions\":\n  Not of type OpenUnitInterval: 0 does not conform")])
 def test_bad_choices_are_named(tmp_path, capsys, override, message):
     with pytest.raises(SystemExit):
         _main(["--set", override, "--out", str(tmp_path)])

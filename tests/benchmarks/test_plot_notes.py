@@ -286,9 +286,9 @@ def test_graphs_accuracy_none(tmp_path):
     from pe_toolkit.benchmarks import graphs
 
     pe, model = next(iter(graphs.PES)), next(iter(graphs.MODELS))
-    # a cell without a value (None) and what mean_interval gives for no finite value (NaN)
-    rows = [{"task": "csl", "pe": pe, "model": model, "mean": None, "low": None, "high": None},
-            {"task": "sbm", "pe": pe, "model": model, "mean": NAN, "low": NAN, "high": NAN, "n": 0}]
+    # a cell without a value (None) and what summarize gives for no finite value (NaN)
+    rows = [{"task": "csl", "pe": pe, "model": model, "test_metric": {"mean": None, "low": None, "high": None}},
+            {"task": "sbm", "pe": pe, "model": model, "test_metric": {"mean": NAN, "low": NAN, "high": NAN, "n": 0}}]
     accuracy = graphs.plot_accuracy(rows, ["csl", "sbm"], "accuracy (%)")
     precompute = graphs.plot_precompute([{"method": "x", "num_nodes": 10, "median_s": 1.0, "status": "failed"}])
     assert [len(_notes(a)) for a in accuracy.axes + precompute.axes] == [1, 1, 1]

@@ -18,6 +18,7 @@ from pe_toolkit.domains.graphs.datasets import (
     circulant_edge_index,
     csl_folds,
     load_edge_list,
+    random_sparse_graph,
     sbm_splits,
 )
 
@@ -463,3 +464,34 @@ def test_load_edge_list_errors(tmp_path, text, kwargs, match):
 def test_load_edge_list_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_edge_list(tmp_path / "missing.txt")
+
+
+def test_random_sparse_graph_is_a_connected_seeded_ring_plus_random_edges():
+    from scipy.sparse.csgraph import connected_components
+    from torch_geometric.utils import to_scipy_sparse_matrix
+
+    data = random_sparse_graph(500)
+    assert data.num_nodes == 500 and 5.0 < data.num_edges / data.num_nodes < 6.5  # mean degree ~ 2 + 2 * 2
+    assert connected_components(to_scipy_sparse_matrix(data.edge_index, num_nodes=500))[0] == 1
+    assert is_undirected(data.edge_index) and not contains_self_loops(data.edge_index)
+    assert torch.equal(data.edge_index, random_sparse_graph(500).edge_index)  # seeded
+    assert not torch.equal(data.edge_index, random_sparse_graph(500, seed=1).edge_index)
+    ring = random_sparse_graph(6, edges_per_node=0)  # no random edges: the 6-cycle itself
+    assert torch.equal(ring.edge_index, circulant_edge_index(6))
+    # the random edges by hand: numpy's default_rng(3) draws the first endpoints, then the second ones
+    rng = np.random.default_rng(3)
+    u, v = rng.integers(0, 8, 8), rng.integers(0, 8, 8)
+    pairs = {(i, (i + 1) % 8) for i in range(8)} | {(a, b) for a, b in zip(u.tolist(), v.tolist()) if a != b}
+    expected = sorted(pairs | {(b, a) for a, b in pairs})
+    assert random_sparse_graph(8, seed=3, edges_per_node=1).edge_index.t().tolist() == [list(e) for e in expected]
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"num_nodes": 0}, ValueError, "num_nodes must be >= 1, got 0"),
+    ({"num_nodes": 2.5}, TypeError, "num_nodes must be an int"),
+    ({"num_nodes": 5, "seed": -1}, ValueError, "seed must be >= 0, got -1"),
+    ({"num_nodes": 5, "edges_per_node": -1}, ValueError, "edges_per_node must be >= 0, got -1"),
+])
+def test_random_sparse_graph_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        random_sparse_graph(**kwargs)

@@ -16,7 +16,7 @@ from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkP
 from torch_geometric.utils import from_networkx
 
 from pe_toolkit.domains.graphs import LaplacianEigenvectorPE, RandomFeaturePropagation, RandomWalkPE
-from pe_toolkit.domains.graphs.transforms import random_walk_std
+from pe_toolkit.domains.graphs.transforms import laplacian_residual, random_walk_std
 
 
 def graph(g: nx.Graph) -> Data:
@@ -552,3 +552,28 @@ def test_random_walk_paths_match_dense_matrix_powers(directed):
         RandomWalkPE(4, dense_fraction=0)
     with pytest.raises(ValueError, match="dense_threshold"):
         RandomWalkPE(4, dense_threshold=-1)
+
+
+def test_laplacian_residual_by_hand_and_on_both_libraries():
+    # one edge: L = [[1, -1], [-1, 1]]; v = (1, 0) gives L v = (1, -1), Rayleigh quotient 1
+    edge = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    assert laplacian_residual(edge, np.array([[1.0], [0.0]])) == pytest.approx(1.0)  # |(1, -1) - (1, 0)|
+    assert laplacian_residual(edge, np.array([[3.0], [0.0]]), [0.0]) == pytest.approx(2 ** 0.5)  # unit-normalised
+    pair = torch.tensor([[1.0, 1.0, 0.0], [-1.0, 1.0, 0.0]])  # eigenvectors (lambda 2, 0) and a padding column
+    assert laplacian_residual(edge, pair, torch.tensor([2.0, 0.0])) == pytest.approx(0.0, abs=1e-15)
+    looped = Data(edge_index=torch.tensor([[0, 1, 0], [1, 0, 0]]), num_nodes=2)  # a self-loop is ignored
+    assert laplacian_residual(looped, np.array([[1.0], [0.0]])) == pytest.approx(1.0)
+    # the toolkit's pairs and PyG's vectors on a 300-node ring plus random edges (float32 Lanczos: ~1e-6)
+    from pe_toolkit.domains.graphs import random_sparse_graph
+
+    data = random_sparse_graph(300)
+    ours = LaplacianEigenvectorPE(8)(data)
+    assert laplacian_residual(data, ours.lap_pe, ours.lap_eigval[0]) < 1e-5
+    with torch.random.fork_rng():
+        theirs = AddLaplacianEigenvectorPE(8, is_undirected=True)(data).laplacian_eigenvector_pe
+    assert laplacian_residual(data, theirs) < 1e-4
+    assert laplacian_residual(data, torch.rand(300, 2)) > 1e-2  # random vectors are far from eigenvectors
+    with pytest.raises(ValueError, match=r"vectors must have shape \(num_nodes=2, k\), got \(3, 1\)"):
+        laplacian_residual(edge, np.ones((3, 1)))
+    with pytest.raises(ValueError, match="at least 2 entries"):
+        laplacian_residual(edge, pair, [2.0])
