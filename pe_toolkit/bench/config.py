@@ -222,5 +222,9 @@ def load_config(benchmark: Any, preset: str, *, config_file: str | Path | None =
         raise ValueError(f"the 'run' section must be a mapping, got {run!r}")
     _check_keys(RunOptions, run, "run")
     config = to_dataclass(benchmark.Config, data)
+    if isinstance(getattr(config, "seeds", None), list):  # every benchmark's replicates: checked here, once
+        from pe_toolkit.bench.checks import distinct
+
+        distinct("seeds", config.seeds)
     benchmark.check(config)
     return config, dict(run)

@@ -138,6 +138,22 @@ class Benchmark:
     presets_dir: ClassVar[Path | None] = None
     exclusive: ClassVar[bool] = False
 
+    # The default analysis and report (override analyze / report for anything else):
+    summary_by: ClassVar[tuple[str, ...]] = ()
+    """Fields that name a summary group (empty: no summary rows)."""
+    summary_metrics: ClassVar[Mapping[str, tuple[float, float] | None]] = {}
+    """``{metric: bounds or None}``: each summarised as mean and 95 % interval over the group's runs."""
+    summary_keep: ClassVar[tuple[str, ...]] = ()
+    """Fields copied from a group's first run into its summary (equal across seeds, e.g. a parameter count)."""
+    run_columns: ClassVar[tuple[str | tuple[str, str], ...]] = ()
+    """Columns of the report's "Every run" table (empty: no such table)."""
+    number_format: ClassVar[str] = ".3f"
+    """Format of the report's numbers."""
+    held_out: ClassVar[str] = ""
+    """How nothing from the test target reaches a model (the fairness section; empty: no such section)."""
+    same_budget: ClassVar[str] = ""
+    """What every method shares besides the tuning grid (the fairness section), e.g. "trains 500 steps"."""
+
     # ------------------------------------------------------------------ what a benchmark defines
     def check(self, config: Any) -> None:
         """Cross-field checks of a loaded config (types are checked already); ``ValueError`` naming the key."""
@@ -173,13 +189,62 @@ class Benchmark:
     def write_artifacts(self, result: Result, folder: Path) -> None:
         """Outputs that are neither rows, report nor figures (e.g. MIDI files), written into ``folder``."""
 
+    def claims(self, result: Result) -> list[dict[str, Any]]:
+        """The claim rows (:func:`pe_toolkit.bench.verdict.claim_row`) of the default :meth:`analyze`."""
+        return []
+
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        """Summaries and claims computed from the rows (each a dict with a ``"kind"``)."""
+        """Summaries and claims computed from the rows (each a dict with a ``"kind"``).
+
+        Default: one ``"summary"`` row per :attr:`summary_by` group (:attr:`summary_metrics` as mean and
+        interval), then :meth:`claims`.
+        """
+        from pe_toolkit.bench.summary import summarize_groups
+
+        summaries = []
+        if self.summary_by:
+            summaries = [{"kind": "summary", **entry} for entry in summarize_groups(
+                result.rows, self.summary_by, list(self.summary_metrics), bounds=dict(self.summary_metrics),
+                keep=self.summary_keep)]
+        return summaries + self.claims(result)
+
+    def describe(self, result: Result) -> str:
+        """The report's opening paragraph: data, model, training, device (default: none)."""
+        return ""
+
+    def fairness_notes(self, result: Result) -> list[str]:
+        """Further bullets of the fairness section (what this benchmark does beyond the common rule)."""
         return []
 
     def report(self, result: Result) -> str:
-        """The markdown body of ``report.md`` (the runner writes the title, command, date and quick-mode note)."""
-        return ""
+        """The markdown body of ``report.md`` (the runner writes the title, command, date and quick-mode note,
+        and appends the Tuning section and every figure the body does not show).
+
+        Default: :meth:`describe`; the fairness section (:attr:`held_out`, :attr:`same_budget`,
+        :meth:`fairness_notes`); the summary table; the claims table; every run (:attr:`run_columns`).
+        """
+        from pe_toolkit.bench.report import fairness_section, markdown_table
+        from pe_toolkit.bench.summary import summary_table
+        from pe_toolkit.bench.verdict import claims_table
+
+        parts = [self.describe(result).strip()]
+        if self.held_out:
+            parts.append(fairness_section(self.tuning(result.config), getattr(result.config, "seeds", []),
+                                          held_out=self.held_out, same_budget=self.same_budget,
+                                          notes=self.fairness_notes(result)).strip())
+        summaries = result.derived_of("summary")
+        if summaries and self.summary_by:
+            parts.append("## Mean [95 % interval] over seeds\n\n" + summary_table(
+                summaries, [*self.summary_by, *self.summary_keep, "runs"], list(self.summary_metrics),
+                self.number_format).strip())
+        claims = result.derived_of("claim")
+        if claims:
+            parts.append("## Claims\n\n" + claims_table(claims, self.number_format).strip())
+        if self.run_columns:
+            numbers = {field: self.number_format for field in self.summary_metrics}
+            parts.append("## Every run\n\n" + markdown_table(
+                result.rows, list(self.run_columns), formats={**numbers, "lr": "g", "seconds": ".0f"}).strip())
+        return "\n\n".join(part for part in parts if part) + "\n"
 
     def plot(self, result: Result) -> Mapping[str, Any]:
         """``{file name: matplotlib Figure}``; the runner titles (quick-mode note), saves and closes them."""

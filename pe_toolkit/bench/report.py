@@ -149,7 +149,7 @@ def markdown_table(
 
 
 def fairness_section(tuning: Any, seeds: Sequence[Any], *, held_out: str, same_budget: str = "",
-                     notes: Sequence[str] = ()) -> str:
+                     notes: Sequence[str] = (), selection: str | None = None) -> str:
     """The report's "How the fairness rule is met" section (``docs/benchmarks.md``), the same words everywhere.
 
     Args:
@@ -158,19 +158,23 @@ def fairness_section(tuning: Any, seeds: Sequence[Any], *, held_out: str, same_b
         held_out: how nothing from the test target reaches a model (one sentence).
         same_budget: what every method shares besides the grid (steps, data, width), one clause.
         notes: further bullets specific to the benchmark.
+        selection: how values are chosen, when not by the runner's grid (e.g. thresholds tuned inside each run);
+            replaces the grid sentence.
     """
     if not held_out:
         raise ValueError("held_out must say how the test target is kept from the models")
     budget = f"every {tuning.group if tuning else 'method'} {same_budget}".rstrip() if same_budget else ""
-    if tuning is None:
+    if selection is not None:
+        grid = selection
+    elif tuning is None:
         grid = "one setting for every method (nothing is tuned)"
     else:
         direction = "highest" if tuning.maximize else "lowest"
         grid = (f"the same `{tuning.param}` grid {list(tuning.values)} per `{tuning.group}`, tried on the first seed "
-                f"and chosen by the {direction} validation `{tuning.metric}`, extended past an edge choice by at most "
+                f"and chosen by the {direction} `{tuning.metric}`, extended past an edge choice by at most "
                 f"{tuning.max_extensions} value(s) (the Tuning section); the other seeds reuse the choice")
     lines = ["## How the fairness rule is met", "",
-             f"* Same budget on the same validation data: {grid}" + (f"; {budget}" if budget else "") + ".",
+             f"* Same budget for every method: {grid}" + (f"; {budget}" if budget else "") + ".",
              f"* Nothing from the test target reaches a model: {held_out.rstrip('.')}.",
              f"* {len(seeds)} seeds {list(seeds)}: mean and Student-t 95 % interval, non-finite runs counted, never "
              "dropped; every verdict from `pe_toolkit.bench.verdict.decide_claim` (paired per-seed differences where "

@@ -253,11 +253,15 @@ def _run_pass(benchmark: Benchmark, config: Any, options: RunOptions, *, preset:
                   "damaged_run_files": store.damaged, "command": command}
     trial_rows = [{**t, "kind": "tuning_trial"} for t in trials]
     write_results(benchmark.name, run_config, rows + trial_rows + result.derived, result.seconds, root=out)
-    for name, figure in benchmark.plot(result).items():
+    figures = list(benchmark.plot(result).items())
+    for name, figure in figures:
         save_figure(figure, folder / name, quick=result.quick)
     benchmark.write_artifacts(result, folder)
     body = benchmark.report(result)
     if tuning is not None:
         body = body.rstrip() + "\n\n" + tuning_section(tuning, record)
+    shown = [f"![{Path(name).stem.replace('_', ' ')}]({name})" for name, _ in figures if f"({name})" not in body]
+    if shown:
+        body = body.rstrip() + "\n\n## Figures\n\n" + "\n\n".join(shown) + "\n"
     write_report(benchmark.name, benchmark.title, body, root=out, command=command, quick=result.quick)
     return result

@@ -77,7 +77,7 @@ def test_fairness_section_states_grid_seeds_and_held_out_data():
     text = fairness_section(tuning, [0, 1, 2], held_out="test sequences are scored once",
                             same_budget="trains 500 steps", notes=["a note"])
     assert "the same `lr` grid [0.001, 0.003] per `encoder`" in text
-    assert "lowest validation `val_loss`" in text and "at most 2 value(s)" in text
+    assert "lowest `val_loss`" in text and "at most 2 value(s)" in text
     assert "every encoder trains 500 steps" in text
     assert "test sequences are scored once." in text and "3 seeds [0, 1, 2]" in text and "* a note" in text
     assert "nothing is tuned" in fairness_section(None, [0], held_out="x")

@@ -1,0 +1,92 @@
+"""The Benchmark protocol's default analysis and report, the runner's figure links and the seeds check."""
+
+from __future__ import annotations
+
+import pytest
+from tiny_benchmark import Tiny
+
+from pe_toolkit.bench import Benchmark, RunOptions, load_config, run
+from pe_toolkit.bench.report import fairness_section
+from pe_toolkit.bench.verdict import claim_row, decide_claim
+
+
+class Declared(Tiny):
+    """Tiny with the default analyze / report: only what it declares, plus its claim."""
+
+    summary_by = ("method",)
+    summary_metrics = {"val_loss": None}
+    run_columns = ("method", "seed", "lr", "val_loss")
+    number_format = ".4f"
+    held_out = "the validation points are the last 16 of each seed's data"
+    same_budget = "runs 40 steps"
+    analyze = Benchmark.analyze
+    report = Benchmark.report
+
+    def claims(self, result):
+        loss = {m: [r["val_loss"] for r in result.rows if r["method"] == m] for m in ("small", "large")}
+        return [claim_row(decide_claim(loss["small"], loss["large"], higher_is_better=False, paired=True,
+                                       name="small beats large"))]
+
+    def describe(self, result):
+        return f"Least squares, seeds {result.config.seeds}."
+
+    def fairness_notes(self, result):
+        return ["a benchmark's own note"]
+
+
+def _run(tmp_path, cls, preset="full", overrides=()):
+    config, _ = load_config(cls(), preset, overrides=list(overrides))
+    return run(cls(), config, RunOptions(), preset=preset, out=tmp_path, command="tiny")
+
+
+def test_default_analyze_summarises_each_group_then_adds_the_claims(tmp_path):
+    result = _run(tmp_path, Declared)
+    summaries, claims = result.derived_of("summary"), result.derived_of("claim")
+    assert [(s["method"], s["runs"], s["val_loss"]["n"]) for s in summaries] == [("small", 3, 3), ("large", 3, 3)]
+    small = [r["val_loss"] for r in result.rows if r["method"] == "small"]
+    assert summaries[0]["val_loss"]["mean"] == pytest.approx(sum(small) / 3)
+    assert [c["name"] for c in claims] == ["small beats large"] and claims[0]["test"].startswith("paired t")
+
+
+def test_default_report_has_every_section_in_order_and_the_runner_links_the_figures(tmp_path):
+    _run(tmp_path, Declared)
+    report = (tmp_path / "tiny" / "report.md").read_text()
+    order = ["Least squares, seeds [0, 1, 2].", "## How the fairness rule is met", "every method runs 40 steps",
+             "* a benchmark's own note", "## Mean [95 % interval] over seeds", "| method | runs | val_loss |",
+             "## Claims", "small beats large", "## Every run", "| method | seed | lr | val_loss |", "## Tuning",
+             "## Figures", "![loss](loss.png)"]
+    positions = [report.index(text) for text in order]
+    assert positions == sorted(positions)
+
+
+def test_a_figure_the_body_shows_is_not_linked_twice(tmp_path):
+    class Shown(Tiny):
+        def report(self, result):
+            return "![the loss](loss.png)\n"
+
+    _run(tmp_path, Shown)
+    report = (tmp_path / "tiny" / "report.md").read_text()
+    assert report.count("(loss.png)") == 1 and "## Figures" not in report
+
+
+def test_without_declarations_the_defaults_write_nothing():
+    class Bare(Benchmark):
+        pass
+
+    from pe_toolkit.bench import Result
+
+    result = Result(config=None, preset="full", rows=[{"method": "a", "seed": 0}])
+    assert Bare().analyze(result) == [] and Bare().report(result) == "\n"
+
+
+def test_duplicate_seeds_are_refused_for_every_benchmark():
+    with pytest.raises(ValueError, match=r"seeds must be a non-empty list of distinct values, got \[0, 0\]"):
+        load_config(Tiny(), "full", overrides=["seeds=[0, 0]"])
+    with pytest.raises(ValueError, match=r"seeds must be a non-empty list of distinct values, got \[\]"):
+        load_config(Tiny(), "full", overrides=["seeds=[]"])
+
+
+def test_fairness_selection_replaces_the_grid_sentence():
+    text = fairness_section(None, [0, 1, 2], held_out="x", selection="thresholds tuned inside each run")
+    assert "* Same budget for every method: thresholds tuned inside each run." in text
+    assert "nothing is tuned" not in text
