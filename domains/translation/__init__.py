@@ -31,11 +31,11 @@ from pe_toolkit.domains.translation.btg import (
 from pe_toolkit.domains.translation.data import SentencePair, Vocabulary, generate_corpus, load_parallel_corpus
 from pe_toolkit.domains.translation.encoders import CrossLingualPositionEncoding
 from pe_toolkit.domains.translation.model import TranslationModel
-from pe_toolkit.domains.translation.reorderer import BTGReorderer
+from pe_toolkit.domains.translation.reorderer import BTGReorderer, position_accuracy
 
 __all__ = [
     "BTGNode", "BTGReorderer", "CrossLingualPositionEncoding", "NonBTGPermutationWarning", "SentencePair",
     "TranslationModel", "Vocabulary",
     "alignment_permutation", "btg_tree_from_alignment", "btg_tree_from_permutation", "cross_lingual_positions",
-    "generate_corpus", "load_parallel_corpus", "parse_pharaoh", "reorder",
+    "generate_corpus", "load_parallel_corpus", "parse_pharaoh", "position_accuracy", "reorder",
 ]
