@@ -96,44 +96,17 @@ def cell_name(variant: str, positions: str) -> str:
 
 # ------------------------------------------------------------------------------------------ data and one run
 @functools.lru_cache(maxsize=4)
-def _data(key: str) -> dict[str, Any]:
+def _task(key: str) -> Any:
+    from pe_toolkit.domains.translation import toy_reordering_task
+
     options = json.loads(key)
-    return build_data(options["data"], options["reorderer"])
+    return toy_reordering_task(**options["data"], reorderer_epochs=options["reorderer"]["epochs"])
 
 
-def shared_data(spec: dict[str, Any]) -> dict[str, Any]:
-    """:func:`build_data` of a run's data and reorderer settings, built once per process."""
-    return _data(json.dumps({"data": spec["data"], "reorderer": spec["reorderer"]}, sort_keys=True))
-
-
-def build_data(data: dict[str, Any], reorderer_options: dict[str, Any]) -> dict[str, Any]:
-    """Corpora (train / val / test from fixed seeds), vocabularies, the oracle and reorderer positions of every
-    split, and the reorderer's agreement with the oracle; the reorderer trains once, on the training alignments."""
-    from pe_toolkit.domains.translation import (
-        BTGReorderer,
-        Vocabulary,
-        alignment_permutation,
-        generate_corpus,
-        position_accuracy,
-    )
-    from pe_toolkit.domains.translation.lightning_module import oracle_positions
-
-    pairs = {split: generate_corpus(data[f"{split}_pairs"], seed=seed, max_depth=data["max_depth"])
-             for split, seed in (("train", 1000), ("val", 1500), ("test", 2000))}
-    source_vocab = Vocabulary(w for p in pairs["train"] for w in p.source)
-    target_vocab = Vocabulary(w for p in pairs["train"] for w in p.target)
-    start = time.perf_counter()
-    reorderer = BTGReorderer(len(source_vocab))
-    history = reorderer.fit([source_vocab.encode(p.source) for p in pairs["train"]],
-                            [alignment_permutation(p.alignment, len(p.source)) for p in pairs["train"]],
-                            epochs=reorderer_options["epochs"], seed=0)["train_accuracy"]
-    positions = {"oracle": {split: oracle_positions(split_pairs) for split, split_pairs in pairs.items()},
-                 "reorderer": {split: [reorderer.positions(source_vocab.encode(p.source)) for p in split_pairs]
-                               for split, split_pairs in pairs.items()}}
-    accuracy = {split: position_accuracy(positions["reorderer"][split], positions["oracle"][split]) for split in pairs}
-    return {"pairs": pairs, "source_vocab": source_vocab, "target_vocab": target_vocab, "positions": positions,
-            "reorderer": {"train_accuracy_per_epoch": history, "accuracy": accuracy,
-                          "seconds": time.perf_counter() - start}}
+def shared_task(spec: dict[str, Any]) -> Any:
+    """The :func:`~pe_toolkit.domains.translation.toy_reordering_task` of a run's data and reorderer settings, built
+    once per process (the reorderer trains once, on the training alignments, shared by every run)."""
+    return _task(json.dumps({"data": spec["data"], "reorderer": spec["reorderer"]}, sort_keys=True))
 
 
 def train_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -147,13 +120,13 @@ def train_one(spec: dict[str, Any]) -> dict[str, Any]:
     )
 
     start = time.perf_counter()
-    data = shared_data(spec)
-    sv, tv = data["source_vocab"], data["target_vocab"]
+    task = shared_task(spec)
+    sv, tv = task.source_vocab, task.target_vocab
     if spec["positions"] == "-":  # the baseline reads no cross-lingual position: the identity fills the field
-        xl = {split: [list(range(len(p.source))) for p in pairs] for split, pairs in data["pairs"].items()}
+        xl = {split: [list(range(len(p.source))) for p in pairs] for split, pairs in task.pairs.items()}
     else:
-        xl = data["positions"][spec["positions"]]
-    splits = {split: TranslationDataset(data["pairs"][split], sv, tv, xl[split]) for split in ("train", "val", "test")}
+        xl = task.positions[spec["positions"]]
+    splits = {split: TranslationDataset(task.pairs[split], sv, tv, xl[split]) for split in ("train", "val", "test")}
     steps = spec["training"]["steps"]
     evaluator = quiet_trainer(spec.get("device"))
     L.seed_everything(spec["seed"], verbose=False)
@@ -172,20 +145,20 @@ def train_one(spec: dict[str, Any]) -> dict[str, Any]:
         "exact_match": module.results["exact_match"], "val_bleu": float(val["val/bleu"]),
         "val_loss": float(val["val/loss"]), "train_loss": train_loss, "lr": spec["lr"],
         "parameters": sum(p.numel() for p in module.model.parameters()), "steps": steps,
-        "seconds": time.perf_counter() - start, **agreement_subsets(module.hypotheses, data),
+        "seconds": time.perf_counter() - start, **agreement_subsets(module.hypotheses, task),
         "example": " ".join(module.hypotheses[0]) if module.hypotheses else None,
-        "reorderer": {k: v for k, v in data["reorderer"].items() if k != "seconds"},
+        "reorderer": {"train_accuracy_per_epoch": task.reorderer_history, "accuracy": task.reorderer_accuracy},
     }
 
 
-def agreement_subsets(hypotheses: list[list[str]], data: dict[str, Any]) -> dict[str, Any]:
+def agreement_subsets(hypotheses: list[list[str]], task: Any) -> dict[str, Any]:
     """Test BLEU and exact match on the test sentences where the reorderer's positions equal the oracle's
     (``agree``) and where they do not (``differ``): the same split for every row, so the oracle and reorderer rows
     can be compared where their inputs differ at all."""
     from pe_toolkit.domains.translation.lightning_module import corpus_bleu
 
-    pairs = data["pairs"]["test"]
-    predicted, oracle = data["positions"]["reorderer"]["test"], data["positions"]["oracle"]["test"]
+    pairs = task.pairs["test"]
+    predicted, oracle = task.positions["reorderer"]["test"], task.positions["oracle"]["test"]
     out: dict[str, Any] = {}
     for name, keep in (("agree", True), ("differ", False)):
         index = [i for i, (a, b) in enumerate(zip(predicted, oracle)) if (a == b) == keep]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -154,14 +155,14 @@ def test_agreement_subsets_split_the_test_set_where_the_positions_differ():
 
     pairs = [SentencePair(("a", "b"), ("A", "B"), ((0, 0), (1, 1))), SentencePair(("c",), ("C",), ((0, 0),)),
              SentencePair(("d", "e"), ("E", "D"), ((0, 1), (1, 0)))]
-    data = {"pairs": {"test": pairs},
-            "positions": {"oracle": {"test": [[0, 1], [0], [1, 0]]}, "reorderer": {"test": [[0, 1], [0], [0, 1]]}}}
+    data = SimpleNamespace(pairs={"test": pairs}, positions={"oracle": {"test": [[0, 1], [0], [1, 0]]},
+                                                             "reorderer": {"test": [[0, 1], [0], [0, 1]]}})
     out = bench.agreement_subsets([["A", "B"], ["X"], ["E", "D"]], data)
     assert (out["test_agree"], out["test_differ"]) == (2, 1)
     assert out["exact_match_agree"] == 0.5 and out["exact_match_differ"] == 1.0
     assert out["bleu_agree"] == corpus_bleu([["A", "B"], ["X"]], [["A", "B"], ["C"]])
     assert out["bleu_differ"] == corpus_bleu([["E", "D"]], [["E", "D"]])
-    data["positions"]["reorderer"]["test"] = data["positions"]["oracle"]["test"]
+    data.positions["reorderer"]["test"] = data.positions["oracle"]["test"]
     out = bench.agreement_subsets([["A", "B"], ["X"], ["E", "D"]], data)
     assert out["test_differ"] == 0 and out["bleu_differ"] is None and out["exact_match_differ"] is None
 
