@@ -340,7 +340,7 @@ class Mha2Mla(Benchmark):
                             [("val_loss_zero_shot", "val loss, no fine-tune"), ("val_loss_finetuned",
                              "val loss, fine-tuned"), ("loss_change_pct", "loss change vs MHA (%)")],
                             {"val_loss_zero_shot": ".4f", "val_loss_finetuned": ".4f", "loss_change_pct": "+.2f"},
-                            formats={"cache_reduction": lambda v: f"-{100 * v:.2f} %"})
+                            formats={"cache_reduction": lambda v: f"-{100 * v:.2f} %" if v else "0 %"})
             + "\n![mha2mla.png](mha2mla.png)\n\n## Per seed\n\n"
             + markdown_table(model_rows(result.rows), ["model", "seed", "strategy", "svd", "rope_dim", "latent_dim",
                              ("energy_kept", "SVD energy kept"), "val_loss_zero_shot", "val_loss_finetuned",

@@ -20,6 +20,7 @@ Protocols, fairness and the measured full preset: ``docs/tutorials/recsys.md``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 import time
 from functools import lru_cache
@@ -98,23 +99,22 @@ class Config:
 
 # ------------------------------------------------------------------------------------------ one run
 @lru_cache(maxsize=4)
-def _load_sequences(dataset: str, users: int | None, synthetic: tuple, kcore: tuple[int, int]):
+def _sequences(key: str):
     from pe_toolkit.domains.recsys import build_sequences, contextual_count_log, filter_kcore, load_interactions
 
-    if dataset == "ml-100k":
-        log = load_interactions()
-    else:
-        log = contextual_count_log(users or 800, **{**dict(synthetic), "length": tuple(dict(synthetic)["length"])})
-    if kcore != (1, 1):
-        log = filter_kcore(log, user_core=kcore[0], item_core=kcore[1])
+    o = json.loads(key)
+    synthetic = {**o["synthetic"], "length": tuple(o["synthetic"]["length"])}
+    log = load_interactions() if o["dataset"] == "ml-100k" else contextual_count_log(o["users"] or 800, **synthetic)
+    if (o["kcore"]["user"], o["kcore"]["item"]) != (1, 1):
+        log = filter_kcore(log, user_core=o["kcore"]["user"], item_core=o["kcore"]["item"])
     return build_sequences(log, min_length=3)
 
 
 def load_sequences(dataset: str, users: int | None, synthetic: dict[str, Any], kcore: dict[str, int]):
     """The dataset's chronological sequences (the synthetic log is generated with ``users`` users), k-cored,
-    users with fewer than 3 interactions dropped (a split needs one each for training, validation, test)."""
-    frozen = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(synthetic.items()))
-    return _load_sequences(dataset, users, frozen, (int(kcore["user"]), int(kcore["item"])))
+    users with fewer than 3 interactions dropped (a split needs one each for training, validation, test); cached."""
+    return _sequences(json.dumps({"dataset": dataset, "users": users, "synthetic": synthetic, "kcore": kcore},
+                                 sort_keys=True))
 
 
 def excludes_history(dataset: str, protocol: str) -> bool:
