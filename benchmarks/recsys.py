@@ -100,6 +100,8 @@ class Config:
 # ------------------------------------------------------------------------------------------ one run
 @lru_cache(maxsize=4)
 def _sequences(key: str):
+    """The chronological sequences of a run's dataset (the synthetic log generated with ``users`` users), k-cored,
+    users with fewer than 3 interactions dropped (a split needs one each for training, validation, test)."""
     from pe_toolkit.domains.recsys import build_sequences, contextual_count_log, filter_kcore, load_interactions
 
     o = json.loads(key)
@@ -108,13 +110,6 @@ def _sequences(key: str):
     if (o["kcore"]["user"], o["kcore"]["item"]) != (1, 1):
         log = filter_kcore(log, user_core=o["kcore"]["user"], item_core=o["kcore"]["item"])
     return build_sequences(log, min_length=3)
-
-
-def load_sequences(dataset: str, users: int | None, synthetic: dict[str, Any], kcore: dict[str, int]):
-    """The dataset's chronological sequences (the synthetic log is generated with ``users`` users), k-cored,
-    users with fewer than 3 interactions dropped (a split needs one each for training, validation, test); cached."""
-    return _sequences(json.dumps({"dataset": dataset, "users": users, "synthetic": synthetic, "kcore": kcore},
-                                 sort_keys=True))
 
 
 def excludes_history(dataset: str, protocol: str) -> bool:
@@ -133,7 +128,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
     start = time.perf_counter()
     hp = spec["training"]
-    sequences = load_sequences(spec["dataset"], hp["users"], spec["synthetic"], spec["kcore"])
+    sequences = _sequences(json.dumps({"dataset": spec["dataset"], "users": hp["users"], "synthetic": spec["synthetic"],
+                                       "kcore": spec["kcore"]}, sort_keys=True))  # built once per process
     # ml-100k with ``users``: a quick subset of the first users; the synthetic log is generated at that size
     subset = hp["users"] if spec["dataset"] == "ml-100k" else None
     L.seed_everything(spec["seed"], verbose=False)
