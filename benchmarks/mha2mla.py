@@ -1,46 +1,18 @@
-"""MHA -> MLA conversion (Ji et al. 2025, MHA2MLA): KV-cache reduction vs. loss, per partial-RoPE strategy.
+"""MHA -> MLA conversion (Ji et al. 2025, MHA2MLA, arXiv:2502.14837): KV-cache reduction against loss.
 
-Ji et al. 2025, "Towards Economical Inference: Enabling DeepSeek's Multi-Head Latent Attention in
-Any Transformer-based LLMs", arXiv:2502.14837. One run per seed of the preset:
-
-1. train a byte-level RoPE language model (MHA, standard-library text, ``LanguageModelModule``);
-2. convert it to MLA (:func:`pe_toolkit.conversion.convert_to_mla`) for each partial-RoPE strategy
-   (``high``, ``low``, ``uniform``, ``2-norm`` with calibration windows of the training split) and
-   each (kept rotary dims ``r``, latent size ``d_kv``), with the joint SVD; plus the split SVD at the
-   same cache size (two latents of ``d_kv / 2``);
-3. measure the validation loss of the converted model as it is (zero-shot) and after a short
-   fine-tune of all parameters; the original model gets the same fine-tune, so "loss change" compares
-   models that saw the same number of steps.
-
-KV cache: numbers cached per token over all layers, before (``2 H_kv d`` per layer) and after
-(``d_kv + H_kv r`` per layer), and bytes at float32. The paper reports -92.19 % cache for +0.5 %
-LongBench at 7B scale with 0.3-0.6 % of the pretraining tokens (v1; v2: 0.6-1 % of the data, -1 %
-LongBench) and the ordering 2-norm >~ high > uniform > low, joint > split. Here the model is tiny and
-the metric is byte-level validation loss, so only the direction of those claims can be checked.
-
-The seed sets the initial weights and the fine-tuning batches (the data split is fixed); every
-conversion of a seed starts from that seed's MHA model, so the claims (:func:`claims`, decided by
-:func:`pe_toolkit.bench.verdict.decide_claim`) compare per-seed loss changes *paired*: the paper's
-method (2-norm, joint SVD) at >= 90 % less cache costs at most +1 % loss (non-inferiority against the
-fine-tuned MHA, margin 1 %), high beats uniform beats low, 2-norm is not worse than high (margin 1 %
-of the MHA loss), joint beats split at the same cache. Fewer than 3 seeds: untested.
-
-Decoding: one step of an MLA layer, absorbed against plain, at cache lengths ``decode_lengths``
-(512-4,096 in the full preset), with the cache's bytes as allocated (``KVCache.nbytes``) next to the
-bytes its held tokens need.
+Per seed: train a byte-level RoPE language model (MHA), convert it to MLA (:func:`pe_toolkit.conversion.convert_to_mla`)
+for each ``[strategy, svd, r, d_kv]`` of the preset (partial-RoPE strategies ``high`` / ``low`` / ``uniform`` /
+``2-norm``, joint or split SVD), and measure the validation loss as converted and after a short fine-tune that the MHA
+model gets as well. Every conversion of a seed starts from that seed's MHA model, so the claims (the paper's method
+at >= 90 % less cache costs <= 1 % loss; high > uniform > low; 2-norm not worse than high; joint > split at the same
+cache) compare per-seed loss changes paired (:func:`pe_toolkit.bench.verdict.decide_claim`; < 3 seeds: untested).
+A last run times one decoding step of an MLA layer, absorbed against plain, at each cache length. Design, caveats
+of the scale and the measured full preset: ``docs/tutorials/mla_conversion.md``.
 
     pe-toolkit bench mha2mla --quick                     # tiny model, 6 conversions, 1 seed
     pe-toolkit bench mha2mla                             # full preset (3 seeds)
     pe-toolkit bench mha2mla --preset gpu --accelerator cuda
     python benchmarks/mha2mla.py --quick --set hf=true   # the same on a tiny Hugging Face LlamaForCausalLM
-
-With ``hf: true`` the MHA model is a ``transformers.LlamaForCausalLM`` of the same sizes (built from a
-``LlamaConfig``, random init, nothing downloads), trained through
-:class:`pe_toolkit.integrations.hf.CausalLMLogits`; ``convert_to_mla`` takes the HF model itself
-(through :func:`pe_toolkit.integrations.hf.from_hf`), and the MHA baseline is fine-tuned as the HF model.
-
-Outputs in ``<out>/mha2mla/``: ``results.json`` (one row per seed: the MHA model with its
-``conversions``; the ``decode`` row; ``summary`` and ``claim`` rows), ``report.md``, ``mha2mla.png``.
 """
 
 from __future__ import annotations
@@ -50,18 +22,21 @@ import dataclasses
 import time
 from typing import Any, Literal
 
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result
-from pe_toolkit.bench.plots import nan_if_missing, note_if_empty
+from pe_toolkit.bench.checks import distinct
+from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure
 from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.verdict import decide_claim, format_side, summarize, untested_claim
+from pe_toolkit.bench.summary import summarize_groups, summary_table
+from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
 from pe_toolkit.benchmarks.attention_stability import train_language_model, validation_loss
 
 STRATEGIES = ("high", "low", "uniform", "2-norm")
 MIN_SEEDS = 3
 PAPER_LOSS_TOLERANCE_PCT = 1.0  # v2: a 1 % LongBench drop at -92 % KV cache
 DECODE_LATENT = 16
+MODEL_KEY = ("model", "strategy", "svd", "rope_dim", "latent_dim")
 
 
 @dataclasses.dataclass
@@ -78,9 +53,9 @@ class Config:
     context: PositiveInt
     batch_size: PositiveInt
     train_steps: PositiveInt
-    lr: float
+    lr: PositiveFloat
     finetune_steps: PositiveInt
-    finetune_lr: float
+    finetune_lr: PositiveFloat
     max_bytes: PositiveInt
     val_windows: PositiveInt
     calibration_windows: PositiveInt
@@ -109,15 +84,6 @@ def hf_llama(config):
     return CausalLMLogits(transformers.LlamaForCausalLM(hf_config))
 
 
-def ported(model):
-    """Our Transformer for a ``CausalLMLogits`` model (``from_hf``), the model itself otherwise."""
-    if hasattr(model, "hf_model"):
-        from pe_toolkit.integrations.hf import from_hf
-
-        return from_hf(model.hf_model)
-    return model
-
-
 def _module_for(model):
     """A ``LanguageModelModule`` wrapping ``model`` (for its ``perplexity``), without training."""
     from pe_toolkit.training import LanguageModelModule
@@ -130,13 +96,12 @@ def _module_for(model):
 def convert_seed(spec: dict[str, Any]) -> dict[str, Any]:
     """Train the MHA model of ``spec["seed"]``, fine-tune a copy, convert and fine-tune each conversion.
 
-    Returns:
-        the MHA row (``model: "mha"``) with one row per conversion under ``"conversions"``.
+    Returns the MHA row (``model: "mha"``) with one row per conversion under ``"conversions"``.
     """
     import torch
 
     import pe_toolkit as pet
-    from pe_toolkit.conversion import convert_to_mla
+    from pe_toolkit.conversion import calibration_pair_scores, convert_to_mla
     from pe_toolkit.data import ByteLMDataModule, random_windows, sequential_windows
 
     start = time.perf_counter()
@@ -155,6 +120,7 @@ def convert_seed(spec: dict[str, Any]) -> dict[str, Any]:
     module, _ = train_language_model(base, data, lr=spec["lr"], steps=spec["train_steps"], seed=seed, device=device)
     base = base.cpu()
     base_loss = validation_loss(module, val_windows)
+    source = base.hf_model if spec["hf"] else base  # an HF model goes to the conversion as it is (ported there)
 
     def finetune(model) -> float:
         tuned, _ = train_language_model(model, ft_data, lr=spec["finetune_lr"], steps=spec["finetune_steps"],
@@ -162,25 +128,18 @@ def convert_seed(spec: dict[str, Any]) -> dict[str, Any]:
         return validation_loss(tuned, val_windows)
 
     mha_ft_loss = finetune(copy.deepcopy(base))
-    head_dim = config.dim // config.num_heads
     kv_heads = config.num_kv_heads or config.num_heads
-    cache = config.num_layers * 2 * kv_heads * head_dim
-    row = {"model": "mha", "seed": seed, "strategy": None, "svd": None, "rope_dim": head_dim, "latent_dim": None,
-           "cache_per_token": cache, "cache_bytes_per_token": cache * 4, "cache_reduction": 0.0,
+    cache = config.num_layers * 2 * kv_heads * (config.dim // config.num_heads)
+    row = {"model": "mha", "seed": seed, "strategy": None, "svd": None, "rope_dim": config.dim // config.num_heads,
+           "latent_dim": None, "cache_per_token": cache, "cache_bytes_per_token": cache * 4, "cache_reduction": 0.0,
            "val_loss_zero_shot": base_loss, "val_loss_finetuned": mha_ft_loss, "loss_change": 0.0,
            "loss_change_pct": 0.0, "conversions": []}
     scores = None
     for strategy, svd, rope_dim, latent_dim in spec["conversions"]:
-        extra = {}
-        if strategy == "2-norm":
-            if scores is None:
-                from pe_toolkit.conversion import calibration_pair_scores
-
-                scores = calibration_pair_scores(ported(base), calibration)
-            extra["scores"] = scores
-        # an HF model goes to convert_to_mla as it is (the conversion ports it with from_hf)
-        mla, report = convert_to_mla(base.hf_model if spec["hf"] else base, rope_dim=rope_dim, latent_dim=latent_dim,
-                                     strategy=strategy, svd=svd, **extra)
+        if strategy == "2-norm" and scores is None:
+            scores = calibration_pair_scores(source, calibration)
+        mla, report = convert_to_mla(source, rope_dim=rope_dim, latent_dim=latent_dim, strategy=strategy, svd=svd,
+                                     **({"scores": scores} if strategy == "2-norm" else {}))
         zero_shot = validation_loss(_module_for(mla), val_windows)
         tuned = finetune(mla)
         row["conversions"].append({
@@ -197,7 +156,8 @@ def convert_seed(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Time one decoding step (absorbed vs plain) of an MLA layer at each cache length of ``spec``."""
+    """Time one decoding step (absorbed vs plain) of an MLA layer at each cache length of ``spec``: the median of
+    ``decode_rounds`` interleaved rounds, and the cache's bytes as allocated (``KVCache.nbytes``) and as needed."""
     import torch
 
     from pe_toolkit.nn.latent_attention import LatentKVCache, MultiHeadLatentAttention
@@ -240,43 +200,21 @@ def model_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every seed's MHA row and its conversions' rows, flat (the MHA row without its nested list)."""
     out = []
     for row in rows:
-        if "conversions" in row:  # a seed's run (not a summary row)
+        if "conversions" in row:  # a seed's run (not the decode run)
             out.append({k: v for k, v in row.items() if k != "conversions"})
             out.extend(row["conversions"])
     return out
 
 
-def _key(row: dict[str, Any]) -> tuple:
-    return row["model"], row["strategy"], row["svd"], row["rope_dim"], row["latent_dim"]
-
-
-def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per model (MHA, each conversion): mean and 95 % interval over seeds of the losses and the loss change."""
-    out = []
-    for key in dict.fromkeys(map(_key, rows)):
-        runs = sorted((r for r in rows if _key(r) == key), key=lambda r: r["seed"])
-        first = runs[0]
-        out.append({
-            "kind": "summary",
-            **{k: first[k] for k in ("model", "strategy", "svd", "rope_dim", "latent_dim", "cache_per_token",
-                                     "cache_bytes_per_token", "cache_reduction")},
-            "seeds": len(runs), "per_seed": {r["seed"]: r["loss_change_pct"] for r in runs},
-            **{k: summarize([r[k] for r in runs]).as_dict() for k in ("val_loss_zero_shot", "val_loss_finetuned",
-                                                                      "loss_change_pct")},
-        })
-    return out
-
-
-def claims(summary: list[dict[str, Any]], min_seeds: int = MIN_SEEDS) -> list[dict[str, Any]]:
-    """The paper's claims on the per-seed loss change against the fine-tuned MHA (%), paired per seed.
-
-    Every conversion of a seed starts from that seed's MHA model, so two conversions (or a conversion and
-    the MHA model, whose change is 0) are compared by their per-seed differences.
-    """
-    mla = [r for r in summary if r["model"] == "mla"]
-    by = {_key(r)[1:]: r for r in mla}
-    out = []
-    margin = PAPER_LOSS_TOLERANCE_PCT
+def claims(rows: list[dict[str, Any]], min_seeds: int = MIN_SEEDS) -> list[dict[str, Any]]:
+    """The paper's claims on the per-seed loss change against the fine-tuned MHA (%) of :func:`model_rows`, paired
+    per seed: every conversion of a seed starts from that seed's MHA model (whose change is 0)."""
+    by: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if r["model"] == "mla":
+            by.setdefault(tuple(r[k] for k in MODEL_KEY[1:]), {**r, "per_seed": {}})["per_seed"][r["seed"]] = \
+                r["loss_change_pct"]
+    out, margin = [], PAPER_LOSS_TOLERANCE_PCT
 
     def add(text: str, a: dict[str, Any] | None, b: dict[str, Any] | None, *, kind: str = "difference",
             reason: str = "") -> None:
@@ -285,22 +223,20 @@ def claims(summary: list[dict[str, Any]], min_seeds: int = MIN_SEEDS) -> list[di
             claim = untested_claim(text, reason, **options)
         else:
             seeds = sorted(a["per_seed"]) if b is None else sorted(set(a["per_seed"]) & set(b["per_seed"]))
-            values = [a["per_seed"][s] for s in seeds]
             baseline = [0.0] * len(seeds) if b is None else [b["per_seed"][s] for s in seeds]
-            claim = decide_claim(values, baseline, name=text, preconditions=[
-                (len(seeds) >= min_seeds, f"fewer than {min_seeds} seeds")], **options)
-        row = claim.as_row()
-        row["claim_kind"] = row.pop("kind")
-        out.append({"kind": "claim", "a_name": conversion_name(a) if a else "-",
-                    "b_name": "mha (fine-tuned)" if b is None else conversion_name(b), **row})
+            claim = decide_claim([a["per_seed"][s] for s in seeds], baseline, name=text, **options,
+                                 preconditions=[(len(seeds) >= min_seeds, f"fewer than {min_seeds} seeds")])
+        out.append(claim_row(claim, a_name=conversion_name(a) if a else "-",
+                             b_name="mha (fine-tuned)" if b is None else conversion_name(b)))
 
-    paper = [r for r in mla if r["cache_reduction"] >= 0.9 and r["strategy"] == "2-norm" and r["svd"] == "joint"]
+    paper = [m for m in by.values() if m["cache_reduction"] >= 0.9 and m["strategy"] == "2-norm"
+             and m["svd"] == "joint"]
     claim = (f">= 90 % less KV cache for <= {margin:g} % more loss after the same fine-tune (the paper's method, "
              f"2-norm / joint SVD; non-inferiority to MHA, margin {margin:g} %)")
     if not paper:
         add(claim, None, None, kind="noninferiority", reason="no 2-norm / joint conversion reaches 90 % less cache")
-    for r in paper:
-        add(f"{claim}: {conversion_name(r)}, cache -{100 * r['cache_reduction']:.2f} %", r, None, kind="noninferiority")
+    for m in paper:
+        add(f"{claim}: {conversion_name(m)}, cache -{100 * m['cache_reduction']:.2f} %", m, None, kind="noninferiority")
     # the strategy ordering at each (r, d_kv) where all four strategies were converted with the joint SVD
     for r, d in sorted({(k[2], k[3]) for k in by if k[1] == "joint"}):
         models = {s: by.get((s, "joint", r, d)) for s in STRATEGIES}
@@ -320,47 +256,27 @@ def claims(summary: list[dict[str, Any]], min_seeds: int = MIN_SEEDS) -> list[di
     return out
 
 
-def _evidence(claim: dict[str, Any]) -> str:
-    if claim["verdict"] == "untested":
-        return claim["reason"]
-    d = claim["difference"]
-    return (f"loss change (%): {claim['a_name']} {format_side(claim['a'], '+.2f')} vs {claim['b_name']} "
-            f"{format_side(claim['b'], '+.2f')}; difference (positive: the paper's direction) {d['mean']:+.2f} "
-            f"[{d['low']:+.2f}, {d['high']:+.2f}], {claim['test']}: {claim['reason']}")
-
-
 def plot(summary: list[dict[str, Any]]):
     """Validation loss against cache reduction, before and after the fine-tune: a figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    mha = summary[0]
+    fig, axes = new_figure(1, 2, size=(6, 4.2))
     markers = {"high": "o", "low": "v", "uniform": "s", "2-norm": "*"}
-    for key, ax, title in (("val_loss_zero_shot", axes[0], "no fine-tune"),
-                           ("val_loss_finetuned", axes[1], "after fine-tune")):
+    for key, ax, title in (("val_loss_zero_shot", axes[0][0], "no fine-tune"),
+                           ("val_loss_finetuned", axes[0][1], "after fine-tune")):
+        labelled = set()
         for r in summary[1:]:
-            split = r["svd"] == "split"
+            split, label = r["svd"] == "split", f"{r['strategy']}/{r['svd']}"
             ax.scatter(100 * r["cache_reduction"], nan_if_missing(r[key]["mean"]), marker=markers[r["strategy"]],
                        facecolors="none" if split else None, edgecolors="C3" if split else None,
                        color=None if split else f"C{list(markers).index(r['strategy'])}", s=70,
-                       label=f"{r['strategy']}/{r['svd']}")
-        empty = note_if_empty(ax, "validation loss of the converted models")
-        ax.axhline(nan_if_missing(mha[key]["mean"]), color="grey", linestyle=":", label="MHA")
-        handles, labels = ax.get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
-        if unique and not empty:
-            ax.legend(unique.values(), unique.keys(), fontsize=8)
+                       label=None if label in labelled else label)
+            labelled.add(label)
+        ax.axhline(nan_if_missing(summary[0][key]["mean"]), color="grey", linestyle=":", label="MHA")
         ax.set_xlabel("KV-cache reduction (%)")
         ax.set_ylabel("validation loss (nats/byte)")
         ax.set_title(f"MHA -> MLA, {title} (mean over seeds)")
-    fig.tight_layout()
-    return fig
+    return finish(fig, "validation loss of the converted models")
 
 
-# ------------------------------------------------------------------------------------------ benchmark
 class Mha2Mla(Benchmark):
     name = "mha2mla"
     title = "MHA2MLA: KV-cache reduction vs. loss"
@@ -370,9 +286,8 @@ class Mha2Mla(Benchmark):
     key_fields = ("run",)
 
     def check(self, config: Config) -> None:
-        for key in ("seeds", "decode_lengths"):
-            if not getattr(config, key) or len(set(getattr(config, key))) != len(getattr(config, key)):
-                raise ValueError(f"{key} must be a non-empty list of distinct values, got {getattr(config, key)!r}")
+        distinct("seeds", config.seeds)
+        distinct("decode_lengths", config.decode_lengths)
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         common = {k: v for k, v in dataclasses.asdict(config).items()
@@ -384,9 +299,7 @@ class Mha2Mla(Benchmark):
         return [{"run": f"{prefix}__seed{s}", **common, "seed": s} for s in config.seeds] + [decode]
 
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
-        if spec["run"] == "decode":
-            return {"kind": "decode", "steps": decode_rows(spec)}
-        return convert_seed(spec)
+        return {"kind": "decode", "steps": decode_rows(spec)} if spec["run"] == "decode" else convert_seed(spec)
 
     def progress_label(self, row: dict[str, Any]) -> str:
         if row.get("kind") == "decode":
@@ -397,58 +310,47 @@ class Mha2Mla(Benchmark):
                     for c in row["conversions"]) + f" ({row['seconds']:.0f}s)")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        summary = aggregate(model_rows(result.rows))
-        return summary + claims(summary)
+        rows = model_rows(result.rows)
+        summary = summarize_groups(rows, MODEL_KEY, ("val_loss_zero_shot", "val_loss_finetuned", "loss_change_pct"),
+                                   keep=("cache_per_token", "cache_bytes_per_token", "cache_reduction"))
+        return [{**entry, "kind": "summary"} for entry in summary] + claims(rows)
 
     def plot(self, result: Result) -> dict[str, Any]:
-        return {"mha2mla.png": plot([d for d in result.derived if d["kind"] == "summary"])}
+        return {"mha2mla.png": plot(result.derived_of("summary"))}
 
     def report(self, result: Result) -> str:
-        config, rows = result.config, model_rows(result.rows)
-        summary = [d for d in result.derived if d["kind"] == "summary"]
-        claim_rows = [{**c, "evidence": _evidence(c)} for c in result.derived if c["kind"] == "claim"]
+        config = result.config
         decode = [s for r in result.rows if r.get("kind") == "decode" for s in r["steps"]]
-        head_dim = config.model.dim // config.model.num_heads
-        interval = lambda v: format_side(v, ".4f")  # noqa: E731
-        table = markdown_table(
-            summary,
-            ["model", "strategy", "svd", "rope_dim", "latent_dim", "cache_per_token", "cache_bytes_per_token",
-             ("cache_reduction", "cache reduction"), "seeds", ("val_loss_zero_shot", "val loss, no fine-tune"),
-             ("val_loss_finetuned", "val loss, fine-tuned"), ("loss_change_pct", "loss change vs MHA (%)")],
-            {"cache_reduction": lambda v: f"-{100 * v:.2f} %", "val_loss_zero_shot": interval,
-             "val_loss_finetuned": interval, "loss_change_pct": lambda v: format_side(v, "+.2f")},
-        )
-        per_seed = markdown_table(
-            rows, ["model", "seed", "strategy", "svd", "rope_dim", "latent_dim", ("energy_kept", "SVD energy kept"),
-                   "val_loss_zero_shot", "val_loss_finetuned", "loss_change_pct"],
-            {"energy_kept": ".3f", "val_loss_zero_shot": ".4f", "val_loss_finetuned": ".4f", "loss_change_pct": "+.2f"},
-        )
         origin = ("a Hugging Face `LlamaForCausalLM` (random init from a `LlamaConfig`, trained through "
                   "`CausalLMLogits`; converted with `convert_to_mla(hf_model)`)" if config.hf
                   else "a pe_toolkit Transformer")
-        body = (
-            f"Byte-level RoPE LM {dataclasses.asdict(config.model)}, {origin} (head dim {head_dim}), trained "
-            f"{config.train_steps} steps (context {config.context}, batch {config.batch_size}, lr {config.lr}); "
-            f"each converted model fine-tuned {config.finetune_steps} steps at lr {config.finetune_lr} "
-            "(AdamW, no weight decay), and so is the MHA baseline. Cache bytes at float32 over all layers. Seeds "
-            f"{config.seeds}; device {result.device}.\n\n"
-            "## Paper claims\n\n" + markdown_table(claim_rows, [("name", "claim"), "verdict", "evidence"])
-            + "\nVerdicts by `pe_toolkit.bench.verdict.decide_claim` on the per-seed loss change against the "
-            "fine-tuned MHA model (%), paired per seed (every conversion starts from that seed's MHA model): "
-            "reproduced / contradicted when the 95 % interval of the difference lies on one side of 0, "
-            f"non-inferiority claims with a margin of {PAPER_LOSS_TOLERANCE_PCT:g} % (reproduced only when the 90 % "
-            f"interval stays below it); fewer than {MIN_SEEDS} seeds: untested. At this scale the metric is "
-            "byte-level validation loss, not LongBench.\n\n## Per model over seeds\n\n" + table
-            + "\n![mha2mla.png](mha2mla.png)\n\n## Per seed\n\n" + per_seed
-        )
-        return body + (
-            "\n## One decoding step: absorbed against plain MLA\n\n"
-            f"An MLA layer of the model's size (latent {DECODE_LATENT}, rope dim 4), batch 1, float32, one "
-            f"thread: one new token attending a cache of L tokens, median of {config.decode_rounds} interleaved "
-            "rounds. `plain` rebuilds every cached key and value from the latents each step; `absorbed` (what "
-            "`generate` uses for decoding steps) attends in latent space. Cache bytes: what the layer's cache "
-            "buffers occupy (`KVCache.nbytes`, latents, rope keys and positions as allocated) against what its held "
-            "tokens need; the cache is preallocated for the prompt and the step, as `generate` does.\n\n"
+        return (
+            f"Byte-level RoPE LM {dataclasses.asdict(config.model)}, {origin} (head dim "
+            f"{config.model.dim // config.model.num_heads}), trained {config.train_steps} steps (context "
+            f"{config.context}, batch {config.batch_size}, lr {config.lr}); each converted model fine-tuned "
+            f"{config.finetune_steps} steps at lr {config.finetune_lr} (AdamW, no weight decay), and so is the MHA "
+            f"baseline. Cache bytes at float32 over all layers. Seeds {config.seeds}; device {result.device}.\n\n"
+            "## Paper claims\n\nLoss change against the fine-tuned MHA model (%), paired per seed; non-inferiority "
+            f"margin {PAPER_LOSS_TOLERANCE_PCT:g} %; fewer than {MIN_SEEDS} seeds: untested. At this scale the metric "
+            "is byte-level validation loss, not LongBench.\n\n"
+            + claims_table(result.derived_of("claim"), "+.2f", extra=[("a_name", "a"), ("b_name", "b")])
+            + "\n## Per model over seeds\n\n"
+            + summary_table(result.derived_of("summary"), [*MODEL_KEY, "cache_per_token", "cache_bytes_per_token",
+                            ("cache_reduction", "cache reduction"), ("runs", "seeds")],
+                            [("val_loss_zero_shot", "val loss, no fine-tune"), ("val_loss_finetuned",
+                             "val loss, fine-tuned"), ("loss_change_pct", "loss change vs MHA (%)")],
+                            {"val_loss_zero_shot": ".4f", "val_loss_finetuned": ".4f", "loss_change_pct": "+.2f"},
+                            formats={"cache_reduction": lambda v: f"-{100 * v:.2f} %" if v else "0 %"})
+            + "\n![mha2mla.png](mha2mla.png)\n\n## Per seed\n\n"
+            + markdown_table(model_rows(result.rows), ["model", "seed", "strategy", "svd", "rope_dim", "latent_dim",
+                             ("energy_kept", "SVD energy kept"), "val_loss_zero_shot", "val_loss_finetuned",
+                             "loss_change_pct"], {"energy_kept": ".3f", "val_loss_zero_shot": ".4f",
+                                                  "val_loss_finetuned": ".4f", "loss_change_pct": "+.2f"})
+            + "\n## One decoding step: absorbed against plain MLA\n\n"
+            f"An MLA layer of the model's size (latent {DECODE_LATENT}, rope dim 4), batch 1, float32, one thread: one "
+            f"new token attending a cache of L tokens, median of {config.decode_rounds} interleaved rounds. `plain` "
+            "rebuilds every cached key and value from the latents; `absorbed` (what `generate` uses) attends in latent "
+            "space. Cache bytes: as allocated (`KVCache.nbytes`) against what the held tokens need.\n\n"
             + markdown_table(decode, ["cache_length", ("plain_ms", "plain ms"), ("absorbed_ms", "absorbed ms"),
                                       ("speedup", "plain / absorbed"), ("max_abs_diff", "max abs diff"),
                                       ("allocated_tokens", "allocated tokens"), ("held_tokens", "held tokens"),

@@ -3,7 +3,8 @@
 BTG reordering of a source sentence toward target order (:mod:`~pe_toolkit.domains.translation.btg`), a source-only
 BTG reorderer for test time (:mod:`~pe_toolkit.domains.translation.reorderer`), the ``xl_pe`` encoder
 (:mod:`~pe_toolkit.domains.translation.encoders`), a seeded SVO -> SOV toy language pair and a parallel-corpus loader
-(:mod:`~pe_toolkit.domains.translation.data`), an encoder-decoder model and Lightning modules with BLEU.
+(:mod:`~pe_toolkit.domains.translation.data`), the toy XL-PE task with oracle and reorderer positions
+(:mod:`~pe_toolkit.domains.translation.task`), an encoder-decoder model and Lightning modules with BLEU.
 
 ``import pe_toolkit.domains.translation`` registers ``xl_pe`` under ``domain="translation"``:
 
@@ -31,11 +32,13 @@ from pe_toolkit.domains.translation.btg import (
 from pe_toolkit.domains.translation.data import SentencePair, Vocabulary, generate_corpus, load_parallel_corpus
 from pe_toolkit.domains.translation.encoders import CrossLingualPositionEncoding
 from pe_toolkit.domains.translation.model import TranslationModel
-from pe_toolkit.domains.translation.reorderer import BTGReorderer
+from pe_toolkit.domains.translation.reorderer import BTGReorderer, position_accuracy
+from pe_toolkit.domains.translation.task import ReorderingTask, oracle_positions, toy_reordering_task
 
 __all__ = [
-    "BTGNode", "BTGReorderer", "CrossLingualPositionEncoding", "NonBTGPermutationWarning", "SentencePair",
-    "TranslationModel", "Vocabulary",
+    "BTGNode", "BTGReorderer", "CrossLingualPositionEncoding", "NonBTGPermutationWarning", "ReorderingTask",
+    "SentencePair", "TranslationModel", "Vocabulary",
     "alignment_permutation", "btg_tree_from_alignment", "btg_tree_from_permutation", "cross_lingual_positions",
-    "generate_corpus", "load_parallel_corpus", "parse_pharaoh", "reorder",
+    "generate_corpus", "load_parallel_corpus", "oracle_positions", "parse_pharaoh", "position_accuracy", "reorder",
+    "toy_reordering_task",
 ]

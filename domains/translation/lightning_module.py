@@ -23,18 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from pe_toolkit.domains.translation.btg import btg_tree_from_alignment, cross_lingual_positions
 from pe_toolkit.domains.translation.data import SentencePair, Vocabulary
 from pe_toolkit.domains.translation.model import TranslationModel
+from pe_toolkit.domains.translation.task import oracle_positions  # here too: its home before the task module
 from pe_toolkit.training.optim import adamw_with_warmup_cosine
 from pe_toolkit.training.resumable import ResumableDataLoader, data_seed, seeded_step, trainer_shard
 
 __all__ = ["TranslationDataModule", "TranslationDataset", "TranslationModule", "corpus_bleu", "oracle_positions"]
-
-
-def oracle_positions(pairs: Sequence[SentencePair]) -> list[list[int]]:
-    """Cross-lingual positions from each pair's own alignment (BTG tree: :mod:`pe_toolkit.domains.translation.btg`)."""
-    return [cross_lingual_positions(btg_tree_from_alignment(p.alignment, len(p.source))) for p in pairs]
 
 
 def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:

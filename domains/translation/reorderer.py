@@ -35,7 +35,7 @@ from pe_toolkit.domains.translation.btg import (
     cross_lingual_positions,
 )
 
-__all__ = ["BTGReorderer"]
+__all__ = ["BTGReorderer", "position_accuracy"]
 
 _NEG = -1e18
 _KINDS = (STRAIGHT, INVERTED)
@@ -179,6 +179,30 @@ class BTGReorderer:
                 self._steps += 1
             history.append(correct / max(len(data), 1))
         return {"train_accuracy": history}
+
+
+def position_accuracy(predicted: Sequence[Sequence[int]], reference: Sequence[Sequence[int]]) -> dict[str, float]:
+    """How well predicted cross-lingual positions match reference ones (e.g. :meth:`BTGReorderer.positions` against
+    the alignment's, Neubig et al. 2012's reordering accuracy): ``{"sentence": share of sentences predicted exactly,
+    "token": share of tokens at their reference position}``.
+
+    Example:
+        >>> position_accuracy([[0, 1], [1, 0, 2]], [[0, 1], [0, 1, 2]])
+        {'sentence': 0.5, 'token': 0.6}
+
+    Raises:
+        ValueError: different numbers of sentences, a length mismatch, or no sentence at all.
+    """
+    if len(predicted) != len(reference) or not reference:
+        raise ValueError(f"position_accuracy: {len(predicted)} predicted and {len(reference)} reference sentences; "
+                         "need the same number, at least one")
+    for index, (a, b) in enumerate(zip(predicted, reference)):
+        if len(a) != len(b):
+            raise ValueError(f"position_accuracy: sentence {index} has {len(a)} predicted and {len(b)} reference "
+                             "positions")
+    tokens = sum(sum(x == y for x, y in zip(a, b)) for a, b in zip(predicted, reference))
+    return {"sentence": sum(list(a) == list(b) for a, b in zip(predicted, reference)) / len(reference),
+            "token": tokens / sum(len(b) for b in reference)}
 
 
 def _build(start: int, end: int, back_k: np.ndarray, back_o: np.ndarray) -> BTGNode:

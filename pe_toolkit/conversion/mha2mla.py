@@ -123,8 +123,10 @@ def calibration_pair_scores(model: Transformer, tokens: Tensor, *, batch_size: i
 
     Runs ``tokens (N, L)`` through the model (in batches), takes each layer's queries and keys (before
     RoPE; pair norms are rotation-invariant), averages every pair's norm over tokens and sequences, and
-    combines them with :func:`~pe_toolkit.conversion.partial_rope.two_norm_scores`.
+    combines them with :func:`~pe_toolkit.conversion.partial_rope.two_norm_scores`. A Hugging Face causal LM is
+    ported first (:func:`~pe_toolkit.integrations.hf.from_hf`), as :func:`convert_to_mla` does.
     """
+    model = _ported(model)
     _check_model(model)
     if tokens.dim() != 2 or tokens.is_floating_point():
         raise ValueError(f"tokens must be an integer tensor (N, L), got {tuple(tokens.shape)} {tokens.dtype}")

@@ -68,7 +68,7 @@ def _row(strategy, svd, d, changes, cache=80, reduction=0.95, r=4):
 
 
 def _claims(rows):
-    return {c["name"].split(" (")[0]: c for c in bench.claims(bench.aggregate(rows))}
+    return {c["name"].split(" (")[0]: c for c in bench.claims(rows)}
 
 
 def test_claims_are_paired_per_seed():
@@ -91,9 +91,9 @@ def test_claims_are_paired_per_seed():
     # a +3 % cost against a 1 % margin, seeds that disagree: neither reproduced nor contradicted
     assert _claims(_row("2-norm", "joint", 8, [0.0, 3.0, 6.0]))[
         ">= 90 % less KV cache for <= 1 % more loss after the same fine-tune"]["verdict"] == "inconclusive"
-    single = bench.claims(bench.aggregate(_row("2-norm", "joint", 8, [0.5])))
+    single = bench.claims(_row("2-norm", "joint", 8, [0.5]))
     assert [c["verdict"] for c in single] == ["untested"] and "fewer than 3 seeds" in single[0]["reason"]
-    none = bench.claims(bench.aggregate(_row("high", "joint", 8, [0.5] * 3)))
+    none = bench.claims(_row("high", "joint", 8, [0.5] * 3))
     assert [c["verdict"] for c in none] == ["untested"] and "no 2-norm / joint" in none[0]["reason"]
 
 

@@ -108,9 +108,10 @@ def _assert_all_panels_noted(figures, count=1):
 
 
 def test_recsys_plot_with_no_metric():
+    from pe_toolkit.bench.verdict import summarize
     from pe_toolkit.benchmarks import recsys
 
-    rows = [{"dataset": d, "encoding": e, "hr@10": None, "hr@10_std": None, "ndcg@10": NAN, "ndcg@10_std": None}
+    rows = [{"dataset": d, "protocol": "recbole", "encoding": e, "hr@10": None, "ndcg@10": summarize([NAN]).as_dict()}
             for d in recsys.DATASETS for e in ("rope", "learned")]
     figure = recsys.plot(rows)
     panels = [_notes(a) for a in figure.axes]
@@ -120,10 +121,11 @@ def test_recsys_plot_with_no_metric():
 
 
 def test_recsys_plot_with_one_metric_has_no_note():
+    from pe_toolkit.bench.verdict import summarize
     from pe_toolkit.benchmarks import recsys
 
-    rows = [{"dataset": "synthetic", "encoding": "rope", "hr@10": 0.3, "hr@10_std": 0.0, "ndcg@10": None,
-             "ndcg@10_std": None}]
+    rows = [{"dataset": "synthetic", "protocol": "recbole", "encoding": "rope", "hr@10": summarize([0.3]).as_dict(),
+             "ndcg@10": None}]
     figure = recsys.plot(rows)
     assert [_notes(a) for a in figure.axes] == [[]]
     plt.close(figure)

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from pe_toolkit.bench.cli import main
 from pe_toolkit.bench.config import load_config
+from pe_toolkit.bench.summary import summary_table
+from pe_toolkit.bench.verdict import claims_table
 from pe_toolkit.benchmarks import translation as bench
 
 BENCHMARK = bench.Translation()
@@ -34,19 +37,21 @@ def test_presets_load_and_follow_the_fairness_rule():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("seeds=[]", "'seeds'"),
-        ("seeds=[0, 0]", "'seeds'"),
-        ("variants=[pe, rope]", "'variants'"),
-        ("positions=[gold]", "'positions'"),
-        ("positions=[]", "'positions' is empty"),
-        ("training.lrs=[]", "'training.lrs'"),
-        ("training.lrs=[0.001, 0.001]", "'training.lrs'"),
-        ("training.lrs=[-0.001]", "'training.lrs'"),
-        ("training.steps=0", "'training.steps'"),
-        ("data.max_depth=-1", "'data.max_depth'"),
-        ("model.dim=30", "'model.dim'"),
-        ("model.dropout=1.0", "'model.dropout'"),
-        ("reorderer.epochs=0", "'reorderer.epochs'"),
+        ("seeds=[]", "seeds must be a non-empty list of distinct values"),
+        ("seeds=[0, 0]", r"seeds must be a non-empty list of distinct values, got \[0, 0\]"),
+        ("seeds=[-1]", r"(?s)config.seeds.*NonNegativeInt"),
+        ("variants=[pe, rope]", r"(?s)config.variants.*Got value: rope"),
+        ("variants=[pe, pe]", "variants must be a non-empty list of distinct values"),
+        ("positions=[gold]", r"(?s)config.positions.*Got value: gold"),
+        ("positions=[]", r"positions must be a non-empty list of distinct values, got \[\]"),
+        ("training.lrs=[]", "training.lrs must be a non-empty list of distinct values"),
+        ("training.lrs=[0.001, 0.001]", "training.lrs must be a non-empty list of distinct values"),
+        ("training.lrs=[-0.001]", r"(?s)config.training.lrs.*PositiveFloat"),
+        ("training.steps=0", r"(?s)config.training.steps.*PositiveInt"),
+        ("data.max_depth=-1", r"(?s)config.data.max_depth.*NonNegativeInt"),
+        ("model.dim=30", r"model.dim \(30\) must be a multiple of 2 \* model.num_heads \(4\)"),
+        ("model.dropout=1.0", r"(?s)config.model.dropout.*v>=0 and v<1"),
+        ("reorderer.epochs=0", r"(?s)config.reorderer.epochs.*PositiveInt"),
         ("training.stepz=3", "'training.stepz' does not exist"),
         ("data.pairs=3", "'data.pairs' does not exist"),
         ("extra=1", "'extra' does not exist"),
@@ -55,6 +60,10 @@ def test_presets_load_and_follow_the_fairness_rule():
 def test_bad_config_values_name_their_key(override, message):
     with pytest.raises(ValueError, match=message):
         quick(override)
+
+
+def test_positions_may_be_empty_without_an_xl_variant():
+    assert quick("variants=[pe]", "positions=[]").positions == []
 
 
 def test_a_mistyped_value_is_an_error_naming_the_field():
@@ -83,8 +92,9 @@ def _rows(cells):
     rows = []
     for (variant, positions), values in cells.items():
         for seed, bleu in enumerate(values):
-            rows.append({"variant": variant, "positions": positions, "seed": seed, "bleu": bleu, "exact_match": 0.5,
-                         "val_bleu": bleu, "parameters": 100, "lr": 0.002, "seconds": 1.0, "bleu_agree": bleu,
+            rows.append({"variant": variant, "positions": positions, "role": bench.ROLES[positions], "seed": seed,
+                         "bleu": bleu, "exact_match": 0.5, "val_bleu": bleu, "parameters": 100, "lr": 0.002,
+                         "seconds": 1.0, "bleu_agree": bleu,
                          "bleu_differ": bleu - 10, "exact_match_differ": 0.25})
     return rows
 
@@ -97,17 +107,19 @@ CELLS = {("pe", "-"): (80.0, 81.0, 82.0), ("xl_input", "reorderer"): (90.0, 91.0
 def test_summary_intervals_by_hand():
     summary = bench.summarize(_rows(CELLS))
     assert [(r["variant"], r["positions"]) for r in summary] == list(CELLS)
-    head = summary[3]
+    head = summary[3]["bleu"]
     # mean 82, sd 2, t(0.975, 2) = 4.302653: half-width 4.302653 * 2 / sqrt(3) = 4.96827
-    assert head["bleu"] == pytest.approx(82.0)
-    assert head["bleu_ci"]["low"] == pytest.approx(77.03173, abs=1e-4)
-    assert head["bleu_ci"]["high"] == pytest.approx(86.96827, abs=1e-4)
-    assert head["bleu_pm"] == "82.00 [77.03, 86.97] (n=3)"
+    assert head["mean"] == pytest.approx(82.0) and head["n"] == 3
+    assert head["low"] == pytest.approx(77.03173, abs=1e-4)
+    assert head["high"] == pytest.approx(86.96827, abs=1e-4)
+    assert "82.00 [77.03, 86.97] (n=3)" in summary_table(summary, ["variant"], ["bleu"], bench.METRICS)
     assert [r["role"] for r in summary] == ["method", "method", "oracle upper bound (reads the reference)", "method",
                                             "oracle upper bound (reads the reference)"]
-    assert summary[0]["bleu_differ"] == pytest.approx(71.0) and summary[0]["lrs"] == [0.002]
-    near_top = bench.summarize(_rows({("pe", "-"): (99.0, 100.0, 100.0)}))[0]["bleu_ci"]
+    assert summary[0]["bleu_differ"]["mean"] == pytest.approx(71.0) and summary[0]["parameters"] == 100
+    near_top = bench.summarize(_rows({("pe", "-"): (99.0, 100.0, 100.0)}))[0]["bleu"]
     assert near_top["high"] == 100.0  # BLEU's interval stays within [0, 100]
+    missing = bench.summarize([{**r, "bleu_differ": None} for r in _rows(CELLS)])[0]["bleu_differ"]
+    assert (missing["n"], missing["n_nonfinite"]) == (0, 3)  # a missing subset counts, never dropped
 
 
 def test_claims_are_decided_on_the_difference_and_the_oracle_is_never_a_claim():
@@ -127,12 +139,12 @@ def test_claims_are_decided_on_the_difference_and_the_oracle_is_never_a_claim():
     assert len(bounds) == 4 and all("oracle" in c["comparison"] for c in bounds)
     assert by["xl_input (oracle) vs xl_input (reorderer)"]["verdict"] == "reproduced"
     assert by["xl_head (oracle) vs xl_head (reorderer)"]["verdict"] == "inconclusive"
-    text = bench.claim_sentence(xl_head)
-    assert text.startswith("xl_head (reorderer) vs pe: test BLEU 82.00 [77.03, 86.97] (n=3) vs 81.00")
-    assert "**inconclusive**" in text and "not reproduced" not in text
+    table = claims_table([xl_head], ".2f")
+    assert "| 82.00 [77.03, 86.97] (n=3) | 81.00 [78.52, 83.48] (n=3) |" in table
+    assert "**inconclusive**" in table and "not reproduced" not in table
     one_seed = bench.claims([r for r in _rows(CELLS) if r["seed"] == 0])
     assert {c["verdict"] for c in one_seed} == {"untested"}
-    assert "fewer than 2 replicates" in bench.claim_sentence(one_seed[0])
+    assert "fewer than 2 replicates" in one_seed[0]["reason"]
     reversed_ = bench.claims(_rows({("pe", "-"): (90.0, 91.0, 92.0), ("xl_input", "reorderer"): (80.0, 81.0, 82.0)}))
     assert reversed_[0]["verdict"] == "contradicted"
 
@@ -143,14 +155,14 @@ def test_agreement_subsets_split_the_test_set_where_the_positions_differ():
 
     pairs = [SentencePair(("a", "b"), ("A", "B"), ((0, 0), (1, 1))), SentencePair(("c",), ("C",), ((0, 0),)),
              SentencePair(("d", "e"), ("E", "D"), ((0, 1), (1, 0)))]
-    data = {"pairs": {"test": pairs},
-            "positions": {"oracle": {"test": [[0, 1], [0], [1, 0]]}, "reorderer": {"test": [[0, 1], [0], [0, 1]]}}}
+    data = SimpleNamespace(pairs={"test": pairs}, positions={"oracle": {"test": [[0, 1], [0], [1, 0]]},
+                                                             "reorderer": {"test": [[0, 1], [0], [0, 1]]}})
     out = bench.agreement_subsets([["A", "B"], ["X"], ["E", "D"]], data)
     assert (out["test_agree"], out["test_differ"]) == (2, 1)
     assert out["exact_match_agree"] == 0.5 and out["exact_match_differ"] == 1.0
     assert out["bleu_agree"] == corpus_bleu([["A", "B"], ["X"]], [["A", "B"], ["C"]])
     assert out["bleu_differ"] == corpus_bleu([["E", "D"]], [["E", "D"]])
-    data["positions"]["reorderer"]["test"] = data["positions"]["oracle"]["test"]
+    data.positions["reorderer"]["test"] = data.positions["oracle"]["test"]
     out = bench.agreement_subsets([["A", "B"], ["X"], ["E", "D"]], data)
     assert out["test_differ"] == 0 and out["bleu_differ"] is None and out["exact_match_differ"] is None
 
@@ -159,7 +171,9 @@ def test_plot_takes_interval_rows_and_bare_rows(tmp_path):
     from pe_toolkit.bench.report import save_figure
 
     save_figure(bench.plot(bench.summarize(_rows(CELLS))), tmp_path / "bleu.png", quick=False)
-    save_figure(bench.plot([{"variant": "pe", "positions": "-", "bleu": None}]), tmp_path / "empty.png", quick=False)
+    figure = bench.plot([{"variant": "pe", "positions": "-", "bleu": None}])
+    assert any(t.get_gid() == "note_if_empty" for t in figure.axes[0].texts)  # no finite BLEU: said, not drawn
+    save_figure(figure, tmp_path / "empty.png", quick=False)
     assert (tmp_path / "bleu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "empty.png").stat().st_size > 0
 
@@ -205,7 +219,7 @@ def test_resume_reuses_every_finished_run(tiny_run, monkeypatch):
     def no_training(spec):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(bench, "train_one", no_training)
+    monkeypatch.setattr(bench.Translation, "run_one", staticmethod(no_training))
     assert main([*TINY, "--out", str(out.parent), "--resume"], name="translation") == 0
     rerun = json.loads((out / "results.json").read_text())
     assert [r for r in rerun["rows"] if r["kind"] == "run"] == [r for r in document["rows"] if r["kind"] == "run"]

@@ -124,6 +124,20 @@ def test_joint_svd_shares_one_latent_and_split_two():
     torch.testing.assert_close(attn.v_up.weight @ attn.v_down.weight, up @ down)
 
 
+def test_calibration_scores_of_an_hf_model_are_those_of_its_port():
+    transformers = pytest.importorskip("transformers")
+    from pe_toolkit.integrations.hf import from_hf
+
+    torch.manual_seed(0)
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64))
+    tokens = torch.randint(0, 40, (3, 6))
+    expected = calibration_pair_scores(from_hf(llama), tokens)
+    assert expected.shape == (2, 2, 4)
+    torch.testing.assert_close(calibration_pair_scores(llama, tokens), expected, rtol=0, atol=0)
+
+
 def test_calibration_scores_match_a_direct_computation():
     model = make_model(2)
     tokens = torch.randint(0, 40, (3, 6))

@@ -106,6 +106,20 @@ def test_reorderer_learns_inversions_from_alignments():
     assert correct >= 95  # single clauses: the verb-object inversion is a boundary-word decision
 
 
+def test_position_accuracy_by_hand_and_its_errors():
+    from pe_toolkit.domains.translation import position_accuracy
+
+    # sentence 1 exact; sentence 2: tokens 0 and 1 swapped, token 2 right -> 1 sentence of 2, 3 tokens of 5
+    assert position_accuracy([[0, 1], [1, 0, 2]], [[0, 1], [0, 1, 2]]) == {"sentence": 0.5, "token": 0.6}
+    assert position_accuracy([[2, 1, 0]], [[2, 1, 0]]) == {"sentence": 1.0, "token": 1.0}
+    with pytest.raises(ValueError, match="1 predicted and 2 reference sentences"):
+        position_accuracy([[0]], [[0], [0]])
+    with pytest.raises(ValueError, match="at least one"):
+        position_accuracy([], [])
+    with pytest.raises(ValueError, match="sentence 0 has 2 predicted and 3 reference positions"):
+        position_accuracy([[0, 1]], [[0, 1, 2]])
+
+
 def test_reorderer_bad_input():
     reorderer = BTGReorderer(5)
     with pytest.raises(ValueError, match="non-empty"):
