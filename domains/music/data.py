@@ -29,7 +29,7 @@ from pe_toolkit.domains.music.structure import add_segment_fields
 from pe_toolkit.encoders.base import check_choice, check_int
 
 __all__ = ["CHANNELS", "TASKS", "WindowDataset", "split_step_features", "step_features", "task_features",
-           "task_tensors"]
+           "task_tensors", "window_rolls"]
 
 TASKS = ("next_step", "accompaniment")
 #: Rows per voice and step: sounding, onset.
@@ -98,6 +98,24 @@ def task_tensors(task: str, roll: Tensor, labels: Tensor, onsets: Tensor | None 
     shifted = torch.cat([torch.zeros_like(lower[:1]), lower[:-1]])
     return {"inputs": torch.cat([features[:, :per_voice], shifted], dim=-1), "targets": lower,
             "structure": add_segment_fields(labels), "labels": labels.long()}
+
+
+def window_rolls(task: str, inputs: Tensor, targets: Tensor, voices: int = 4) -> tuple[Tensor, Tensor]:
+    """The whole window as a roll, back from its task tensors: the inverse of :func:`task_tensors`.
+
+    Args:
+        inputs, targets: ``(..., L, in_features)`` and ``(..., L, out_features)`` of one window or a batch.
+        voices: voices of the roll (the top voice is the given one in ``"accompaniment"``).
+    Returns:
+        ``(roll, onsets)``, each ``(..., T, voices, 128)`` float: ``"next_step"``: ``T = L + 1`` (the first input
+        step, then the targets); ``"accompaniment"``: ``T = L``, the given top voice above the target voices.
+    """
+    check_choice("task", task, TASKS)
+    if task == "next_step":
+        return split_step_features(torch.cat([inputs[..., :1, :], targets], dim=-2), voices)
+    top = split_step_features(inputs[..., :CHANNELS * 128], 1)
+    lower = split_step_features(targets, voices - 1)
+    return torch.cat([top[0], lower[0]], dim=-2), torch.cat([top[1], lower[1]], dim=-2)
 
 
 class WindowDataset(Dataset):

@@ -32,6 +32,7 @@ from torchmetrics.functional.classification import binary_f1_score
 __all__ = [
     "chroma_similarity",
     "frame_f1",
+    "generation_metrics",
     "grooving_similarity",
     "nll_per_step",
     "note_density",
@@ -209,3 +210,16 @@ def nll_per_step(logits: Tensor, target: Tensor) -> Tensor:
         raise ValueError(f"nll_per_step: expected (..., T, C), got {tuple(logits.shape)}")
     bce = F.binary_cross_entropy_with_logits(logits.double(), target.double(), reduction="none")
     return bce.sum(-1).mean()
+
+
+def generation_metrics(pred: Tensor, ref: Tensor, *, pred_onsets: Tensor | None = None,
+                       ref_onsets: Tensor | None = None) -> dict[str, Tensor]:
+    """Every metric above of a generated roll against its reference, each per sample (default options).
+
+    ``{"frame_f1", "note_density_distance", "chroma_similarity", "grooving_similarity", "ssm_distance"}``;
+    ``pred`` / ``ref`` binary, the onsets as for :func:`chroma_similarity` and :func:`grooving_similarity`.
+    """
+    onsets = {"pred_onsets": pred_onsets, "ref_onsets": ref_onsets}
+    return {"frame_f1": frame_f1(pred, ref), "note_density_distance": note_density_distance(pred, ref),
+            "chroma_similarity": chroma_similarity(pred, ref, **onsets),
+            "grooving_similarity": grooving_similarity(pred, ref, **onsets), "ssm_distance": ssm_distance(pred, ref)}

@@ -22,6 +22,7 @@ onset never falls on a silent cell.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,13 +30,13 @@ import torch
 from torch import Tensor, nn
 
 import pe_toolkit as pet
-from pe_toolkit.domains.music.data import CHANNELS, split_step_features, step_features, task_features
+from pe_toolkit.domains.music.data import CHANNELS, split_step_features, step_features, task_features, window_rolls
 from pe_toolkit.domains.music.encoders import _check_structure_positions
 from pe_toolkit.domains.music.structure import FIELDS, field_index
 from pe_toolkit.encoders.base import check_choice, check_float, check_int
 
 __all__ = ["DECODE_MODES", "MusicModelConfig", "PianoRollTransformer", "decode_step", "generate_accompaniment",
-           "generate_continuation"]
+           "generate_continuation", "generate_windows"]
 
 DECODE_MODES = ("voice_top1", "threshold", "bernoulli")
 
@@ -235,3 +236,39 @@ def generate_accompaniment(model: PianoRollTransformer, melody: Tensor, structur
     lower_roll, lower_onsets = split_step_features(torch.stack(steps, dim=1), lower_voices)  # (B, T, V-1, 128)
     top_roll, top_onsets = split_step_features(given, 1)
     return torch.cat([top_roll, lower_roll], dim=2), torch.cat([top_onsets, lower_onsets], dim=2)
+
+
+@torch.no_grad()
+def generate_windows(model: PianoRollTransformer, batch: Mapping[str, Tensor], *, prompt: int | None = None,
+                     mode: str = "voice_top1", threshold: float = 0.5,
+                     generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Generate what the model's task asks for a batch of task windows (stacked :class:`WindowDataset` items).
+
+    ``"next_step"``: continue each window's first ``prompt`` steps (and their onsets) to the window's end
+    (:func:`generate_continuation`); ``"accompaniment"``: the lower voices under each window's top voice and its
+    onsets (:func:`generate_accompaniment`). Only the reference's given part reaches the model.
+
+    Args:
+        batch: ``{"inputs": (B, L, in_features), "targets": (B, L, out_features), "structure": (B, L, F)}``.
+        prompt: ``"next_step"`` only: the given steps, ``1 <= prompt <= L + 1``.
+    Returns:
+        ``(roll, onsets)``, each ``(B, T, V, 128)`` float on the model's device, laid out like the reference
+        :func:`~pe_toolkit.domains.music.data.window_rolls` of the batch (``T = L + 1`` for ``"next_step"``).
+    """
+    task, voices = model.config.task, model.config.voices
+    device = next(model.parameters()).device
+    roll, onsets = window_rolls(task, batch["inputs"].to(device), batch["targets"].to(device), voices)
+    structure = batch["structure"].to(device)
+    if task == "accompaniment":
+        if prompt is not None:
+            raise ValueError(f"prompt is for next_step models; an accompaniment model is given the top voice, "
+                             f"got prompt={prompt!r}")
+        return generate_accompaniment(model, roll[:, :, 0], structure, melody_onsets=onsets[:, :, 0], mode=mode,
+                                      threshold=threshold, generator=generator)
+    if prompt is None:
+        raise ValueError("a next_step model needs prompt, the number of given steps")
+    if check_int("prompt", prompt) > roll.shape[1]:
+        raise ValueError(f"prompt must be at most the window's {roll.shape[1]} steps, got {prompt}")
+    return generate_continuation(model, roll[:, :prompt], structure, roll.shape[1] - prompt,
+                                 prompt_onsets=onsets[:, :prompt], mode=mode, threshold=threshold,
+                                 generator=generator)

@@ -12,6 +12,7 @@ from pe_toolkit.domains.music.data import (
     step_features,
     task_features,
     task_tensors,
+    window_rolls,
 )
 from pe_toolkit.domains.music.models import (
     MusicModelConfig,
@@ -19,6 +20,7 @@ from pe_toolkit.domains.music.models import (
     decode_step,
     generate_accompaniment,
     generate_continuation,
+    generate_windows,
 )
 from pe_toolkit.domains.music.scores import Piece
 from pe_toolkit.domains.music.structure import FIELDS, LABEL_FIELDS, field_index
@@ -200,6 +202,46 @@ def test_generate_accompaniment_keeps_the_melody():
                                melody_onsets=piece.onsets[None, :3, 0].float())
     with pytest.raises(ValueError, match="needs a next_step model"):
         generate_continuation(model, piece.roll[None, :2].float(), b["structure"][None], 2)
+
+
+@pytest.mark.parametrize("task", ["next_step", "accompaniment"])
+def test_window_rolls_invert_task_tensors_on_windows_and_batches(task):
+    pieces = [synthetic_piece(9, seed=s) for s in (0, 1)]
+    windows = [task_tensors(task, p.roll, p.labels, p.onsets) for p in pieces]
+    roll, onsets = window_rolls(task, windows[0]["inputs"], windows[0]["targets"])
+    assert torch.equal(roll, pieces[0].roll.float()) and torch.equal(onsets, pieces[0].onsets.float())
+    stacked = {k: torch.stack([w[k] for w in windows]) for k in ("inputs", "targets")}
+    batch = window_rolls(task, stacked["inputs"], stacked["targets"])
+    assert torch.equal(batch[0], torch.stack([p.roll for p in pieces]).float())
+    assert torch.equal(batch[1], torch.stack([p.onsets for p in pieces]).float())
+    with pytest.raises(ValueError, match="task"):
+        window_rolls("melody", windows[0]["inputs"], windows[0]["targets"])
+
+
+@pytest.mark.parametrize("task", ["next_step", "accompaniment"])
+def test_generate_windows_gives_the_model_only_the_given_part(task):
+    torch.manual_seed(0)
+    model = PianoRollTransformer(MusicModelConfig(task=task, encoding="s_rpe", dim=16, num_heads=2)).eval()
+    pieces = [synthetic_piece(13, seed=s) for s in (0, 1)]
+    windows = [task_tensors(task, p.roll, p.labels, p.onsets) for p in pieces]
+    batch = {k: torch.stack([w[k] for w in windows]) for k in ("inputs", "targets", "structure")}
+    roll, onsets = torch.stack([p.roll for p in pieces]).float(), torch.stack([p.onsets for p in pieces]).float()
+    if task == "next_step":
+        out = generate_windows(model, batch, prompt=5)
+        expected = generate_continuation(model, roll[:, :5], batch["structure"], 8, prompt_onsets=onsets[:, :5])
+        with pytest.raises(ValueError, match="prompt must be at most the window's 13 steps, got 14"):
+            generate_windows(model, batch, prompt=14)
+        with pytest.raises(ValueError, match="needs prompt"):
+            generate_windows(model, batch)
+    else:
+        out = generate_windows(model, batch)
+        expected = generate_accompaniment(model, roll[:, :, 0], batch["structure"], melody_onsets=onsets[:, :, 0])
+        with pytest.raises(ValueError, match="prompt is for next_step models"):
+            generate_windows(model, batch, prompt=5)
+    assert out[0].shape == roll.shape and torch.equal(out[0], expected[0]) and torch.equal(out[1], expected[1])
+    # whatever the model generates, the given part is the reference's
+    given = (slice(None), slice(0, 5)) if task == "next_step" else (slice(None), slice(None), 0)
+    assert torch.equal(out[0][given], roll[given]) and torch.equal(out[1][given], onsets[given])
 
 
 def test_model_input_errors():
