@@ -21,12 +21,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ACCELERATORS", "PRECISIONS", "RunOptions", "load_config", "merge", "parse_override", "read_yaml",
-           "quiet_trainer", "to_dataclass", "trainer_options"]
+__all__ = ["ACCELERATORS", "PRECISIONS", "ModelSize", "RunOptions", "load_config", "merge", "parse_override",
+           "quiet_trainer", "read_yaml", "to_dataclass", "trainer_options"]
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
 EXECUTORS = ("local", "ray")
+
+
+try:  # a core dependency; a --no-deps install gets _require_config_libraries' message when it loads a preset
+    from jsonargparse.typing import PositiveInt
+except ImportError:  # pragma: no cover
+    PositiveInt = int
+
+
+@dataclasses.dataclass
+class ModelSize:
+    """A Transformer trunk's size: the ``model: {dim, num_heads, num_layers}`` section of many presets."""
+
+    dim: PositiveInt
+    num_heads: PositiveInt
+    num_layers: PositiveInt
 
 
 @dataclasses.dataclass

@@ -27,14 +27,20 @@ __all__ = ["LocalExecutor", "RayExecutor", "execute", "make_executor"]
 
 
 def execute(benchmark: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one spec where it lands: quiet third-party noise, set torch's thread count, ``run_one``."""
+    """Run one spec where it lands: quiet third-party noise, set torch's thread count, ``run_one``.
+
+    ``run_one`` gets the spec as plain JSON types (the form the store keeps): typed config values (jsonargparse's
+    ``PositiveInt`` and friends are ``int`` subclasses) would otherwise reach hyperparameters and checkpoints,
+    which ``torch.load(weights_only=True)`` then refuses.
+    """
     import torch
 
+    from pe_toolkit.bench.store import jsonable
     from pe_toolkit.quiet import quiet_third_party
 
     quiet_third_party()
     torch.set_num_threads(int(spec.get("threads", 1)))
-    return benchmark.run_one(spec)
+    return benchmark.run_one(jsonable(spec))
 
 
 def _exit_with_parent(parent_pid: int) -> None:  # runs in each local worker

@@ -123,7 +123,9 @@ class Benchmark:
     Class attributes:
         name: the registry name and the output folder ``<out>/<name>/``.
         title: the report's title.
-        description: one line of what it measures (``pe-toolkit bench --list``).
+        description: one line of what it measures; a registered benchmark's comes from the registry
+            (:data:`pe_toolkit.bench.registry.BENCHMARKS`, what ``pe-toolkit bench --list`` prints), so set it only
+            for a benchmark run as ``module:Class``.
         Config: a dataclass; every preset key is one of its fields (nested dataclasses for sections).
         key_fields: the spec fields that name a run in the run store (the tuned parameter is added).
         presets_dir: the folder of YAML presets (default ``presets/<name>/`` beside the module).

@@ -90,3 +90,24 @@ def test_fairness_selection_replaces_the_grid_sentence():
     text = fairness_section(None, [0, 1, 2], held_out="x", selection="thresholds tuned inside each run")
     assert "* Same budget for every method: thresholds tuned inside each run." in text
     assert "nothing is tuned" not in text
+
+
+def test_run_one_gets_plain_json_types(tmp_path):
+    from pe_toolkit.bench.executors import execute
+
+    class Typed(Tiny):
+        def run_one(self, spec):
+            return {"types": sorted({type(v).__name__ for v in spec.values()})}
+
+    from jsonargparse.typing import PositiveInt
+
+    row = execute(Typed(), {"method": "small", "seed": PositiveInt(1), "steps": (1, 2), "threads": 1})
+    assert row["types"] == ["int", "list", "str"]
+
+
+def test_model_size_is_checked_by_type():
+    from pe_toolkit.bench.config import ModelSize, to_dataclass
+
+    assert to_dataclass(ModelSize, {"dim": 8, "num_heads": 2, "num_layers": 1}) == ModelSize(8, 2, 1)
+    with pytest.raises(ValueError, match=r"(?s)config\.num_heads.*PositiveInt"):
+        to_dataclass(ModelSize, {"dim": 8, "num_heads": 0, "num_layers": 1})
