@@ -391,16 +391,18 @@ def rope_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------------ report
 PROTOCOL = {
-    "layer": "One causal `MultiHeadAttention(dim={c.dim}, num_heads={c.heads})` layer, batch {c.batch}, float32, "
+    "layer": "One causal `MultiHeadAttention(dim={c.dim}, num_heads={c.heads})` layer (head_dim {head_dim}), batch "
+             "{c.batch}, float32, "
              "forward + backward (`attn(enc.embed(x, pos)).sum().backward()`), each encoder with its registry "
              "`example_options` (learned: `max_len` raised to L); torch threads: `threads` in results.json's config. "
-             "Time: median over rounds of every encoder of one L interleaved in one forked process ({rounds}). "
+             "Time: median over rounds of every encoder of one L interleaved in one forked process, after one "
+             "warm-up call each ({rounds}). "
              "Memory: peak RSS growth of a fresh forked process running one step (after an L=8 step).",
     "backends": "One causal `MultiHeadAttention(dim, heads, backend=...)` layer, float32, batch 1, in a forked process "
                 "per configuration. Training: one forward + backward after a warm-up step at L = 256 (dense SDPA is "
                 "skipped where its (B, H, L, L) bias, mask and scores exceed the memory cap). Inference: the median "
                 "of three forward calls after a warm-up call (where flex compiles). Memory with default process "
-                "settings, as users get it.\n",
+                "settings, as users get it (tile buffers freed but kept on the heap count).\n",
     "rope": "`theirs / ours`: per-round ratio of the time to ours (`apply_rope`, half-split, cos/sin `(L, hd/2)` "
             "cached), median and IQR over {repeats} interleaved rounds (above 1: ours is faster); `same layout`: "
             "interleaved libraries against `apply_rope(..., interleaved=True)`; `max abs diff`: from ours in the same "
@@ -637,7 +639,7 @@ class Speed(Benchmark):
         t = c.timing
         rounds = (f"new rounds until {t.budget_s:.0f} s are spent, {t.min_repeats} to {t.max_repeats}"
                   if t.budget_s is not None else f"{t.max_repeats} rounds")
-        body = [PROTOCOL["layer"].format(c=c, rounds=rounds) + (
+        body = [PROTOCOL["layer"].format(c=c, head_dim=c.dim // c.heads, rounds=rounds) + (
             f" Each forked process may grow by at most {limit / 2**30:.1f} GiB (`memory_limit_gib`); above it a "
             "configuration fails (out of memory)." if limit is not None else "") + "\n",
             "Rounds used per length: " + ", ".join(
