@@ -151,7 +151,8 @@ def test_smoke_backend_rows(smoke_run):
     ("layer.timing.min_repeats=0", 'key "config.layer.timing.min_repeats":\n  Not of type PositiveInt'),
     ("rope.timing.min_repeats=100", "rope.timing: min_repeats (100) must be <= max_repeats (60)"),
     ("rope.shape=[1, 2, 16, 7]", "rope.shape must be [B, H, L, head_dim] with an even head_dim"),
-    ("backends.backends=[sdpa, dense]", "Expected a typing.Literal['sdpa', 'blocked', 'tiled', 'flex']. Got value: dense"),
+    ("backends.backends=[sdpa, dense]",
+     "Expected a typing.Literal['sdpa', 'blocked', 'tiled', 'flex']. Got value: dense"),
     ("memory_limit_gib=0", 'key "config.memory_limit_gib"'),
     ("layer.no_such_key=1", "config key 'layer.no_such_key' does not exist"),
 ])
