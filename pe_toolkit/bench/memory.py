@@ -1,4 +1,4 @@
-"""Peak memory of a function run in a forked child (Linux): :func:`peak_memory_in_subprocess`.
+"""Peak memory of a function run in a forked child (Linux): :func:`peak_memory_in_subprocess`, :func:`run_in_child`.
 
 The *parent must not have run torch compute before forking*: PyTorch's CPU build uses GNU OpenMP,
 which is not fork-safe once its thread pool exists, and the child then hangs in its first parallel
@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["peak_memory_in_subprocess"]
+__all__ = ["memory_cap_bytes", "peak_memory_in_subprocess", "run_in_child"]
 
 
 def _current_rss_bytes() -> int:
@@ -162,3 +162,35 @@ def peak_memory_in_subprocess(
     _, result, peak = message
     return result, peak
 
+
+
+def run_in_child(fn: Callable[..., Any], *args: Any, **options: Any) -> tuple[Any, int | None, str | None]:
+    """:func:`peak_memory_in_subprocess` that reports a failure instead of raising it.
+
+    Returns:
+        ``(result, peak_bytes, None)``, or ``(None, None, error)`` where ``error`` is the last line of what
+        went wrong: the child's exception (``"ValueError: ..."``), or why it died or timed out.
+    """
+    try:
+        result, peak = peak_memory_in_subprocess(fn, *args, **options)
+    except RuntimeError as failure:
+        lines = [line.strip() for line in str(failure).splitlines() if line.strip()]
+        return None, None, lines[-1] if lines else "failed"
+    return result, peak, None
+
+
+def memory_cap_bytes(gib: float | None = None, *, fraction: float = 0.6) -> int | None:
+    """A cap for ``memory_limit_bytes``: ``gib`` GiB, or (``gib=None``) ``fraction`` of the memory available now
+    (``MemAvailable`` of ``/proc/meminfo``; ``None`` where that cannot be read)."""
+    if gib is not None:
+        if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not gib > 0:
+            raise ValueError(f"gib must be a number > 0 or None, got {gib!r}")
+        return int(gib * 2**30)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return None
+    return int(kib * 1024 * fraction)

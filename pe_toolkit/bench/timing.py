@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["clock", "paired_ratios", "summarize_times", "time_interleaved"]
+__all__ = ["clock", "compiled_vs_eager", "paired_ratios", "summarize_times", "time_interleaved"]
 
 
 def clock() -> float:
@@ -101,3 +101,36 @@ def paired_ratios(numerator: Sequence[float], denominator: Sequence[float]) -> d
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     return {"ratio_median": statistics.median(ratios), "ratio_p25": quartiles[0], "ratio_p75": quartiles[2],
             "ratio_of_medians": statistics.median(numerator) / statistics.median(denominator)}
+
+
+def compiled_vs_eager(module: Any, x: Any, rounds: int, *, backend: str = "inductor") -> dict[str, float]:
+    """Forward + backward (``d/dx sum(module(x)**2)``) of ``module`` eager and ``torch.compile(fullgraph=True)``.
+
+    The first compiled call (which compiles) is timed on its own; after one eager warm-up call, ``rounds`` rounds
+    alternate one eager and one compiled step. ``x`` must require grad.
+
+    Returns:
+        ``{"eager_s", "compiled_s"}`` (medians over the rounds), ``"first_call_s"``, and the largest absolute
+        differences between the two of the outputs (``"max_abs_diff_out"``) and of the input gradients
+        (``"max_abs_diff_grad"``).
+    """
+    import torch
+
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    if not getattr(x, "requires_grad", False):
+        raise ValueError("x must be a tensor that requires grad (the step differentiates with respect to it)")
+    compiled = torch.compile(module, fullgraph=True, backend=backend)
+
+    def step(fn: Any) -> tuple[float, Any, Any]:
+        start = clock()
+        out = fn(x)
+        (grad,) = torch.autograd.grad(out.square().sum(), [x])
+        return clock() - start, out.detach(), grad
+
+    first_call_s, out_compiled, grad_compiled = step(compiled)
+    _, out_eager, grad_eager = step(module)
+    times = [(step(module)[0], step(compiled)[0]) for _ in range(rounds)]
+    return {"eager_s": statistics.median(t[0] for t in times), "compiled_s": statistics.median(t[1] for t in times),
+            "first_call_s": first_call_s, "max_abs_diff_out": float((out_compiled - out_eager).abs().max()),
+            "max_abs_diff_grad": float((grad_compiled - grad_eager).abs().max())}

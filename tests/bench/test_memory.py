@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pe_toolkit.bench.memory import peak_memory_in_subprocess
+from pe_toolkit.bench.memory import memory_cap_bytes, peak_memory_in_subprocess, run_in_child
 
 MB = 10**6
 
@@ -78,3 +78,37 @@ def test_hung_child_times_out():
 def test_memory_limit_turns_oversized_child_into_error():
     with pytest.raises(RuntimeError, match="MemoryError"):
         peak_memory_in_subprocess(_allocate, 400 * MB, memory_limit_bytes=100 * MB, timeout=60)
+
+
+def test_run_in_child_returns_result_and_peak():
+    result, peak, error = run_in_child(_allocate, 50 * MB, timeout=60)
+    assert result == 50 * MB and peak >= 40 * MB and error is None
+
+
+@pytest.mark.parametrize(("fn", "error"), [
+    (_raise, "ValueError: boom from the child"),
+    (_exit_hard, "child running _exit_hard died without a result (exit code 3)"),
+])
+def test_run_in_child_reports_the_last_line_of_a_failure(fn, error):
+    assert run_in_child(fn, timeout=60) == (None, None, error)
+
+
+def test_memory_cap_of_given_gib():
+    assert memory_cap_bytes(1.5) == 3 * 2**29
+
+
+def test_memory_cap_defaults_to_a_fraction_of_available_memory():
+    with open("/proc/meminfo") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    assert memory_cap_bytes(fraction=0.5) == pytest.approx(kib * 512, rel=0.2)  # MemAvailable moves a little
+    assert memory_cap_bytes() == pytest.approx(kib * 1024 * 0.6, rel=0.2)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"gib": 0}, "gib must be a number > 0 or None, got 0"),
+    ({"gib": "2"}, "gib must be a number > 0 or None, got '2'"),
+    ({"fraction": 1.5}, r"fraction must be a number in \(0, 1\], got 1.5"),
+])
+def test_memory_cap_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        memory_cap_bytes(**kwargs)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pe_toolkit.bench.timing import paired_ratios, time_interleaved
+from pe_toolkit.bench.timing import compiled_vs_eager, paired_ratios, time_interleaved
 
 
 def test_time_interleaved_rotates_order_and_pairs_rounds():
@@ -51,3 +51,31 @@ def test_paired_ratios():
     assert math.isclose(stats["ratio_of_medians"], 2.0)
     with pytest.raises(ValueError):
         paired_ratios([1.0], [1.0, 2.0])
+
+
+def test_compiled_vs_eager_times_both_and_compares_outputs_and_gradients():
+    import torch
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    result = compiled_vs_eager(module, torch.randn(5, 8, requires_grad=True), 3, backend="eager")
+    assert set(result) == {"eager_s", "compiled_s", "first_call_s", "max_abs_diff_out", "max_abs_diff_grad"}
+    assert result["eager_s"] > 0 and result["compiled_s"] > 0 and result["first_call_s"] > 0
+    assert result["max_abs_diff_out"] < 1e-6 and result["max_abs_diff_grad"] < 1e-6  # the same function
+
+
+def test_compiled_vs_eager_sees_a_different_compiled_function(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch, "compile", lambda module, **options: lambda x: module(x) + 1.0)
+    result = compiled_vs_eager(torch.nn.Linear(3, 2), torch.randn(4, 3, requires_grad=True), 1)
+    assert result["max_abs_diff_out"] == pytest.approx(1.0) and result["max_abs_diff_grad"] > 0.1
+
+
+@pytest.mark.parametrize(("rounds", "requires_grad", "message"), [
+    (0, True, "rounds must be an int >= 1, got 0"), (2, False, "x must be a tensor that requires grad")])
+def test_compiled_vs_eager_rejects_bad_arguments(rounds, requires_grad, message):
+    import torch
+
+    with pytest.raises(ValueError, match=message):
+        compiled_vs_eager(torch.nn.Linear(3, 2), torch.randn(4, 3, requires_grad=requires_grad), rounds)

@@ -144,13 +144,16 @@ def test_smoke_backend_rows(smoke_run):
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("layer.encoders=[rope, no_such_encoder]", "layer.encoders: unknown encoder(s) ['no_such_encoder']"),
-    ("backends.infer_encoders=[nope_x]", "backends.infer_encoders: unknown encoder(s) ['nope_x']"),
-    ("layer.lengths=[0]", "layer.lengths must be positive"),
+    ("layer.encoders=[rope, no_such_encoder]", 'key "config.layer.encoders"'),
+    ("backends.infer_encoders=[nope_x]", 'key "config.backends.infer_encoders"'),
+    ("layer.lengths=[0]", 'key "config.layer.lengths":\n  Not of type PositiveInt'),
     ("layer.heads=3", "layer.heads (3) must divide layer.dim (256)"),
-    ("layer.timing.min_repeats=0", "layer.timing: need 1 <= min_repeats <= max_repeats"),
+    ("layer.timing.min_repeats=0", 'key "config.layer.timing.min_repeats":\n  Not of type PositiveInt'),
+    ("rope.timing.min_repeats=100", "rope.timing: min_repeats (100) must be <= max_repeats (60)"),
     ("rope.shape=[1, 2, 16, 7]", "rope.shape must be [B, H, L, head_dim] with an even head_dim"),
-    ("backends.backends=[sdpa, dense]", "backends.backends: unknown backend(s) ['dense']"),
+    ("backends.backends=[sdpa, dense]",
+     "Expected a typing.Literal['sdpa', 'blocked', 'tiled', 'flex']. Got value: dense"),
+    ("memory_limit_gib=0", 'key "config.memory_limit_gib"'),
     ("layer.no_such_key=1", "config key 'layer.no_such_key' does not exist"),
 ])
 def test_bad_settings_are_errors_naming_the_key(setting, message):
@@ -176,5 +179,12 @@ def test_speed_runs_alone():
 
 
 def test_learned_table_covers_the_length():
-    assert speed._encoder_options("learned", 4096)["max_len"] == 4096
-    assert speed._encoder_options("rope", 4096) == {}
+    assert speed.encoder_options("learned", 4096)["max_len"] == 4096
+    assert speed.encoder_options("rope", 4096) == {}
+
+
+def test_an_embed_only_encoder_acts_on_the_input_and_the_layer_is_nope():
+    encoding, layer = speed.attention("learned", 100, 32, 4, {"causal": True}, query_block_size=16)
+    assert encoding.max_len == 100 and layer.encoding is None and layer.query_block_size == 16
+    encoding, layer = speed.attention("alibi", 100, 32, 4)
+    assert layer.encoding is encoding and layer.causal

@@ -35,3 +35,17 @@ def test_far_positions_are_finite_and_precise(name):
         out16 = layer.bfloat16()(encoding.embed(x.bfloat16(), positions), q_pos=positions)
     assert torch.isfinite(out32).all() and torch.isfinite(out16).all()
     torch.testing.assert_close(out32.double(), out64, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["learned", "sinusoidal", "rope"])
+def test_the_benchmark_case_runs_every_kind_of_encoder(name):
+    """``benchmarks/extreme_inputs.py``'s far-position case: an embed-only encoder acts on the input (the layer
+    refuses it), and float32 stays close to float64."""
+    from pe_toolkit.benchmarks.extreme_inputs import FAR_POSITION, run_case
+
+    threads = torch.get_num_threads()  # the case sets one thread (it runs in a child of its own there)
+    try:
+        result = run_case(name, "float32", 16, FAR_POSITION - 16)
+    finally:
+        torch.set_num_threads(threads)
+    assert result["finite"] and result["max_abs_dev_vs_float64"] < 1e-5 and result["seconds"] > 0
