@@ -131,12 +131,6 @@ def test_recsys_plot_with_one_metric_has_no_note():
     plt.close(figure)
 
 
-def _no_value() -> dict:
-    from pe_toolkit.bench.stats import mean_interval
-
-    return mean_interval([])
-
-
 def _empty() -> dict:
     from pe_toolkit.bench.verdict import summarize
 
