@@ -1,16 +1,19 @@
 """The "Which positional encoding should I use?" page: built from results, checked against its evidence."""
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from pe_toolkit.bench import guide
 from pe_toolkit.bench.registry import BENCHMARKS
 from pe_toolkit.bench.report import write_results
 from pe_toolkit.bench.verdict import VERDICTS, claim_row, decide_claim, untested_claim
 
 ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("guide", ROOT / "docs" / "scripts" / "guide.py")
+guide = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(guide)
 
 
 def _results(root, preset, *, date_rows=None):
