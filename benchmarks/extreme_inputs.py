@@ -23,7 +23,6 @@ import pe_toolkit as pet
 from pe_toolkit.bench import Benchmark, Result
 from pe_toolkit.bench.memory import run_in_child
 from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure
-from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.benchmarks.speed import Encoder, attention
 
 DIM, HEADS, BLOCK = 64, 2, 1024
@@ -73,10 +72,12 @@ def plot_memory(rows: list[dict[str, Any]], length: int) -> Any:
 class ExtremeInputs(Benchmark):
     name = "extreme_inputs"
     title = "Extreme inputs: long sequences and far positions"
-    description = ("every sequence encoder at long lengths and far positions, float32 and bfloat16: finite outputs, "
-                   "precision loss, memory")
     Config = Config
     key_fields = ("encoder", "dtype", "length", "first_position")
+    run_columns = ("encoder", "dtype", "length", "first_position", "finite", ("max_abs_dev_vs_float64", "|f32 - f64|"),
+                   ("seconds", "s"), ("peak_mib", "peak MiB"), "error")
+    summary_metrics = {"max_abs_dev_vs_float64": None, "peak_mib": None}  # no summary_by: only their format
+    number_format = ".3g"
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         return [{"encoder": name, "dtype": dtype, "length": case_length, "first_position": start}
@@ -100,16 +101,10 @@ class ExtremeInputs(Benchmark):
     def plot(self, result: Result) -> dict[str, Any]:
         return {"peak_memory.png": plot_memory(result.rows, result.config.length)}
 
-    def report(self, result: Result) -> str:
+    def describe(self, result: Result) -> str:
         failures = sum(not r["finite"] for r in result.rows)
         return (f"One causal attention layer (dim {DIM}, {HEADS} heads, query blocks of {BLOCK}, batch 1) per encoder, "
-                "in a forked child; one thread.\n\n"
-                + markdown_table(result.rows, ["encoder", "dtype", "length", "first_position", "finite",
-                                               ("max_abs_dev_vs_float64", "|f32 - f64|"), ("seconds", "s"),
-                                               ("peak_mib", "peak MiB"), "error"],
-                                 {"max_abs_dev_vs_float64": ".1e", "seconds": ".1f", "peak_mib": ".0f"})
-                + f"\n{failures} of {len(result.rows)} cases non-finite or failed.\n\n"
-                "![peak memory](peak_memory.png)\n")
+                f"in a forked child; one thread. {failures} of {len(result.rows)} cases non-finite or failed.")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,14 @@
 """Speed: one attention layer per encoder, the attention backends, and RoPE application against other libraries.
 
-1. ``layer``: forward + backward of one causal ``MultiHeadAttention(dim, heads)`` per sequence encoder and
-   length (``attn(enc.embed(x, pos)).sum().backward()``): time with every encoder of one length in interleaved
-   rounds in one child (one that fails there is timed alone), memory from a fresh child per configuration.
-2. ``backends``: per encoder, backend and length a training step (time, peak memory); inference with sdpa /
-   blocked / flex; ``torch.compile`` against eager; forward + backward against NoPE's SDPA per backend, in
-   interleaved rounds. These run on ``--accelerator`` (``auto``: CUDA when there is one), the others on the CPU.
-3. ``rope``: our ``apply_rope`` against HF transformers, rotary-embedding-torch and x-transformers, each checked
-   against ours, then timed interleaved (ratios per round); a library that is not installed: "not installed".
+1. ``layer``: forward + backward of one causal ``MultiHeadAttention`` per sequence encoder and length, every encoder
+   of one length timed in interleaved rounds in one child; memory from a fresh child per configuration.
+2. ``backends``: per encoder, backend and length a training step (time, peak memory); inference with sdpa / blocked
+   / flex; ``torch.compile`` against eager; forward + backward against NoPE's SDPA per backend (interleaved). These
+   run on ``--accelerator`` (``auto``: CUDA when there is one), the others on the CPU.
+3. ``rope``: our ``apply_rope`` against HF transformers, rotary-embedding-torch and x-transformers (each checked
+   against ours, then timed interleaved); a library that is not installed: "not installed".
 
-Every measurement runs in a forked child (the runner's process runs no torch compute), one at a time
-(``exclusive``); times on torch.utils.benchmark's clock, which synchronises CUDA (:mod:`pe_toolkit.bench.timing`).
+Every measurement runs in a forked child, one at a time (``exclusive``), on :mod:`pe_toolkit.bench.timing`'s clock.
 Needs only the core and the ``plot`` extra; the libraries of part 3 are optional.
 
     pe-toolkit bench speed --quick                     # = --preset quick: a pipeline check
@@ -23,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import statistics
 from typing import Any, Literal
 
@@ -37,16 +34,13 @@ from pe_toolkit.bench.plots import finish, new_figure
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.timing import clock, compiled_vs_eager, paired_ratios, time_interleaved
 
-MIB = 2**20
 CHILD_TIMEOUT_S = 1800.0
 Encoder = Literal[tuple(pet.list_encoders(domain="sequence"))]
 Backend = Literal["sdpa", "blocked", "tiled", "flex"]
 
 
 @dataclasses.dataclass
-class Timing:
-    """Rounds: new ones start until ``budget_s`` is spent (``None``: exactly ``max_repeats``)."""
-
+class Timing:  # rounds: new ones start until budget_s is spent (None: exactly max_repeats)
     budget_s: NonNegativeFloat | None
     min_repeats: PositiveInt
     max_repeats: PositiveInt
@@ -117,10 +111,6 @@ def _device(spec: dict[str, Any]) -> str:
     return "cuda" if accelerator in ("gpu", "cuda") or accelerator == "auto" and torch.cuda.is_available() else "cpu"
 
 
-def _error_text(error: BaseException) -> str:
-    return (f"{type(error).__name__}: {error}".strip().splitlines() or [type(error).__name__])[0][:300]
-
-
 def _short(status: str) -> str:
     """A status short enough for a table cell: out-of-memory errors become 'out of memory'."""
     if "can't allocate memory" in status or "MemoryError" in status or "out-of-memory" in status:
@@ -128,10 +118,17 @@ def _short(status: str) -> str:
     return status if len(status) <= 80 else status[:77] + "..."
 
 
-def _measure(fn, *args, timeout: float = CHILD_TIMEOUT_S, **options) -> tuple[Any, float | None, str]:
-    """``(result, peak MiB, "ok")`` of ``fn(*args)`` in a forked child, or ``(None, None, "failed: ...")``."""
-    result, peak, error = run_in_child(fn, *args, timeout=timeout, **options)
-    return result, None if peak is None else peak / MIB, "ok" if error is None else ("failed: " + error)[:300]
+def _measure(spec, fn, *args, timeout: float = CHILD_TIMEOUT_S, **options) -> tuple[Any, float | None, str]:
+    """``(result, peak MiB, "ok")`` of ``fn(*args)`` in a forked child (memory capped by ``spec``), or
+    ``(None, None, "failed: ...")``."""
+    result, peak, error = run_in_child(fn, *args, timeout=timeout, **options,
+                                       memory_limit_bytes=memory_cap_bytes(spec["memory_limit_gib"]))
+    return result, None if peak is None else peak / 2**20, "ok" if error is None else ("failed: " + error)[:300]
+
+
+def _interleaved(fns: dict[str, Any], timing: dict[str, Any], **options) -> dict[str, dict[str, Any]]:
+    return time_interleaved(fns, warmup=timing["warmup"], repeats=timing["max_repeats"], budget_s=timing["budget_s"],
+                            min_repeats=timing["min_repeats"], **options)
 
 
 def _row(spec: dict[str, Any], kind: str, backend: str, **fields: Any) -> dict[str, Any]:
@@ -165,21 +162,20 @@ def time_steps(configs: list[tuple[str, str]], length: int, batch: int, dim: int
             step()
             first[key], steps[key] = clock() - start, step
         except Exception as error:  # noqa: BLE001  (record the failure, keep the others)
-            errors[key] = "failed: " + _error_text(error)
-    timed = time_interleaved(steps, warmup=timing["warmup"], repeats=timing["max_repeats"],
-                             budget_s=timing["budget_s"], min_repeats=timing["min_repeats"],
-                             drop_errors=True) if steps and timing else {}
+            errors[key] = "failed: " + (f"{type(error).__name__}: {error}".strip().splitlines() or ["?"])[0][:300]
+    timed = _interleaved(steps, timing, drop_errors=True) if steps and timing else {}
     errors.update({key: "failed: " + t["error"][:300] for key, t in timed.items() if "error" in t})
     return {"first_s": first, "timed": {key: t for key, t in timed.items() if "error" not in t}, "errors": errors}
 
 
-def one_step(name: str, backend: str, length: int, batch: int, dim: int, heads: int, device: str, *,
-             warmup_length: int, **options) -> tuple[float | None, float | None, str]:
+def one_step(spec, name: str, backend: str, batch: int, device: str, *, warmup_length: int,
+             **options) -> tuple[float | None, float | None, str]:
     """``(seconds, peak MiB, status)`` of one step in a fresh child, after a step at ``warmup_length`` that loads the
     code paths (its memory not counted)."""
-    key, shape = f"{name}/{backend}", (batch, dim, heads, device, None)
+    key, shape = f"{name}/{backend}", (batch, spec["dim"], spec["heads"], device, None)
     warmup = functools.partial(time_steps, [(name, backend)], warmup_length, *shape)
-    result, peak, status = _measure(time_steps, [(name, backend)], length, *shape, warmup=warmup, **options)
+    result, peak, status = _measure(spec, time_steps, [(name, backend)], spec["length"], *shape, warmup=warmup,
+                                    **options)
     if result and key in result["errors"]:
         return None, None, result["errors"][key]
     return result and result["first_s"][key], peak, status
@@ -187,12 +183,11 @@ def one_step(name: str, backend: str, length: int, batch: int, dim: int, heads: 
 
 def layer_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The ``attention_layer`` rows of one length: time (interleaved; a failure there alone) and memory."""
-    names, length, limit = spec["encoders"], spec["length"], memory_cap_bytes(spec["memory_limit_gib"])
-    batch, dim, heads = spec["batch"], spec["dim"], spec["heads"]
+    names, length, batch, dim, heads = (spec[k] for k in ("encoders", "length", "batch", "dim", "heads"))
 
     def timed(names: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-        result, _, status = _measure(time_steps, [(n, "auto") for n in names], length, batch, dim, heads, "cpu",
-                                     spec["timing"], memory_limit_bytes=limit)
+        result, _, status = _measure(spec, time_steps, [(n, "auto") for n in names], length, batch, dim, heads,
+                                     "cpu", spec["timing"])
         if result is None:
             return {}, dict.fromkeys(names, status)
         return tuple({k.removesuffix("/auto"): v for k, v in result[part].items()} for part in ("timed", "errors"))
@@ -216,8 +211,7 @@ def layer_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
                        time_status="ok", timed=timed_with[name])
         else:
             row.update(median_ms=None, min_ms=None, repeats=0, time_status=errors.get(name, "failed"))
-        _, peak, status = one_step(name, "auto", length, batch, dim, heads, "cpu", warmup_length=8,
-                                   memory_limit_bytes=limit)
+        _, peak, status = one_step(spec, name, "auto", batch, "cpu", warmup_length=8)
         rows.append({**row, "peak_mib": peak, "memory_status": status})
     return rows
 
@@ -264,14 +258,12 @@ def _skip_reason(name: str, backend: str, length: int, heads: int, device: str, 
 
 
 def backend_train_row(spec: dict[str, Any]) -> dict[str, Any]:
-    name, backend, length, dim, heads = spec["encoder"], spec["backend"], spec["length"], spec["dim"], spec["heads"]
-    device, limit = _device(spec), memory_cap_bytes(spec["memory_limit_gib"])
-    row = _row(spec, "backend_train", backend)
-    skipped = _skip_reason(name, backend, length, heads, device, limit)
+    name, backend, device = spec["encoder"], spec["backend"], _device(spec)
+    row, limit = _row(spec, "backend_train", backend), memory_cap_bytes(spec["memory_limit_gib"])
+    skipped = _skip_reason(name, backend, spec["length"], spec["heads"], device, limit)
     if skipped:
         return {**row, "seconds": None, "peak_mib": None, "status": skipped}
-    seconds, peak, status = one_step(name, backend, length, 1, dim, heads, device, warmup_length=256,
-                                     memory_limit_bytes=limit, timeout=CHILD_TIMEOUT_S * 3)
+    seconds, peak, status = one_step(spec, name, backend, 1, device, warmup_length=256, timeout=CHILD_TIMEOUT_S * 3)
     return {**row, "seconds": seconds, "peak_mib": peak, "status": _short(status)}
 
 
@@ -280,8 +272,7 @@ def backend_infer_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     rows, samples = [], {}
     for backend in ("sdpa", "blocked", "flex"):
         args = (spec["encoder"], spec["length"], backend, spec["dim"], spec["heads"], _device(spec))
-        result, peak, status = _measure(infer, *args, warmup=functools.partial(infer, *args),
-                                        memory_limit_bytes=memory_cap_bytes(spec["memory_limit_gib"]))
+        result, peak, status = _measure(spec, infer, *args, warmup=functools.partial(infer, *args))
         if result is not None:
             samples[backend] = result["sample"]
         rows.append(_row(spec, "backend_infer", backend, median_ms=result and result["median_s"] * 1e3,
@@ -304,9 +295,8 @@ def _compiled(name: str, length: int, dim: int, heads: int, device: str, rounds:
 
 def compiled_row(spec: dict[str, Any]) -> dict[str, Any]:
     row = _row(spec, "compiled_vs_eager", "sdpa", compiler="inductor", rounds=spec["rounds"])
-    result, _, status = _measure(_compiled, spec["encoder"], spec["length"], spec["dim"], spec["heads"],
-                                 row["device"], spec["rounds"],
-                                 memory_limit_bytes=memory_cap_bytes(spec["memory_limit_gib"]))
+    result, _, status = _measure(spec, _compiled, spec["encoder"], spec["length"], spec["dim"], spec["heads"],
+                                 row["device"], spec["rounds"])
     if result is None:
         return {**row, "status": _short(status)}
     eager, compiled = result.pop("eager_s") * 1e3, result.pop("compiled_s") * 1e3
@@ -321,8 +311,8 @@ def backend_overhead_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     skipped = {pair: reason for pair in pairs if (reason := _skip_reason(*pair, length, heads, device, limit))}
     configs = [("nope", "sdpa"), *(pair for pair in pairs if pair not in skipped)]
     timing = {"warmup": 0, "max_repeats": rounds, "budget_s": spec["budget_s"], "min_repeats": min(3, rounds)}
-    result, _, status = _measure(time_steps, configs, length, 1, spec["dim"], heads, device, timing,
-                                 timeout=CHILD_TIMEOUT_S * 4, memory_limit_bytes=limit)
+    result, _, status = _measure(spec, time_steps, configs, length, 1, spec["dim"], heads, device, timing,
+                                 timeout=CHILD_TIMEOUT_S * 4)
     result = result or {"timed": {}, "errors": {f"{n}/{b}": status for n, b in configs}}
     base = result["timed"].get("nope/sdpa")
     rows = []
@@ -361,9 +351,7 @@ def rope_application(batch: int, heads: int, length: int, head_dim: int, timing:
     others, missing = reference_ropes(q, k)
     impls.update(others)
     reference = {layout: impls[name].fn() for layout, name in same_layout.items()}
-    timings = time_interleaved({n: i.fn for n, i in impls.items()}, warmup=timing["warmup"],
-                               repeats=timing["max_repeats"], budget_s=timing["budget_s"],
-                               min_repeats=timing["min_repeats"])
+    timings = _interleaved({n: i.fn for n, i in impls.items()}, timing)
     shape = dict(batch=batch, heads=heads, length=length, head_dim=head_dim, dtype="float32")
     rows = []
     for name, impl in impls.items():
@@ -382,8 +370,7 @@ def rope_application(batch: int, heads: int, length: int, head_dim: int, timing:
 
 def rope_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     b, h, length, hd = spec["shape"]
-    rows, _, status = _measure(rope_application, b, h, length, hd, spec["timing"],
-                               memory_limit_bytes=memory_cap_bytes(spec["memory_limit_gib"]))
+    rows, _, status = _measure(spec, rope_application, b, h, length, hd, spec["timing"])
     rows = rows or [dict(implementation="all", library="n/a", batch=b, heads=h, length=length, head_dim=hd,
                          dtype="float32", status=status)]
     return [{**r, "kind": "rope_application"} for r in rows]
@@ -391,31 +378,24 @@ def rope_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------------ report
 PROTOCOL = {
-    "layer": "One causal `MultiHeadAttention(dim={c.dim}, num_heads={c.heads})` layer (head_dim {head_dim}), batch "
-             "{c.batch}, float32, "
+    "layer": "One causal `MultiHeadAttention(dim={c.dim}, num_heads={c.heads})` layer, batch {c.batch}, float32, "
              "forward + backward (`attn(enc.embed(x, pos)).sum().backward()`), each encoder with its registry "
-             "`example_options` (learned: `max_len` raised to L); torch threads: `threads` in results.json's config. "
-             "Time: median over rounds of every encoder of one L interleaved in one forked process, after one "
-             "warm-up call each ({rounds}). "
-             "Memory: peak RSS growth of a fresh forked process running one step (after an L=8 step).",
-    "backends": "One causal `MultiHeadAttention(dim, heads, backend=...)` layer, float32, batch 1, in a forked process "
-                "per configuration. Training: one forward + backward after a warm-up step at L = 256 (dense SDPA is "
-                "skipped where its (B, H, L, L) bias, mask and scores exceed the memory cap). Inference: the median "
-                "of three forward calls after a warm-up call (where flex compiles). Memory with default process "
-                "settings, as users get it (tile buffers freed but kept on the heap count).\n",
-    "rope": "`theirs / ours`: per-round ratio of the time to ours (`apply_rope`, half-split, cos/sin `(L, hd/2)` "
-            "cached), median and IQR over {repeats} interleaved rounds (above 1: ours is faster); `same layout`: "
-            "interleaved libraries against `apply_rope(..., interleaved=True)`; `max abs diff`: from ours in the same "
-            "layout.\n\n",
+             "`example_options` (learned: `max_len` raised to L). Time: median over rounds of every encoder of one L "
+             "interleaved in one forked process after one warm-up call each ({rounds}; rounds used: {used}). "
+             "Memory: peak RSS growth of a fresh forked process running one step (after an L=8 step){cap}.\n",
+    "backends": "One causal `MultiHeadAttention(dim, heads, backend=...)` layer, float32, batch 1, a forked process "
+                "per configuration, with the process defaults a user has. Training: one forward + backward after a "
+                "warm-up step at L = 256 (dense SDPA skipped where its (B, H, L, L) bias, mask and scores exceed "
+                "the memory cap). Inference: median of 3 forward calls after a warm-up call (where flex compiles).\n",
+    "rope": "`theirs / ours`: per-round time ratio to `apply_rope` (half-split, cos/sin `(L, hd/2)` cached), median "
+            "and IQR over {repeats} interleaved rounds (above 1: ours is faster); `same layout`: against "
+            "`apply_rope(..., interleaved=True)` for interleaved libraries; `max abs diff`: from ours, same layout."
+            "\n\n",
 }
 
 
 def _fmt_ms(value: float) -> str:
     return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
-
-
-def _alone(row: dict[str, Any]) -> bool:
-    return str(row.get("timed", "")).startswith("alone")
 
 
 def _by_length(rows: list[dict], cell, columns: list[str], header: list[tuple[str, str]]) -> str:
@@ -430,26 +410,29 @@ def _by_length(rows: list[dict], cell, columns: list[str], header: list[tuple[st
                                                        for L in lengths)])
 
 
-def layer_tables(rows: list[dict[str, Any]]) -> str:
+FORMATS = {"median_ms": ".1f", "min_ms": ".2f", "peak_mib": ".0f", "speedup_vs_sdpa": ".2f", "speedup": ".2f",
+           "memory_ratio_vs_sdpa": ".1f", "eager_ms": ".1f", "compiled_ms": ".1f", "first_call_s": ".1f",
+           "ratio_vs_ours": ".2f", "ratio_vs_same_layout": ".2f", **dict.fromkeys(
+               ("max_abs_diff_vs_sdpa", "max_abs_diff_out", "max_abs_diff_grad", "max_abs_diff_vs_ours"), ".1e")}
+
+
+def layer_table(rows: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> str:
+    ratios = {(r["encoder"], r["length"]): f" ({r['ratio']:.2f}x NoPE)" for r in overhead}
+
     def cell(r):
-        ms = r.get("median_ms")
-        return {"t": _fmt_ms(ms) + (" (alone)" if _alone(r) else "") if ms is not None else _short(r["time_status"]),
-                "m": f"{r['peak_mib']:.1f}" if r.get("peak_mib") is not None else _short(r["memory_status"])}
+        alone = " (alone)" if str(r.get("timed", "")).startswith("alone") else ""
+        return {"t": _fmt_ms(r["median_ms"]) + alone + ratios.get((r["encoder"], r["length"]), "")
+                if r["median_ms"] is not None else _short(r["time_status"]),
+                "m": f"{r['peak_mib']:.1f}" if r["peak_mib"] is not None else _short(r["memory_status"])}
 
-    shown = [{**r, "hooks": ", ".join(r["hooks"]) or "none"} for r in rows]
-    failures = [f"* {r['encoder']} L={r['length']} {what}: {r[key]}" for r in rows
-                for key, what in (("time_status", "time"), ("memory_status", "memory")) if r[key] != "ok"]
-    alone = [f"* {r['encoder']} L={r['length']}: timed {r['timed']}, {r['repeats']} rounds" for r in rows if _alone(r)]
-    return ("### Forward + backward time (median ms)\n\n"
-            + _by_length(shown, cell, ["encoder", "hooks"], [("t", "L={L} ms")])
-            + "\n### Peak memory (MiB of RSS growth in a fresh forked process)\n\n"
-            + _by_length(shown, cell, ["encoder"], [("m", "L={L} MiB")])
-            + ("\nFailed configurations (not measured):\n\n" + "\n".join(failures) + "\n" if failures else "")
-            + ("\nTimed in a process of their own (failed when interleaved with the others):\n\n"
-               + "\n".join(alone) + "\n" if alone else ""))
+    notes = [f"* {r['encoder']} L={r['length']} {key}: {r[key]}" for r in rows for key in
+             ("time_status", "memory_status", "timed") if not str(r.get(key, "ok")).startswith(("ok", "interleaved"))]
+    return ("### Forward + backward: median ms (over NoPE's) and peak MiB (RSS growth of a fresh forked process)\n\n"
+            + _by_length([{**r, "hooks": ", ".join(r["hooks"]) or "none"} for r in rows], cell, ["encoder", "hooks"],
+                         [("t", "L={L} ms"), ("m", "L={L} MiB")]) + "".join(f"{n}\n" for n in notes))
 
 
-def backend_tables(train, infer, overhead, compiled, backend_overhead) -> str:
+def backend_tables(train, infer, compiled, backend_overhead) -> str:
     parts = []
     if train:
         parts.append("### Training step per backend (forward + backward: seconds / peak MiB)\n\n" + _by_length(
@@ -460,13 +443,7 @@ def backend_tables(train, infer, overhead, compiled, backend_overhead) -> str:
         parts.append(f"\n### Inference, forward only, L={infer[0]['length']}\n\n" + markdown_table(
             infer, ["encoder", "backend", ("median_ms", "median ms"), ("peak_mib", "peak MiB"),
                     ("speedup_vs_sdpa", "sdpa / flex time"), ("memory_ratio_vs_sdpa", "sdpa / flex memory"),
-                    ("max_abs_diff_vs_sdpa", "max abs diff vs sdpa"), "status"],
-            {"median_ms": ".1f", "peak_mib": ".0f", "speedup_vs_sdpa": ".2f", "memory_ratio_vs_sdpa": ".1f",
-             "max_abs_diff_vs_sdpa": ".1e"}))
-    if overhead:
-        parts.append(f"### Overhead against NoPE, L={overhead[0]['length']}, forward + backward, backend auto\n\n"
-                     + markdown_table(overhead, ["encoder", ("median_ms", "median ms"), ("ratio", "/ NoPE")],
-                                      {"median_ms": ".1f", "ratio": ".2f"}))
+                    ("max_abs_diff_vs_sdpa", "max abs diff vs sdpa"), "status"], FORMATS))
     if compiled:
         parts.append(f"### Compiled against eager, L={compiled[0]['length']}, forward + backward, backend sdpa\n\n"
                      "`torch.compile(layer, fullgraph=True)` (inductor): medians over interleaved rounds after the "
@@ -474,9 +451,7 @@ def backend_tables(train, infer, overhead, compiled, backend_overhead) -> str:
                          compiled, ["encoder", ("eager_ms", "eager ms"), ("compiled_ms", "compiled ms"),
                                     ("speedup", "eager / compiled"), ("first_call_s", "first call s"),
                                     ("max_abs_diff_out", "max abs diff out"),
-                                    ("max_abs_diff_grad", "max abs diff grad"), "status"],
-                         {"eager_ms": ".1f", "compiled_ms": ".1f", "speedup": ".2f", "first_call_s": ".1f",
-                          "max_abs_diff_out": ".1e", "max_abs_diff_grad": ".1e"}))
+                                    ("max_abs_diff_grad", "max abs diff grad"), "status"], FORMATS))
     if backend_overhead:
         parts.append(
             "\n### Forward + backward against NoPE's SDPA, per backend (interleaved rounds in one process)\n\n"
@@ -500,11 +475,9 @@ def rope_table(rows: list[dict[str, Any]]) -> str:
                              ["implementation", "layout", ("median_ms", "median ms"), ("min_ms", "min ms"),
                               ("ratio_vs_ours", "theirs / ours"), ("iqr", "IQR of ratio"),
                               ("ratio_vs_same_layout", "theirs / ours same layout"),
-                              ("max_abs_diff_vs_ours", "max abs diff"), "status"],
-                             {"median_ms": ".2f", "min_ms": ".2f", "ratio_vs_ours": ".2f",
-                              "ratio_vs_same_layout": ".2f", "max_abs_diff_vs_ours": ".1e"})
+                              ("max_abs_diff_vs_ours", "max abs diff"), "status"], {**FORMATS, "median_ms": ".2f"})
             + "\n" + "\n".join(f"* `{r['implementation']}` ({r['library']} {r.get('version', '')}): {r['what']}"
-                               if r["status"] == "ok" else f"* `{r['implementation']}`: {r['status']}" for r in rows))
+                                if r["status"] == "ok" else f"* `{r['implementation']}`: {r['status']}" for r in rows))
 
 
 # ------------------------------------------------------------------------------------------------- plots
@@ -552,23 +525,6 @@ def plot_rope(rows: list[dict[str, Any]]):
     return finish(fig, "RoPE time", legend=False)
 
 
-def _plots(result: Result) -> dict[str, Any]:
-    """``{file name: draw()}`` of the plots this result has data for."""
-    rope, overhead = result.derived_of("rope_application"), result.derived_of("backend_overhead")
-    train = [r for r in result.rows if r["kind"] == "backend_train"]
-    plots = {"layer_time_memory_vs_length.png": lambda: plot_layer(result.derived_of("attention_layer"))}
-    if any(r["status"] == "ok" for r in rope):
-        plots["rope_application.png"] = lambda: plot_rope(rope)
-    if train:
-        plots["backend_memory_vs_length.png"] = lambda: plot_vs_length(
-            [([r for r in train if r["status"] == "ok"], "peak_mib", "peak RSS growth, MiB (one layer, forward + "
-              "backward)", "Training memory per backend (dashed: dense sdpa, solid: blocked)")],
-            {"sdpa": "--", "blocked": "-", "flex": ":"})
-    if overhead:
-        plots["overhead_vs_length.png"] = lambda: plot_backend_overhead(overhead)
-    return plots
-
-
 # --------------------------------------------------------------------------------------------- benchmark
 PARTS = {"attention_layers": layer_rows, "backend_train": backend_train_row, "backend_inference": backend_infer_rows,
          "compiled_vs_eager": compiled_row, "backend_overheads": backend_overhead_rows, "rope_applications": rope_rows}
@@ -578,8 +534,6 @@ PARTS = {"attention_layers": layer_rows, "backend_train": backend_train_row, "ba
 class Speed(Benchmark):
     name = "speed"
     title = "Speed: attention layer per encoder and RoPE application"
-    description = ("time and memory of one attention layer per encoder and backend, torch.compile, and RoPE "
-                   "application against transformers / rotary-embedding-torch / x-transformers")
     Config = Config
     key_fields = ("kind", "encoder", "backend", "length")
     exclusive = True  # timings: never run next to another run
@@ -622,8 +576,7 @@ class Speed(Benchmark):
 
     def progress_label(self, row: dict[str, Any]) -> str:
         statuses = [r.get("status", r.get("time_status")) for r in row.get("rows", [row])]
-        return (f"{row['kind']} {row['encoder']} {row['backend']} L={row['length']}: "
-                f"{statuses.count('ok')} of {len(statuses)} ok")
+        return f"{row['kind']} {row['encoder']} {row['backend']} L={row['length']}: {statuses.count('ok')} ok"
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         """The measured rows of every run (a run of several configurations holds them in ``rows``)."""
@@ -631,7 +584,19 @@ class Speed(Benchmark):
         return flat + overhead_rows([r for r in flat if r["kind"] == "attention_layer"])
 
     def plot(self, result: Result) -> dict[str, Any]:
-        return {name: draw() for name, draw in _plots(result).items()}
+        rope, overhead = result.derived_of("rope_application"), result.derived_of("backend_overhead")
+        train = [r for r in result.rows if r["kind"] == "backend_train" and r["status"] == "ok"]
+        plots = {"layer_time_memory_vs_length.png": plot_layer(result.derived_of("attention_layer"))}
+        if any(r["status"] == "ok" for r in rope):
+            plots["rope_application.png"] = plot_rope(rope)
+        if train:
+            plots["backend_memory_vs_length.png"] = plot_vs_length(
+                [(train, "peak_mib", "peak RSS growth, MiB (one layer, forward + backward)",
+                  "Training memory per backend (dashed: dense sdpa, solid: blocked)")],
+                {"sdpa": "--", "blocked": "-", "flex": ":"})
+        if overhead:
+            plots["overhead_vs_length.png"] = plot_backend_overhead(overhead)
+        return plots
 
     def report(self, result: Result) -> str:
         layer, c, limit = result.derived_of("attention_layer"), result.config.layer, memory_cap_bytes(
@@ -639,15 +604,13 @@ class Speed(Benchmark):
         t = c.timing
         rounds = (f"new rounds until {t.budget_s:.0f} s are spent, {t.min_repeats} to {t.max_repeats}"
                   if t.budget_s is not None else f"{t.max_repeats} rounds")
-        body = [PROTOCOL["layer"].format(c=c, head_dim=c.dim // c.heads, rounds=rounds) + (
-            f" Each forked process may grow by at most {limit / 2**30:.1f} GiB (`memory_limit_gib`); above it a "
-            "configuration fails (out of memory)." if limit is not None else "") + "\n",
-            "Rounds used per length: " + ", ".join(
-                f"L={L}: {next((r['repeats'] for r in layer if r['length'] == L and r['repeats']), 0)}"
-                for L in c.lengths) + ".\n", layer_tables(layer) if layer else ""]
+        used = ", ".join(f"L={L}: {next((r['repeats'] for r in layer if r['length'] == L and r['repeats']), 0)}"
+                         for L in c.lengths)
+        cap = f"; at most {limit / 2**30:.1f} GiB of growth (`memory_limit_gib`)" if limit is not None else ""
+        body = [PROTOCOL["layer"].format(c=c, rounds=rounds, used=used, cap=cap),
+                layer_table(layer, result.derived_of("overhead_vs_nope")) if layer else ""]
         parts = ([r for r in result.rows if r["kind"] == "backend_train"], result.derived_of("backend_infer"),
-                 result.derived_of("overhead_vs_nope"), [r for r in result.rows if r["kind"] == "compiled_vs_eager"],
-                 result.derived_of("backend_overhead"))
+                 [r for r in result.rows if r["kind"] == "compiled_vs_eager"], result.derived_of("backend_overhead"))
         if any(parts):
             on_gpu = any(r.get("device") == "cuda" for part in parts for r in part)
             body += ["\n## Attention backends\n", PROTOCOL["backends"],
@@ -655,9 +618,6 @@ class Speed(Benchmark):
                      backend_tables(*parts)]
         if rope := result.derived_of("rope_application"):
             body.append(rope_table(rope))
-        body.append("\nPlots: " + ", ".join(f"![{name[:-4]}]({name})" for name in _plots(result)))
-        body.append(f"\nTotal wall time: {result.seconds:.1f} s on {os.cpu_count()} CPUs; the load average is in "
-                    "results.json's environment (above this benchmark's threads: other work slowed the timings).")
         return "\n".join(body)
 
 

@@ -108,8 +108,7 @@ def test_smoke_report_has_tables_and_command(smoke_run):
     directory, _ = smoke_run
     text = (directory / "report.md").read_text()
     assert "python benchmarks/speed.py --quick --out " in text and "--set 'layer.lengths=[32, 48]'" in text
-    assert "| encoder | hooks | L=32 ms | L=48 ms |" in text
-    assert "| encoder | L=32 MiB | L=48 MiB |" in text
+    assert "| encoder | hooks | L=32 ms | L=48 ms | L=32 MiB | L=48 MiB |" in text
     assert "| rope | rotate |" in text and "| alibi | bias |" in text
     assert "theirs / ours" in text and ".png)" in text
 
