@@ -287,16 +287,12 @@ def backend_infer_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _compiled(name: str, length: int, dim: int, heads: int, device: str, rounds: int) -> dict[str, Any]:
-    """Child: the sdpa layer eager against compiled (:func:`pe_toolkit.bench.timing.compiled_vs_eager`)."""
-    layer = _backend_layer(name, length, "sdpa", dim, heads, device)
-    return compiled_vs_eager(layer, torch.randn(1, length, dim, device=device, requires_grad=True), rounds)
-
-
 def compiled_row(spec: dict[str, Any]) -> dict[str, Any]:
     row = _row(spec, "compiled_vs_eager", "sdpa", compiler="inductor", rounds=spec["rounds"])
-    result, _, status = _measure(spec, _compiled, spec["encoder"], spec["length"], spec["dim"], spec["heads"],
-                                 row["device"], spec["rounds"])
+    length, dim, device = spec["length"], spec["dim"], row["device"]
+    result, _, status = _measure(spec, lambda: compiled_vs_eager(  # in the child: sdpa eager against compiled
+        _backend_layer(spec["encoder"], length, "sdpa", dim, spec["heads"], device),
+        torch.randn(1, length, dim, device=device, requires_grad=True), spec["rounds"]))
     if result is None:
         return {**row, "status": _short(status)}
     eager, compiled = result.pop("eager_s") * 1e3, result.pop("compiled_s") * 1e3
@@ -573,10 +569,6 @@ class Speed(Benchmark):
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
         measured = PARTS[spec["kind"]](spec)
         return measured if isinstance(measured, dict) else {k: spec[k] for k in self.key_fields} | {"rows": measured}
-
-    def progress_label(self, row: dict[str, Any]) -> str:
-        statuses = [r.get("status", r.get("time_status")) for r in row.get("rows", [row])]
-        return f"{row['kind']} {row['encoder']} {row['backend']} L={row['length']}: {statuses.count('ok')} ok"
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         """The measured rows of every run (a run of several configurations holds them in ``rows``)."""
