@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ACCELERATORS", "PRECISIONS", "ModelSize", "RunOptions", "load_config", "merge", "parse_override",
+__all__ = ["ACCELERATORS", "PRECISIONS", "Dropout", "ModelSize", "RunOptions", "load_config", "merge", "parse_override",
            "quiet_trainer", "read_yaml", "to_dataclass", "trainer_options"]
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
@@ -30,9 +30,12 @@ EXECUTORS = ("local", "ray")
 
 
 try:  # a core dependency; a --no-deps install gets _require_config_libraries' message when it loads a preset
-    from jsonargparse.typing import PositiveInt
+    from jsonargparse.typing import PositiveInt, restricted_number_type
+
+    Dropout = restricted_number_type("Dropout", float, [(">=", 0.0), ("<", 1.0)], join="and")
+    """A dropout probability in [0, 1). Defined once: jsonargparse refuses a second type with the same bounds."""
 except ImportError:  # pragma: no cover
-    PositiveInt = int
+    PositiveInt, Dropout = int, float
 
 
 @dataclasses.dataclass

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from tiny_benchmark import Tiny
 
 from pe_toolkit.bench import Benchmark, RunOptions, load_config, run
+from pe_toolkit.bench.config import Dropout
 from pe_toolkit.bench.report import fairness_section
 from pe_toolkit.bench.verdict import claim_row, decide_claim
 
@@ -111,3 +114,18 @@ def test_model_size_is_checked_by_type():
     assert to_dataclass(ModelSize, {"dim": 8, "num_heads": 2, "num_layers": 1}) == ModelSize(8, 2, 1)
     with pytest.raises(ValueError, match=r"(?s)config\.num_heads.*PositiveInt"):
         to_dataclass(ModelSize, {"dim": 8, "num_heads": 0, "num_layers": 1})
+
+
+@dataclasses.dataclass
+class _WithDropout:
+    dropout: Dropout = 0.0
+
+
+def test_dropout_type_is_in_zero_one():
+    from pe_toolkit.bench.config import to_dataclass
+
+    Model = _WithDropout
+    assert to_dataclass(Model, {"dropout": 0.5}).dropout == 0.5
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match="(?s)config.dropout.*Dropout"):
+            to_dataclass(Model, {"dropout": bad})
