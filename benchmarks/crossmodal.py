@@ -1,11 +1,10 @@
 """CMC-PE vs cross-attention vs no conditioning for joint audio-video diffusion (Ishii et al. 2024, arXiv:2409.17550).
 
-The joint denoiser (:class:`pe_toolkit.domains.crossmodal.models.JointDenoiser`) trains on seeded bouncing-ball clips
-with each connector of :data:`VARIANTS` (``none``: the control; ``cross_attention``: the paper's CoDi-style baseline;
-``cross_attention_rope``: an extra baseline with RoPE on query and key times; ``cmc_pe``), samples clips with and
-without the timestep adjustment (``gammas``), and scores them with AV-Align against each model's own chance floor
-(:func:`~pe_toolkit.domains.crossmodal.alignment.chance_floor`): ``gain = AV-Align - floor``. A connector comparison
-is untested unless one side aligns beyond its floor. The design and measured results: docs/tutorials/crossmodal.md.
+The joint denoiser trains on seeded bouncing-ball clips with each connector of :data:`VARIANTS` (``none``: the
+control; ``cross_attention``: the paper's baseline; ``cross_attention_rope``: an extra one; ``cmc_pe``), samples clips
+with and without the timestep adjustment (``gammas``) and scores them with AV-Align against each model's own chance
+floor: ``gain = AV-Align - floor``. A connector comparison is untested unless one side aligns beyond its floor.
+Design and results: docs/tutorials/crossmodal.md.
 
     python benchmarks/crossmodal.py --quick                  # pipeline check, < 2 minutes
     python benchmarks/crossmodal.py --jobs 2                 # the full CPU preset
@@ -248,12 +247,9 @@ class CrossModal(Benchmark):
 
     def expand(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per gamma (the run's drawn clip, if any, on the first)."""
-        return [{"variant": row["variant"], "gamma": scores["gamma"], "seed": row["seed"],
-                 **{k: v for k, v in scores.items() if k not in ("gamma", "sample_seconds")},
-                 "lr": row["lr"], "val_loss": row["val_loss"], "train_seconds": row["train_seconds"],
-                 "sample_seconds": scores["sample_seconds"], "parameters": row["parameters"], "kind": "run",
-                 **({"clip": row["clip"]} if index == 0 and row["clip"] is not None else {})}
-                for index, scores in enumerate(row["gammas"])]
+        run = {k: v for k, v in row.items() if k not in ("gammas", "clip")}
+        return [{**run, **scores, "kind": "run", **({"clip": row["clip"]} if i == 0 and row["clip"] else {})}
+                for i, scores in enumerate(row["gammas"])]
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         from pe_toolkit.domains.crossmodal.alignment import reference_levels

@@ -1,17 +1,13 @@
 """Detection: RecursiveDet's shared decoder stage with box / centerness PEs against independent stages.
 
-Zhao, Sun, Li 2023, "RecursiveDet" (arXiv:2307.13619) claim that a region-based detector whose decoder stages share
-parameters, with the proposal-box PE and the centerness PE, beats independent stages with fewer parameters. Five
-variants (a 2 x 2 design of sharing x PEs, :data:`COMPARISONS`) train on the same images (seeded shapes, or your
-COCO files) with the same lr grid; COCO mAP (pycocotools) on the test set. The centerness term cancels in the
-dynamic layer's LayerNorm, so its claim is untested. The design and measured results: docs/tutorials/detection.md.
+Zhao, Sun, Li 2023, "RecursiveDet" (arXiv:2307.13619): a region-based detector whose decoder stages share parameters,
+with the proposal-box PE and the centerness PE, beats independent stages with fewer parameters. Five variants (a 2 x 2
+design of sharing x PEs, :data:`COMPARISONS`) train on the same images (seeded shapes, or your COCO files) with the
+same lr grid; COCO mAP (pycocotools) on the test set. Design, COCO use and results: docs/tutorials/detection.md.
 
     python benchmarks/detection.py --quick              # pipeline check, < 2 minutes here
     python benchmarks/detection.py --jobs 2             # full CPU preset
     pe-toolkit bench detection --preset gpu --accelerator cuda --jobs 4
-    python benchmarks/detection.py --set data.kind=coco --set data.coco.train_annotations=ann.json \\
-        --set data.coco.train_image_dir=imgs/ --set data.coco.test_annotations=test.json \\
-        --set data.coco.test_image_dir=imgs_test/ --set data.image_size=128     # your COCO files
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.verdict import claim_row, decide_claim, untested_claim
 
-# the names of pe_toolkit.domains.detection.DETECTOR_VARIANTS (here so that --help and the config checks do not
-# import torch; a test keeps the two equal)
+# pe_toolkit.domains.detection.DETECTOR_VARIANTS without importing torch (a test keeps the two equal)
 Variant = Literal["independent", "recursive", "recursive_box", "recursive_box_centerness", "independent_box_centerness"]
 VARIANTS = typing.get_args(Variant)
 CENTERNESS_CANCELS = ("the centerness term cancels in the dynamic layer's LayerNorm (as in the official code), so "

@@ -1,12 +1,11 @@
 """Multi-robot pose estimation: NOPE (with and without the object PE) against descriptor matching + RANSAC.
 
-Huang et al. 2025, "NOPE" (arXiv:2506.14180), on the seeded 2-D simulator of :mod:`pe_toolkit.domains.multirobot`
-(30 % of the pairs do not overlap). Per seed (its own worlds and initialisation) NOPE trains with each object PE
-(``fourier``, ``rope2d``, ``none``); it and the classical baseline get the same number of decision-threshold
-configurations, tuned on the seed's validation pairs by ``(F1 + NDA) / 2``. Test metrics: match F1, non-overlap
-detection, pose errors and success (NOPE's pose head and Procrustes on its matches), bytes per message. A pose
-claim is untested unless the pose source fits its own training pairs (:data:`TRAIN_FIT`). The design and measured
-results: docs/tutorials/multirobot.md.
+Huang et al. 2025, "NOPE" (arXiv:2506.14180), on the seeded 2-D simulator of :mod:`pe_toolkit.domains.multirobot`.
+Per seed (its own worlds and initialisation) NOPE trains with each object PE (its lr tuned per PE by the harness);
+it and the classical baseline get the same number of decision-threshold configurations, tuned on the seed's
+validation pairs by ``(F1 + NDA) / 2``. Test metrics: match F1, non-overlap detection, pose errors and success,
+bytes per message. A pose claim is untested unless the pose source fits its own training pairs (:data:`TRAIN_FIT`).
+Design and results: docs/tutorials/multirobot.md.
 
     python benchmarks/multirobot.py --quick               # pipeline check, < 2 minutes here
     python benchmarks/multirobot.py --jobs 2              # the full CPU preset
@@ -153,10 +152,9 @@ def run_nope(spec: dict[str, Any]) -> dict[str, Any]:
     from pe_toolkit.domains.multirobot.model import NOPEConfig
 
     data, _, _, message_bytes = _setup(spec)
-    pe, seed, model, training = spec["arm"], spec["seed"], spec["model"], spec["training"]
+    pe, seed, training = spec["arm"], spec["seed"], spec["training"]
     L.seed_everything(seed, verbose=False)
-    config = NOPEConfig(descriptor_dim=data.config.descriptor_dim, dim=model["dim"], num_heads=model["num_heads"],
-                        graph_layers=model["graph_layers"], cross_layers=model["cross_layers"], object_pe=pe)
+    config = NOPEConfig(descriptor_dim=data.config.descriptor_dim, object_pe=pe, **spec["model"])
     module = NOPEModule(config, lr=spec["lr"], warmup_steps=min(50, training["steps"] // 10),
                         max_steps=training["steps"])
     trainer = quiet_trainer(spec["device"], max_steps=training["steps"], limit_val_batches=0, num_sanity_val_steps=0)
