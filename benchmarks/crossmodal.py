@@ -1,11 +1,10 @@
 """CMC-PE vs cross-attention vs no conditioning for joint audio-video diffusion (Ishii et al. 2024, arXiv:2409.17550).
 
-The joint denoiser (:class:`pe_toolkit.domains.crossmodal.models.JointDenoiser`) trains on seeded bouncing-ball clips
-with each connector of :data:`VARIANTS` (``none``: the control; ``cross_attention``: the paper's CoDi-style baseline;
-``cross_attention_rope``: an extra baseline with RoPE on query and key times; ``cmc_pe``), samples clips with and
-without the timestep adjustment (``gammas``), and scores them with AV-Align against each model's own chance floor
-(:func:`~pe_toolkit.domains.crossmodal.alignment.chance_floor`): ``gain = AV-Align - floor``. A connector comparison
-is untested unless one side aligns beyond its floor. The design and measured results: docs/tutorials/crossmodal.md.
+The joint denoiser trains on seeded bouncing-ball clips with each connector of :data:`VARIANTS` (``none``: the
+control; ``cross_attention``: the paper's baseline; ``cross_attention_rope``: an extra one; ``cmc_pe``), samples clips
+with and without the timestep adjustment (``gammas``) and scores them with AV-Align against each model's own chance
+floor: ``gain = AV-Align - floor``. A connector comparison is untested unless one side aligns beyond its floor.
+Design and results: docs/tutorials/crossmodal.md.
 
     python benchmarks/crossmodal.py --quick                  # pipeline check, < 2 minutes
     python benchmarks/crossmodal.py --jobs 2                 # the full CPU preset
@@ -18,16 +17,15 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Any
+from typing import Any, Literal
 
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct, positives
+from pe_toolkit.bench.config import ModelSize
 from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure, plot_intervals
-from pe_toolkit.bench.report import fairness_section, markdown_table
-from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim
+from pe_toolkit.bench.verdict import claim_row, decide_claim
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "none": {"connector": "none"},
@@ -48,10 +46,7 @@ class Data:
 
 
 @dataclasses.dataclass
-class Model:
-    dim: PositiveInt
-    num_heads: PositiveInt
-    num_layers: PositiveInt
+class Model(ModelSize):
     num_steps: PositiveInt
 
 
@@ -59,7 +54,9 @@ class Model:
 class Training:
     steps: PositiveInt
     batch_size: PositiveInt
-    lrs: list[float]
+    lrs: list[float]  # the tuning grid every variant gets, extended past an edge choice by at most max_extensions
+    max_extensions: NonNegativeInt = 0
+    scale: Literal["log", "linear"] = "log"
 
 
 @dataclasses.dataclass
@@ -123,9 +120,6 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     return {"variant": spec["variant"], "seed": seed, "lr": spec["lr"], "val_loss": float(val_loss),
             "train_seconds": train_seconds, "parameters": sum(p.numel() for p in module.model.parameters()),
             "gammas": gammas, "clip": clip}
-
-
-summarize_rows = functools.partial(summarize_groups, by=("variant", "gamma"), metrics=METRICS, bounds=BOUNDS)
 
 
 def _per_seed(rows: list[dict[str, Any]], variant: str, gamma: float, key: str) -> dict[int, Any]:
@@ -222,14 +216,16 @@ def why_not_note(summary: list[dict[str, Any]], claim_rows: list[dict[str, Any]]
 class CrossModal(Benchmark):
     name = "crossmodal"
     title = "Cross-modal: CMC-PE vs cross-attention for sounding-video diffusion"
-    description = ("AV-Align above each model's chance floor for joint audio-video diffusion: CMC-PE vs "
-                   "cross-attention, and the timestep adjustment (Ishii et al. 2024)")
     Config = Config
     key_fields = ("variant", "seed")
     run_one = staticmethod(run_one)
+    summary_by = ("variant", "gamma")
+    summary_metrics = {metric: BOUNDS.get(metric) for metric in METRICS}
+    run_columns = ("variant", "gamma", "seed", "lr", "av_align", "floor", "gain", "val_loss", "parameters")
+    held_out = "clips are sampled from noise; real clips only set the reference lines and the validation loss"
+    same_budget = "trains on the same clips for the same steps with the same model width"
 
     def check(self, config: Config) -> None:
-        distinct("seeds", config.seeds)
         distinct("variants", config.variants, allowed=VARIANTS)
         positives("training.lrs", config.training.lrs)
         positives("sampling.gammas", config.sampling.gammas)
@@ -245,17 +241,15 @@ class CrossModal(Benchmark):
                 for s in config.seeds for v in config.variants]
 
     def tuning(self, config: Config) -> Tuning:
-        return Tuning(param="lr", values=[float(lr) for lr in config.training.lrs], metric="val_loss",
-                      maximize=False, group="variant")
+        training = config.training
+        return Tuning(param="lr", values=training.lrs, metric="val_loss", maximize=False, group="variant",
+                      scale=training.scale, max_extensions=training.max_extensions)
 
     def expand(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per gamma (the run's drawn clip, if any, on the first)."""
-        return [{"variant": row["variant"], "gamma": scores["gamma"], "seed": row["seed"],
-                 **{k: v for k, v in scores.items() if k not in ("gamma", "sample_seconds")},
-                 "lr": row["lr"], "val_loss": row["val_loss"], "train_seconds": row["train_seconds"],
-                 "sample_seconds": scores["sample_seconds"], "parameters": row["parameters"], "kind": "run",
-                 **({"clip": row["clip"]} if index == 0 and row["clip"] is not None else {})}
-                for index, scores in enumerate(row["gammas"])]
+        run = {k: v for k, v in row.items() if k not in ("gammas", "clip")}
+        return [{**run, **scores, "kind": "run", **({"clip": row["clip"]} if i == 0 and row["clip"] else {})}
+                for i, scores in enumerate(row["gammas"])]
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         from pe_toolkit.domains.crossmodal.alignment import reference_levels
@@ -263,7 +257,27 @@ class CrossModal(Benchmark):
         val = clips(max(result.config.data.eval_clips, 64), 1)
         reference = {"kind": "reference", **reference_levels(val.video, val.audio),
                      "video_shape": list(val.video.shape[1:]), "audio_shape": list(val.audio.shape[1:])}
-        return [reference] + [{"kind": "summary", **s} for s in summarize_rows(result.rows)] + claims(result.rows)
+        return [reference, *super().analyze(result)]
+
+    def claims(self, result: Result) -> list[dict[str, Any]]:
+        return claims(result.rows)
+
+    def describe(self, result: Result) -> str:
+        config, reference = result.config, result.derived_of("reference")[0]
+        model, training = config.model, config.training
+        return (f"Bouncing-ball clips: video {tuple(reference['video_shape'])} (T_v, H, W), audio spectrogram "
+                f"{tuple(reference['audio_shape'])} (T_a, F); {config.data.train_clips} training clips. Joint denoiser "
+                f"dim {model.dim}, {model.num_layers} block(s) + connector per modality, {training.steps} steps of "
+                f"batch {training.batch_size}; {config.data.eval_clips} clips sampled per model and gamma. Held-out "
+                f"real clips score AV-Align {reference['real']:.3f} as drawn, {reference['shuffled']:.3f} re-paired, "
+                f"with {reference['real_audio_events']:.2f} audio onsets and {reference['real_video_events']:.2f} "
+                "video motion peaks per clip. A clip without events has no AV-Align (`silent_clips`).\n\n"
+                + why_not_note(result.derived_of("summary"), result.derived_of("claim"), reference))
+
+    def fairness_notes(self, result: Result) -> list[str]:
+        return ["Each model's chance floor is its own samples re-paired (clip i's audio with clip i+1's video): the "
+                "same event counts without alignment. A connector comparison is untested unless one side aligns "
+                "beyond it."]
 
     def plot(self, result: Result) -> dict[str, Any]:
         from pe_toolkit.domains.crossmodal.plotting import decode_picture, plot_clips
@@ -272,41 +286,6 @@ class CrossModal(Benchmark):
         samples = {r["variant"]: tuple(map(decode_picture, r["clip"])) for r in result.rows if r.get("clip")}
         return {"av_align.png": plot_scores(result.derived_of("summary"), reference),
                 **({"samples.png": plot_clips(samples)} if samples else {})}
-
-    def report(self, result: Result) -> str:
-        config, summary, claim_rows = result.config, result.derived_of("summary"), result.derived_of("claim")
-        reference = result.derived_of("reference")[0]
-        data, model, training, sampling = config.data, config.model, config.training, config.sampling
-        return "\n\n".join([
-            f"Bouncing-ball clips: video {tuple(reference['video_shape'])} (T_v, H, W), audio spectrogram "
-            f"{tuple(reference['audio_shape'])} (T_a, F); {data.train_clips} training clips. Joint denoiser dim "
-            f"{model.dim}, {model.num_layers} block(s) + connector per modality, T = {model.num_steps} diffusion "
-            f"steps, {training.steps} training steps of batch {training.batch_size}; {data.eval_clips} clips sampled "
-            f"per model and gamma with {sampling.sampling_steps} DDIM steps. Seeds {config.seeds}; device "
-            f"{result.device}; {result.seconds:.0f} s.",
-            f"Reference levels on held-out real clips: AV-Align {reference['real']:.3f} as drawn, "
-            f"{reference['shuffled']:.3f} re-paired (audio of the next clip); {reference['real_audio_events']:.2f} "
-            f"audio onsets and {reference['real_video_events']:.2f} video motion peaks per clip.",
-            fairness_section(self.tuning(config), config.seeds, same_budget="trains on the same clips for the same "
-                             "steps with the same model width", held_out="clips are sampled from noise; real clips "
-                             "only set the reference lines and the validation loss", notes=[
-                                 "Each model's chance floor is its own samples re-paired (clip i's audio with clip "
-                                 "i+1's video): the same event counts without alignment. A connector comparison is "
-                                 "untested unless one side aligns beyond it."]),
-            why_not_note(summary, claim_rows, reference) + "## AV-Align of sampled clips (mean [95 % interval])",
-            summary_table(summary, ["variant", "gamma", "runs"], [
-                ("av_align", "AV-Align"), ("floor", "chance floor"), "gain", ("audio_events", "audio onsets / clip"),
-                ("video_events", "video peaks / clip"), ("silent_clips", "clips without events"),
-                ("val_loss", "val loss")], {"audio_events": ".2f", "video_events": ".2f"}, formats={"gamma": "g"}),
-            "A clip without events has no AV-Align (counted in its own column); a run without any, none (non-finite).",
-            "## Claims", claims_table(claim_rows), "## Runs",
-            markdown_table(result.rows, ["variant", "gamma", "seed", "lr", ("av_align", "AV-Align"), "floor", "gain",
-                                         ("val_loss", "val loss"), "parameters", ("train_seconds", "train s"),
-                                         ("sample_seconds", "sample s")],
-                           {"gamma": "g", "lr": "g", "av_align": ".3f", "floor": ".3f", "gain": "+.3f",
-                            "val_loss": ".4f", "train_seconds": ".0f", "sample_seconds": ".1f"}),
-            "![AV-Align](av_align.png)", "![samples](samples.png)",
-        ])
 
 
 if __name__ == "__main__":

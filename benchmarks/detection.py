@@ -1,17 +1,13 @@
 """Detection: RecursiveDet's shared decoder stage with box / centerness PEs against independent stages.
 
-Zhao, Sun, Li 2023, "RecursiveDet" (arXiv:2307.13619) claim that a region-based detector whose decoder stages share
-parameters, with the proposal-box PE and the centerness PE, beats independent stages with fewer parameters. Five
-variants (a 2 x 2 design of sharing x PEs, :data:`COMPARISONS`) train on the same images (seeded shapes, or your
-COCO files) with the same lr grid; COCO mAP (pycocotools) on the test set. The centerness term cancels in the
-dynamic layer's LayerNorm, so its claim is untested. The design and measured results: docs/tutorials/detection.md.
+Zhao, Sun, Li 2023, "RecursiveDet" (arXiv:2307.13619): a region-based detector whose decoder stages share parameters,
+with the proposal-box PE and the centerness PE, beats independent stages with fewer parameters. Five variants (a 2 x 2
+design of sharing x PEs, :data:`COMPARISONS`) train on the same images (seeded shapes, or your COCO files) with the
+same lr grid; COCO mAP (pycocotools) on the test set. Design, COCO use and results: docs/tutorials/detection.md.
 
     python benchmarks/detection.py --quick              # pipeline check, < 2 minutes here
     python benchmarks/detection.py --jobs 2             # full CPU preset
     pe-toolkit bench detection --preset gpu --accelerator cuda --jobs 4
-    python benchmarks/detection.py --set data.kind=coco --set data.coco.train_annotations=ann.json \\
-        --set data.coco.train_image_dir=imgs/ --set data.coco.test_annotations=test.json \\
-        --set data.coco.test_image_dir=imgs_test/ --set data.image_size=128     # your COCO files
 """
 
 from __future__ import annotations
@@ -24,17 +20,15 @@ import time
 import typing
 from typing import Any, Literal
 
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct, positives
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
-from pe_toolkit.bench.report import fairness_section, markdown_table
-from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.verdict import claim_row, decide_claim, untested_claim
 
-# the names of pe_toolkit.domains.detection.DETECTOR_VARIANTS (here so that --help and the config checks do not
-# import torch; a test keeps the two equal)
+# pe_toolkit.domains.detection.DETECTOR_VARIANTS without importing torch (a test keeps the two equal)
 Variant = Literal["independent", "recursive", "recursive_box", "recursive_box_centerness", "independent_box_centerness"]
 VARIANTS = typing.get_args(Variant)
 CENTERNESS_CANCELS = ("the centerness term cancels in the dynamic layer's LayerNorm (as in the official code), so "
@@ -93,7 +87,9 @@ class Model:
 class Training:
     steps: PositiveInt
     batch_size: PositiveInt
-    lrs: list[float]  # the tuning grid every variant gets
+    lrs: list[float]  # the tuning grid every variant gets, extended past an edge choice by at most max_extensions
+    max_extensions: NonNegativeInt = 0
+    scale: Literal["log", "linear"] = "log"
 
 
 @dataclasses.dataclass
@@ -156,10 +152,6 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-summarize_rows = functools.partial(summarize_groups, by=("variant",), metrics=METRICS, bounds=(0.0, 1.0),
-                                   keep=("parameters",))
-
-
 def _mean_val_map(runs: list[dict[str, Any]]) -> float:
     values = [r["val_map"] for r in runs if r.get("val_map") is not None and math.isfinite(r["val_map"])]
     return sum(values) / len(values) if values else math.nan
@@ -205,14 +197,17 @@ def plot_map(summary: list[dict[str, Any]]) -> Any:
 class Detection(Benchmark):
     name = "detection"
     title = "Detection: recursive decoder with box and centerness PEs (RecursiveDet)"
-    description = ("RecursiveDet's shared decoder stage with box / centerness PEs against independent stages: "
-                   "COCO mAP and parameters, a 2 x 2 design (Zhao et al. 2023)")
     Config = Config
     key_fields = ("variant", "seed")
     run_one = staticmethod(run_one)
+    summary_by, summary_keep = ("variant",), ("parameters",)
+    summary_metrics = {metric: (0.0, 1.0) for metric in METRICS}
+    run_columns = ("variant", "seed", "lr", "parameters", *METRICS, "seconds")
+    number_format = ".4f"
+    held_out = "the test images are scored once after training, never chosen on"
+    same_budget = "trains for the same steps on the same images"
 
     def check(self, config: Config) -> None:
-        distinct("seeds", config.seeds)
         distinct("variants", config.variants)
         positives("training.lrs", config.training.lrs)
         coco = dataclasses.asdict(config.data.coco)
@@ -228,11 +223,26 @@ class Detection(Benchmark):
                 for s in config.seeds for v in config.variants]
 
     def tuning(self, config: Config) -> Tuning:
-        return Tuning(param="lr", values=[float(lr) for lr in config.training.lrs], metric="val_map", maximize=True,
-                      group="variant")
+        training = config.training
+        return Tuning(param="lr", values=training.lrs, metric="val_map", maximize=True, group="variant",
+                      scale=training.scale, max_extensions=training.max_extensions)
 
-    def analyze(self, result: Result) -> list[dict[str, Any]]:
-        return [{"kind": "summary", **s} for s in summarize_rows(result.rows)] + claims(result.rows)
+    def claims(self, result: Result) -> list[dict[str, Any]]:
+        return claims(result.rows)
+
+    def describe(self, result: Result) -> str:
+        data, training = result.config.data, result.config.training
+        datasets = datasets_of(dataclasses.asdict(data))
+        source = (f"shapes ({data.num_classes} classes, {data.image_size} x {data.image_size} px)"
+                  if data.kind == "shapes" else f"your COCO files letterboxed to {data.image_size} px")
+        return (f"Data: {source}, {len(datasets['train'])} training / {len(datasets['val'])} validation / "
+                f"{len(datasets['test'])} test images, classes {datasets['categories']}; {training.steps} steps of "
+                f"batch {training.batch_size} per run. COCO metrics (pycocotools) on the test set.")
+
+    def report(self, result: Result) -> str:
+        return super().report(result) + "\n## What each claim measures\n\n" + markdown_table(
+            result.derived_of("claim"), ["comparison", "measures", ("parameter_ratio", "params a / b")],
+            formats={"parameter_ratio": ".0%"})
 
     def plot(self, result: Result) -> dict[str, Any]:
         figures = {"map_vs_parameters.png": plot_map(result.derived_of("summary"))}
@@ -243,37 +253,6 @@ class Detection(Benchmark):
             datasets = datasets_of(dataclasses.asdict(result.config.data))
             figures["predictions.png"] = plot_detections(datasets["test"], drawn, datasets["categories"])
         return figures
-
-    def report(self, result: Result) -> str:
-        config, rows = result.config, result.rows
-        datasets = datasets_of(dataclasses.asdict(config.data))
-        data, training = config.data, config.training
-        source = (f"shapes ({data.num_classes} classes, {data.image_size} x {data.image_size} px)"
-                  if data.kind == "shapes" else
-                  f"COCO files {dataclasses.asdict(data.coco)} letterboxed to {data.image_size} px")
-        fmt = {k: ".4f" for k in (*METRICS, "final_train_loss")} | {"seconds": ".0f", "parameter_ratio": ".0%",
-                                                                     "lr": "g"}
-        claim_rows = result.derived_of("claim")
-        return "".join([
-            f"Data: {source}, {len(datasets['train'])} training / {len(datasets['val'])} validation / "
-            f"{len(datasets['test'])} test images, classes {datasets['categories']}. {training.steps} steps of batch "
-            f"{training.batch_size} per run, seeds {config.seeds}. Model: {dataclasses.asdict(config.model)}. "
-            f"Device: {result.device}. COCO metrics from pycocotools COCOeval on the test set.\n\n",
-            fairness_section(self.tuning(config), config.seeds, same_budget="trains for the same steps on the same "
-                             "images", held_out="the test images are scored once after training, never chosen on"),
-            "\n## Mean [95 % interval] over seeds\n\n",
-            summary_table(result.derived_of("summary"), ["variant", "parameters", "runs"],
-                          [("map", "mAP"), ("map_50", "AP50"), ("map_75", "AP75"), ("val_map", "val mAP")], ".4f"),
-            "\n\n## Claims (test mAP; each a paper ablation: a beats b)\n\n",
-            markdown_table(claim_rows, ["comparison", "measures", ("parameter_ratio", "params a / b"), "verdict"],
-                           formats=fmt),
-            "\n", claims_table(claim_rows, ".4f"),
-            "\n## Every run\n\n",
-            markdown_table(rows, ["variant", "seed", "lr", "parameters", *METRICS, "final_train_loss", "seconds"],
-                           formats=fmt),
-            "\n\n![mAP vs parameters](map_vs_parameters.png)\n\n"
-            + ("![predictions](predictions.png)\n" if any("predictions" in r for r in rows) else ""),
-        ])
 
 
 if __name__ == "__main__":

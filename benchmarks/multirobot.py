@@ -1,12 +1,11 @@
 """Multi-robot pose estimation: NOPE (with and without the object PE) against descriptor matching + RANSAC.
 
-Huang et al. 2025, "NOPE" (arXiv:2506.14180), on the seeded 2-D simulator of :mod:`pe_toolkit.domains.multirobot`
-(30 % of the pairs do not overlap). Per seed (its own worlds and initialisation) NOPE trains with each object PE
-(``fourier``, ``rope2d``, ``none``); it and the classical baseline get the same number of decision-threshold
-configurations, tuned on the seed's validation pairs by ``(F1 + NDA) / 2``. Test metrics: match F1, non-overlap
-detection, pose errors and success (NOPE's pose head and Procrustes on its matches), bytes per message. A pose
-claim is untested unless the pose source fits its own training pairs (:data:`TRAIN_FIT`). The design and measured
-results: docs/tutorials/multirobot.md.
+Huang et al. 2025, "NOPE" (arXiv:2506.14180), on the seeded 2-D simulator of :mod:`pe_toolkit.domains.multirobot`.
+Per seed (its own worlds and initialisation) NOPE trains with each object PE (its lr tuned per PE by the harness);
+it and the classical baseline get the same number of decision-threshold configurations, tuned on the seed's
+validation pairs by ``(F1 + NDA) / 2``. Test metrics: match F1, non-overlap detection, pose errors and success,
+bytes per message. A pose claim is untested unless the pose source fits its own training pairs (:data:`TRAIN_FIT`).
+Design and results: docs/tutorials/multirobot.md.
 
     python benchmarks/multirobot.py --quick               # pipeline check, < 2 minutes here
     python benchmarks/multirobot.py --jobs 2              # the full CPU preset
@@ -21,14 +20,13 @@ import math
 import time
 from typing import Any, Literal
 
-from jsonargparse.typing import PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from pe_toolkit.bench import Benchmark, Result, quiet_trainer
+from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct, positives
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
 from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side
+from pe_toolkit.bench.verdict import claim_row, decide_claim
 
 METRICS = ("precision", "recall", "f1", "nda", "te_mean", "te_median", "re_mean_deg", "re_median_deg", "coverage",
            "success")
@@ -56,7 +54,9 @@ class Model:
 class Training:
     steps: PositiveInt
     batch_size: PositiveInt
-    lr: PositiveFloat
+    lrs: list[float]  # NOPE's grid, tuned per object PE on the first seed by val_score (harness Tuning)
+    max_extensions: NonNegativeInt = 0
+    scale: Literal["log", "linear"] = "log"
 
 
 @dataclasses.dataclass
@@ -141,9 +141,10 @@ def run_classical(spec: dict[str, Any]) -> list[dict[str, Any]]:
         ratio=chosen["ratio"], inlier_threshold=chosen["inlier_threshold"], seed=seed)))]
 
 
-def run_nope(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Train NOPE with one object PE (Lightning), tune its match threshold on the validation pairs, score it on the
-    test pairs and some training pairs: one row per pose source (pose head, +procrustes)."""
+def run_nope(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train NOPE with one object PE (Lightning) at ``spec["lr"]``, tune its match threshold on the validation pairs,
+    score it on the test pairs and some training pairs: one row per pose source (pose head, +procrustes), and the
+    validation score that tunes the learning rate."""
     import lightning as L
 
     from pe_toolkit.domains.multirobot.evaluation import predict_nope, tune_match_threshold
@@ -151,25 +152,25 @@ def run_nope(spec: dict[str, Any]) -> list[dict[str, Any]]:
     from pe_toolkit.domains.multirobot.model import NOPEConfig
 
     data, _, _, message_bytes = _setup(spec)
-    pe, seed, model, training = spec["arm"], spec["seed"], spec["model"], spec["training"]
+    pe, seed, training = spec["arm"], spec["seed"], spec["training"]
     L.seed_everything(seed, verbose=False)
-    config = NOPEConfig(descriptor_dim=data.config.descriptor_dim, dim=model["dim"], num_heads=model["num_heads"],
-                        graph_layers=model["graph_layers"], cross_layers=model["cross_layers"], object_pe=pe)
-    module = NOPEModule(config, lr=training["lr"], warmup_steps=min(50, training["steps"] // 10),
+    config = NOPEConfig(descriptor_dim=data.config.descriptor_dim, object_pe=pe, **spec["model"])
+    module = NOPEModule(config, lr=spec["lr"], warmup_steps=min(50, training["steps"] // 10),
                         max_steps=training["steps"])
     trainer = quiet_trainer(spec["device"], max_steps=training["steps"], limit_val_batches=0, num_sanity_val_steps=0)
     start = time.perf_counter()
     trainer.fit(module, data)
     seconds, nope, scale = time.perf_counter() - start, module.cpu().model, data.config.fov_range
     chosen = tune_match_threshold(nope, data.pairs["val"], scale, spec["thresholds"])
-    return [_row(spec, {
+    rows = [_row(spec, {
         "method": f"NOPE ({pe})" + ("" if source == "head" else "+procrustes"), "kind": "run", "seed": seed,
         "object_pe": pe, "pose_source": source, "threshold": chosen["threshold"], "val_score": chosen["score"],
-        "tuned_at_edge": chosen["edge"], "train_seconds": seconds, "steps": training["steps"],
+        "tuned_at_edge": chosen["edge"], "lr": spec["lr"], "train_seconds": seconds, "steps": training["steps"],
         "parameters": nope.num_parameters(),
         "position_parameters": nope.num_parameters() - nope.num_parameters(exclude_position=True),
         "message_bytes": message_bytes}, functools.partial(predict_nope, nope, scale=scale, pose_source=source))
         for source in ("head", "procrustes")]
+    return {"val_score": chosen["score"], "rows": rows}
 
 
 def run_bandwidth(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -180,10 +181,6 @@ def run_bandwidth(spec: dict[str, Any]) -> list[dict[str, Any]]:
     world = make_world(SimConfig(), 100 * spec["seed"] + 2)  # the test world (simulate_pairs draws it first)
     table = bandwidth_table(world, test_pairs(spec["data"]["num_test"], spec["seed"]), raw_frames=spec["raw_frames"])
     return [{"method": "bandwidth", "kind": "bandwidth", **row} for row in table]
-
-
-summarize_rows = functools.partial(summarize_groups, by=("method",), metrics=(*METRICS, "train_success",
-                                   "message_bytes"), bounds={k: (0.0, 1.0) for k in FRACTIONS})
 
 
 def claims(rows: list[dict]) -> list[dict]:
@@ -251,70 +248,21 @@ def plot_metrics(summary: list[dict]) -> Any:
     return finish(fig, "match F1, NDA, coverage or success", fontsize=7, ncol=2)
 
 
-def report_body(result: Result) -> str:
-    from pe_toolkit.domains.multirobot.simulator import SimConfig
-
-    config, sim, tuning, training = result.config, SimConfig(), result.config.tuning, result.config.training
-    method_rows = [r for r in result.rows if r["kind"] == "run"]
-    summary, edges = result.derived_of("summary"), sorted({r["method"] for r in method_rows if r.get("tuned_at_edge")})
-    by = {s["method"]: s for s in summary}
-    fit = [f"* NOPE ({pe}): success of the pose head {format_side(by[f'NOPE ({pe})']['train_success'])} on training "
-           f"pairs, {format_side(by[f'NOPE ({pe})']['success'])} on test pairs; of Procrustes on its own matches "
-           f"{format_side(by[f'NOPE ({pe})+procrustes']['train_success'])} / "
-           f"{format_side(by[f'NOPE ({pe})+procrustes']['success'])}.\n" for pe in config.pes if f"NOPE ({pe})" in by]
-    fmt = {k: ".2f" if k in LOWER_IS_BETTER else ".3f" for k in (*METRICS, "train_success", "val_score")}
-    return "".join([
-        f"Simulator: {sim.num_objects} objects in a {sim.world_size:.0f} m square, FOV {sim.fov_range:.0f} m / "
-        f"{math.degrees(sim.fov_angle):.0f} deg, {sim.non_overlap_fraction:.0%} non-overlapping pairs (all settings in "
-        f"results.json). Per seed {config.data.num_train} train / {config.data.num_val} val / {config.data.num_test} "
-        f"test pairs, each split its own world; NOPE d={config.model.dim}, {config.model.graph_layers} graph + "
-        f"{config.model.cross_layers} cross layers, {training.steps} steps of batch {training.batch_size}, lr "
-        f"{training.lr} (not tuned). Device: {result.device}. Total {result.seconds:.0f} s.\n\n"
-        "## How the fairness rule is met\n\n"
-        f"* Same tuning budget on the same validation data: NOPE's match threshold {tuning.nope_match_threshold}, the "
-        f"baseline's Lowe ratio {tuning.baseline_ratio} x RANSAC inlier threshold {tuning.baseline_inlier_threshold} "
-        f"m: {len(tuning.nope_match_threshold)} configurations each, chosen by (F1 + NDA) / 2 on the seed's "
-        "validation pairs; the same overlap rule (>= 3 accepted correspondences).\n"
-        "* Nothing from the test target reaches a model: test poses and matches are used only by the metrics.\n"
-        f"* {len(config.seeds)} seeds {config.seeds} (each its own worlds and initialisation): mean and Student-t 95 % "
-        "interval, non-finite runs counted; verdicts from `pe_toolkit.bench.verdict.decide_claim` on the per-seed "
-        "differences.\n" + (f"* Chosen at the edge of its grid in some seed: {', '.join(edges)}.\n" if edges else ""),
-        "\n## Results (mean [95 % interval] over seeds)\n\nPose errors over the overlapping test pairs where the "
-        "method decided \"overlap\" (coverage); success: <= 1 m and <= 5 deg over all overlapping pairs; train "
-        f"success: the same on the first {config.train_eval_pairs} training pairs.\n\n",
-        summary_table([{**s, "bytes": s["message_bytes"]["mean"]} for s in summary],
-                      ["method", ("bytes", "bytes / message")], [
-                          ("f1", "match F1"), ("nda", "NDA"), ("te_median", "TE median (m)"),
-                          ("re_median_deg", "RE median (deg)"), "coverage", "success",
-                          ("train_success", "train success"),
-                          "precision", "recall", ("te_mean", "TE mean (m)"), ("re_mean_deg", "RE mean (deg)")], fmt,
-                      formats={"bytes": ".0f"}),
-        "\n## Claims (a = the first method; paired per seed)\n\n", claims_table(result.derived_of("claim")),
-        f"\n## The pose head: train vs test\n\n{''.join(fit)}\nA pose claim counts only where the pose source fits "
-        f"its own training pairs (mean success >= {TRAIN_FIT}).\n",
-        "\n## Bandwidth (per message, mean over test observations)\n\n",
-        markdown_table([r for r in result.rows if r["kind"] == "bandwidth"], [
-            "payload", "bytes", ("ratio_to_raw", "fraction of raw")], {"bytes": ".0f", "ratio_to_raw": ".5f"}),
-        "\n## Per seed\n\n",
-        markdown_table(method_rows, ["method", "seed", "threshold", "ratio", "inlier_threshold", "val_score", "f1",
-                                     "nda", "te_median", "coverage", "success", "train_success",
-                                     ("train_seconds", "train s")], fmt | {"train_seconds": ".0f"}),
-        "\n![alignment](alignment.png)\n\n![metrics](metrics.png)\n",
-    ])
-
-
 class MultiRobot(Benchmark):
     name = "multirobot"
     title = "Multi-robot pose estimation: NOPE vs. RANSAC + Procrustes"
-    description = ("NOPE with each object PE against tuned RANSAC + Procrustes on simulated robot pairs: match F1, "
-                   "non-overlap detection, pose success, bytes per message (Huang et al. 2025)")
     Config = Config
     key_fields = ("arm", "seed")
-    report = staticmethod(report_body)
+    summary_by = ("method",)
+    summary_metrics = {k: (0.0, 1.0) if k in FRACTIONS else None for k in (*METRICS, "train_success", "message_bytes")}
+    run_columns = ("method", "seed", "lr", "threshold", "ratio", "inlier_threshold", "val_score", "f1", "nda",
+                   "te_median", "coverage", "success", "train_success")
+    held_out = "test poses and matches are used only by the metrics"
+    same_budget = "trains the same steps on the seed's own worlds (each seed its own worlds and initialisation)"
 
     def check(self, config: Config) -> None:
-        distinct("seeds", config.seeds)
         distinct("pes", config.pes)
+        positives("training.lrs", config.training.lrs)
         for key, values in dataclasses.asdict(config.tuning).items():
             positives(f"tuning.{key}", values)
         tuning = config.tuning
@@ -327,21 +275,28 @@ class MultiRobot(Benchmark):
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         data, tuning = dataclasses.asdict(config.data), dataclasses.asdict(config.tuning)
+        training = {"steps": config.training.steps, "batch_size": config.training.batch_size}
         specs = []
         for seed in config.seeds:
             common = {"seed": seed, "data": data, "batch_size": config.training.batch_size,
                       "train_eval_pairs": config.train_eval_pairs, "draw": seed == config.seeds[0]}
             specs.append({"arm": "classical", **common, "tuning": {k: v for k, v in tuning.items()
                                                                    if k.startswith("baseline")}})
-            specs += [{"arm": pe, **common, "model": dataclasses.asdict(config.model),
-                       "training": dataclasses.asdict(config.training), "thresholds": tuning["nope_match_threshold"]}
-                      for pe in config.pes]
+            specs += [{"arm": pe, "pe": pe, **common, "model": dataclasses.asdict(config.model), "training": training,
+                       "thresholds": tuning["nope_match_threshold"]} for pe in config.pes]
         return specs + [{"arm": "bandwidth", "seed": config.seeds[-1], "data": {"num_test": config.data.num_test},
                          "raw_frames": config.raw_frames}]
 
+    def tuning(self, config: Config) -> Tuning:
+        """NOPE's learning rate per object PE (the specs with a ``pe``; the baseline has none to tune)."""
+        training = config.training
+        return Tuning(param="lr", values=training.lrs, metric="val_score", maximize=True, group="pe",
+                      scale=training.scale, max_extensions=training.max_extensions)
+
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
-        run = {"classical": run_classical, "bandwidth": run_bandwidth}.get(spec["arm"], run_nope)
-        return {"arm": spec["arm"], "seed": spec["seed"], "rows": run(spec)}
+        out = run_nope(spec) if "pe" in spec else {
+            "rows": (run_bandwidth if spec["arm"] == "bandwidth" else run_classical)(spec)}
+        return {"arm": spec["arm"], "seed": spec["seed"], **out}
 
     def expand(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         return row["rows"]
@@ -349,23 +304,56 @@ class MultiRobot(Benchmark):
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         from pe_toolkit.domains.multirobot.simulator import SimConfig
 
-        method_rows = [r for r in result.rows if r["kind"] == "run"]
         setting = {"kind": "setting", "sim": SimConfig().to_dict(), "tuning_score": "(f1 + nda) / 2 on the validation "
                    "pairs", "success": "te <= 1 m and re <= 5 deg", "min_matches": 3, "train_fit": TRAIN_FIT}
-        return [setting] + [{"kind": "summary", **s} for s in summarize_rows(method_rows)] + claims(method_rows)
+        return [setting, *super().analyze(_method_rows(result))]
+
+    def claims(self, result: Result) -> list[dict[str, Any]]:
+        return claims(result.rows)
+
+    def describe(self, result: Result) -> str:
+        from pe_toolkit.domains.multirobot.simulator import SimConfig
+
+        config, sim = result.config, SimConfig()
+        return (f"Simulator: {sim.num_objects} objects in a {sim.world_size:.0f} m square, FOV {sim.fov_range:.0f} "
+                f"m / {math.degrees(sim.fov_angle):.0f} deg, {sim.non_overlap_fraction:.0%} non-overlapping pairs. Per "
+                f"seed {config.data.num_train} train / {config.data.num_val} val / {config.data.num_test} test pairs, "
+                f"each split its own world; {config.training.steps} steps of batch {config.training.batch_size}. Pose "
+                "errors over the overlapping test pairs where a method decided \"overlap\" (coverage); success: <= 1 m "
+                f"and <= 5 deg over all overlapping pairs; train_success: the same on {config.train_eval_pairs} "
+                f"training pairs (train vs test: a pose claim counts only where train_success >= {TRAIN_FIT}).")
+
+    def fairness_notes(self, result: Result) -> list[str]:
+        tuning = result.config.tuning
+        edges = sorted({r["method"] for r in _method_rows(result).rows if r.get("tuned_at_edge")})
+        return [f"Inside every run, NOPE's match threshold {tuning.nope_match_threshold} and the baseline's Lowe ratio "
+                f"{tuning.baseline_ratio} x RANSAC inlier threshold {tuning.baseline_inlier_threshold} m: "
+                f"{len(tuning.nope_match_threshold)} configurations each, chosen by (F1 + NDA) / 2 on the seed's "
+                "validation pairs; the same overlap rule (>= 3 accepted correspondences)."
+                + (f" Chosen at the edge of its grid in some seed: {', '.join(edges)}." if edges else "")]
+
+    def report(self, result: Result) -> str:
+        return super().report(_method_rows(result)) + "\n## Bandwidth (bytes per message, mean over test views)\n\n" + (
+            markdown_table([r for r in result.rows if r["kind"] == "bandwidth"], [
+                "payload", "bytes", ("ratio_to_raw", "fraction of raw")], {"bytes": ".0f", "ratio_to_raw": ".5f"}))
 
     def plot(self, result: Result) -> dict[str, Any]:
         figures = {"metrics.png": plot_metrics(result.derived_of("summary"))}
         if any(r.get("predictions") for r in result.rows):
             from pe_toolkit.domains.multirobot.plotting import plot_alignment
 
-            pair, poses = example([r for r in result.rows if r["kind"] == "run"])
+            pair, poses = example(_method_rows(result).rows)
             pe = result.config.pes[0]
             shown = {k: poses[k] for k in (f"NOPE ({pe})+procrustes", f"NOPE ({pe})", "classical") if k in poses}
             figures = {"alignment.png": plot_alignment(pair, shown, title=(
                 "Two robots' views: true vs. predicted alignment\n(first overlapping test pair where the baseline and "
                 "NOPE both gave a pose)")), **figures}
         return figures
+
+
+def _method_rows(result: Result) -> Result:
+    """``result`` with only the method runs (not the bandwidth table's rows)."""
+    return dataclasses.replace(result, rows=[r for r in result.rows if r["kind"] == "run"])
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from pe_toolkit.bench import load_config
+from pe_toolkit.bench import Benchmark, Result, load_config
 from pe_toolkit.bench.cli import main
 from pe_toolkit.bench.verdict import decide_claim
 from pe_toolkit.benchmarks import crossmodal as bench
@@ -41,13 +41,31 @@ def test_presets_load_and_pass_the_checks():
     ("sampling.gammas=[1.0, 0.0]", "sampling.gammas"),
     ("sampling.sampling_steps=0", "sampling.sampling_steps"),
     ("training.stepz=3", "training.stepz"),
+    ("training.max_extensions=-1", "training.max_extensions"),
+    ("training.scale=exp", "training.scale"),
 ])
 def test_bad_preset_values_name_their_key(override, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         load_config(bench.CrossModal(), "quick", overrides=[override])
 
 
+def test_full_and_gpu_presets_tune_the_learning_rate_with_the_self_extending_grid():
+    for preset, around in (("full", 0.002), ("gpu", 0.001)):  # issue 39: 3 values around today's, up to 2 added
+        tuning = bench.CrossModal().tuning(load_config(bench.CrossModal(), preset)[0])
+        assert (tuning.param, tuning.group, tuning.metric, tuning.maximize) == ("lr", "variant", "val_loss", False)
+        assert len(tuning.values) == 3 and around in tuning.values and tuning.max_extensions == 2
+    config = load_config(bench.CrossModal(), "quick", overrides=["training.max_extensions=1",
+                                                                  "training.scale=linear"])[0]
+    tuning = bench.CrossModal().tuning(config)
+    assert (tuning.max_extensions, tuning.scale) == (1, "linear")
+
+
 # ------------------------------------------------------------------------------------------ summary and claims
+def _summary(rows: list[dict]) -> list[dict]:
+    derived = Benchmark.analyze(bench.CrossModal(), Result(config=None, preset="full", rows=rows))
+    return [entry for entry in derived if entry["kind"] == "summary"]
+
+
 def _rows(variant: str, gamma: float, gains: list[float], floors: list[float] | None = None) -> list[dict]:
     floors = floors or [0.2 + 0.01 * s for s in range(len(gains))]
     return [{"variant": variant, "gamma": gamma, "seed": s, "av_align": f + g, "floor": f, "gain": g,
@@ -56,12 +74,12 @@ def _rows(variant: str, gamma: float, gains: list[float], floors: list[float] | 
 
 
 def test_summary_intervals_by_hand():
-    (entry,) = bench.summarize_rows(_rows("cmc_pe", 1.5, [0.1, 0.2, 0.3]))
+    (entry,) = _summary(_rows("cmc_pe", 1.5, [0.1, 0.2, 0.3]))
     half = 4.302652729911275 * 0.1 / math.sqrt(3)  # t_{0.975, 2} * stdev / sqrt(n)
     assert entry["runs"] == 3 and entry["gain"]["mean"] == pytest.approx(0.2)
     assert entry["gain"]["low"] == pytest.approx(0.2 - half) and entry["gain"]["high"] == pytest.approx(0.2 + half)
     assert entry["floor"]["mean"] == pytest.approx(0.21) and entry["av_align"]["high"] <= 1.0  # bounded
-    (silent,) = bench.summarize_rows([{**r, "av_align": None} for r in _rows("none", 1.0, [0.0, 0.1])])
+    (silent,) = _summary([{**r, "av_align": None} for r in _rows("none", 1.0, [0.0, 0.1])])
     assert (silent["av_align"]["n"], silent["av_align"]["n_nonfinite"]) == (0, 2)  # counted, not dropped
 
 
@@ -86,7 +104,7 @@ def test_connector_comparisons_are_untested_when_nothing_beats_its_floor():
     assert claims[ALIGNS_15]["verdict"] == "inconclusive"
     for name in (VS_CROSS, GAMMA):
         assert claims[name]["verdict"] == "untested" and "neither side aligns" in claims[name]["reason"]
-    summary = bench.summarize_rows(rows)
+    summary = _summary(rows)
     note = bench.why_not_note(summary, list(claims.values()), {"real_audio_events": 2.7, "real_video_events": 2.6})
     assert note.startswith("**No connector aligns beyond its chance floor") and "2.70 and 2.60" in note
 
@@ -102,7 +120,7 @@ def test_connector_comparisons_come_from_the_interval_of_the_gain_difference():
     gamma = decide_claim(cmc, cmc_1, higher_is_better=True, paired=True, bounds=(-1.0, 1.0))
     assert claims[GAMMA]["paired"] and claims[GAMMA]["difference"] == gamma.difference
     assert claims[GAMMA]["verdict"] == gamma.verdict == "inconclusive"
-    assert bench.why_not_note(bench.summarize_rows(rows), list(claims.values()), {}) == ""
+    assert bench.why_not_note(_summary(rows), list(claims.values()), {}) == ""
     reversed_rows = _rows("cmc_pe", 1.5, cross) + _rows("cross_attention", 1.5, cmc)
     assert _claims(reversed_rows)[VS_CROSS]["verdict"] == "contradicted"
     with_rope = _claims(rows + _rows("cross_attention_rope", 1.5, [0.25, 0.35, 0.30]))
@@ -118,7 +136,7 @@ def test_a_control_that_aligns_is_contradicted_and_one_seed_is_untested():
 def test_plots_draw_intervals_floors_and_samples():
     from pe_toolkit.domains.crossmodal.plotting import decode_picture, encode_picture, plot_clips
 
-    summary = bench.summarize_rows(_rows("cmc_pe", 1.5, [0.1, 0.2, 0.3]) + _rows("none", 1.5, [0.0, 0.01, -0.01]))
+    summary = _summary(_rows("cmc_pe", 1.5, [0.1, 0.2, 0.3]) + _rows("none", 1.5, [0.0, 0.01, -0.01]))
     figure = bench.plot_scores(summary, {"real": 0.95, "shuffled": 0.15})
     ax = figure.axes[0]
     (intervals,) = ax.containers  # one gamma: one set of means with error bars, one per variant

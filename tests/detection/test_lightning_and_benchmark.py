@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from pe_toolkit.bench import load_config
+from pe_toolkit.bench import Result, load_config
 from pe_toolkit.bench.cli import main
 from pe_toolkit.bench.verdict import decide_claim
 from pe_toolkit.benchmarks import detection as bench
@@ -51,7 +51,9 @@ def _rows(spec):
 def test_summary_and_claims_use_only_the_rows():
     rows = _rows((("independent", 100, (0.2, 0.3, 0.4)), ("recursive_box_centerness", 60, (0.5, 0.55, 0.6)),
                   ("recursive", 50, (0.25, 0.3, 0.35)), ("recursive_box", 55, (0.3, 0.31, 0.32))))
-    summary = bench.summarize_rows(rows)
+    derived = bench.Detection().analyze(Result(config=None, preset="full", rows=rows))
+    assert [r["kind"] for r in derived] == ["summary"] * 4 + ["claim"] * 5
+    summary = derived[:4]
     assert [r["variant"] for r in summary] == ["independent", "recursive_box_centerness", "recursive", "recursive_box"]
     # mean 0.3, sd 0.1, t(0.975, 2) = 4.3027: half-width 0.24841
     assert summary[0]["map"]["mean"] == pytest.approx(0.3)
@@ -86,6 +88,18 @@ def test_claims_need_learned_variants_fewer_parameters_and_two_seeds():
     assert claim["verdict"] == "untested" and "120% of independent's parameters, not fewer" in claim["reason"]
     (claim,) = bench.claims(_rows((("independent", 100, (0.3,)), ("recursive_box_centerness", 60, (0.5,)))))
     assert claim["verdict"] == "untested" and "fewer than 2 replicates" in claim["reason"]
+
+
+def test_full_and_gpu_presets_tune_the_learning_rate_with_the_self_extending_grid():
+    for preset in ("full", "gpu"):  # issue 39: a 3-value grid around today's value, up to 2 values added
+        tuning = bench.Detection().tuning(load_config(bench.Detection(), preset)[0])
+        assert (tuning.param, tuning.group, tuning.metric, tuning.maximize) == ("lr", "variant", "val_map", True)
+        assert len(tuning.values) == 3 and 0.0005 in tuning.values and tuning.max_extensions == 2
+        assert tuning.scale == "log"
+    config = load_config(bench.Detection(), "quick", overrides=["training.max_extensions=1",
+                                                                 "training.scale=linear"])[0]
+    tuning = bench.Detection().tuning(config)
+    assert (tuning.max_extensions, tuning.scale, list(tuning.values)) == (1, "linear", [0.0005])
 
 
 def _tiny_config(tmp_path, **data):
@@ -176,6 +190,8 @@ def test_benchmark_reads_coco_files_of_mixed_sizes(tmp_path):
     ("seeds=[1, 1]", "seeds must be"),
     ("data.image_size=0", r"(?s)config\.data\.image_size.*0 does not conform to restriction v>0"),
     ("training.lr=[0.001]", "training.lr"),
+    ("training.max_extensions=-1", r"(?s)config\.training\.max_extensions.*NonNegativeInt"),
+    ("training.scale=exp", r"(?s)config\.training\.scale.*Literal\['log', 'linear'\]. Got value: exp"),
 ])
 def test_bad_config_values_name_their_key(override, match):
     with pytest.raises(ValueError, match=match):

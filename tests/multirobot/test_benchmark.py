@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from pe_toolkit.bench import load_config
+from pe_toolkit.bench import Result, load_config
 from pe_toolkit.bench.cli import main
 from pe_toolkit.bench.verdict import decide_claim
 from pe_toolkit.benchmarks import multirobot as bench
@@ -28,12 +28,21 @@ def tiny(tmp_path):
 
 
 def test_tiny_end_to_end_run_and_resume(tmp_path, tiny, monkeypatch):
-    argv = [*tiny, "--set", "pes=[fourier, none]", "--set", "training.steps=1"]
+    argv = [*tiny, "--set", "pes=[fourier, none]", "--set", "training.steps=1", "--set", "training.lrs=[0.001, 0.01]"]
     assert main(argv) == 0
     out = tmp_path / "multirobot"
     results = json.loads((out / "results.json").read_text())
     assert set(results) == {"benchmark", "config", "rows", "environment", "seconds"}
-    assert {r["kind"] for r in results["rows"]} == {"run", "bandwidth", "setting", "summary", "claim"}
+    assert {r["kind"] for r in results["rows"]} == {"run", "bandwidth", "setting", "summary", "claim", "tuning_trial"}
+    # issue 39: NOPE's lr is tuned per object PE on the first seed by its validation score; the baseline has no lr
+    trials = [r for r in results["rows"] if r["kind"] == "tuning_trial"]
+    assert sorted((t["arm"], t["seed"], t["rows"][0]["lr"]) for t in trials) == [
+        (pe, 0, lr) for pe in ("fourier", "none") for lr in (0.001, 0.01)]
+    for pe in ("fourier", "none"):
+        chosen = results["config"]["chosen"][pe]
+        assert max(t["val_score"] for t in trials if t["arm"] == pe) == next(
+            t["val_score"] for t in trials if t["arm"] == pe and t["rows"][0]["lr"] == chosen)
+        assert {r["lr"] for r in results["rows"] if r["kind"] == "run" and r["object_pe"] == pe} == {chosen}
     runs = [r for r in results["rows"] if r["kind"] == "run"]
     assert [(r["method"], r["seed"]) for r in runs] == [
         (m, s) for s in (0, 1) for m in ("classical", "NOPE (fourier)", "NOPE (fourier)+procrustes", "NOPE (none)",
@@ -77,7 +86,9 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny, monkeypatch):
     ("seeds=[1, 1]", "seeds must be"),
     ("pes=[fourier, sine]", r"(?s)config\.pes.*Literal\['fourier', 'rope2d', 'none'\]. Got value: sine"),
     ("pes=[fourier, fourier]", "pes must be a non-empty list of distinct values"),
-    ("training.lr=0", r"(?s)config\.training\.lr.*PositiveFloat: 0 does not conform to restriction v>0"),
+    ("training.lrs=[0.001, 0]", r"training\.lrs must be a non-empty list of distinct finite numbers > 0"),
+    ("training.lr=0.001", "training.lr"),
+    ("training.max_extensions=-1", r"(?s)config\.training\.max_extensions.*NonNegativeInt"),
     ("data.num_val=0", r"(?s)config\.data\.num_val.*PositiveInt: 0 does not conform to restriction v>0"),
     ("tuning.baseline_ratio=[]", "tuning.baseline_ratio must be a non-empty list"),
     ("raw_frames=0", r"(?s)config\.raw_frames.*PositiveInt: 0 does not conform to restriction v>0"),
@@ -85,6 +96,15 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny, monkeypatch):
 def test_bad_configs_are_refused_naming_the_key(override, match):
     with pytest.raises(ValueError, match=match):
         load_config(bench.MultiRobot(), "quick", overrides=[override])
+
+
+def test_full_and_gpu_presets_tune_nopes_learning_rate_with_the_self_extending_grid():
+    for preset, around in (("full", 0.001), ("gpu", 0.0005)):  # issue 39: 3 values around today's, up to 2 added
+        config = load_config(bench.MultiRobot(), preset)[0]
+        tuning = bench.MultiRobot().tuning(config)
+        assert (tuning.param, tuning.group, tuning.metric, tuning.maximize) == ("lr", "pe", "val_score", True)
+        assert len(tuning.values) == 3 and around in tuning.values and tuning.max_extensions == 2
+        assert [s["arm"] for s in bench.MultiRobot().runs(config) if tuning.group in s] == config.pes * 3
 
 
 def _rows(method: str, pe: str | None, values: dict[str, list[float]]) -> list[dict]:
@@ -133,7 +153,8 @@ def test_plots_show_the_example_pair_and_the_metrics():
     labels = figure.axes[0].get_legend_handles_labels()[1]
     assert "b's detections, classical" in labels and "NOPE (none): no overlap decided" in labels
     values = {k: [0.5, 0.7 if k == "nda" else 0.6] for k in bench.METRICS}
-    summary = bench.summarize_rows(_rows("classical", None, values))
+    summary = bench.MultiRobot().analyze(Result(config=None, preset="full", rows=[
+        {**r, "kind": "run"} for r in _rows("classical", None, values)]))[1:]
     (intervals,) = bench.plot_metrics(summary).axes[0].containers  # one method: F1, NDA, coverage, success
     assert summary[0]["success"]["n"] == 2 and list(intervals.lines[0].get_ydata()) == pytest.approx(
         [0.55, 0.6, 0.55, 0.55])
