@@ -6,11 +6,11 @@ RoPE scalings at inference (PI, NTK, YaRN, Llama 3.1, LongRoPE, dynamic NTK) and
 beat plain RoPE; NoPE with a temperature or HeadScale (Wang et al. 2024) extends further; passkey retrieval.
 
 Design: one run per (base encoder, passkey mode, seed) trains a byte-level ``LanguageModelModule`` at a
-short context on the standard-library text (``zero_shot``: text only; ``trained``: a share of passkey rows)
-and evaluates every variant derived from its weights (:data:`VARIANTS`): perplexity on the same held-out
-bytes at every length, passkey retrieval on a length x depth grid, attention entropy. Claims are decided by
-``pe_toolkit.bench.verdict.decide_claim``, paired per seed for variants of one model. Plus the peak memory of
-one BAM attention layer at ``memory.length``. The protocol in detail: docs/tutorials/yarn_extension.md.
+short context on the standard-library text (``zero_shot``: text only; ``trained``: a share of passkey rows;
+the learning rate tuned per base on the first seed by validation loss) and evaluates every variant derived
+from its weights (:data:`VARIANTS`): perplexity on the same held-out bytes at every length, passkey retrieval
+on a length x depth grid, attention entropy; claims paired per seed for variants of one model. Plus the peak
+memory of one BAM attention layer. The protocol in detail: docs/tutorials/yarn_extension.md.
 
     pe-toolkit bench extrapolation --quick                      # pipeline check
     pe-toolkit bench extrapolation --jobs 2                     # the full CPU preset
@@ -29,10 +29,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, PositiveInt, restricted_number_type
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, PositiveFloat, PositiveInt, restricted_number_type
 
-from pe_toolkit.bench import Benchmark, Result, quiet_trainer, trainer_options
+from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer, trainer_options
 from pe_toolkit.bench.checks import distinct
+from pe_toolkit.bench.config import ModelSize
 from pe_toolkit.bench.plots import finish, has_finite_data, nan_if_missing, new_figure, note_if_empty, plot_intervals
 from pe_toolkit.bench.report import fairness_section, markdown_table
 from pe_toolkit.bench.summary import group_rows, summarize_groups, summary_table
@@ -53,18 +54,12 @@ Fraction = restricted_number_type("Fraction", float, [(">", 0), ("<=", 1)], join
 
 
 @dataclass
-class Model:
-    dim: PositiveInt
-    num_heads: PositiveInt
-    num_layers: PositiveInt
-
-
-@dataclass
 class Training:
     context: PositiveInt
     steps: PositiveInt
     batch_size: PositiveInt
-    lr: float
+    lrs: list[PositiveFloat]
+    """The learning-rate grid of every base, tried on the first seed (the lowest ``val_loss`` wins)."""
     warmup_steps: PositiveInt
     weight_decay: float
     passkey_fraction: Fraction
@@ -73,6 +68,8 @@ class Training:
     split_seed: int
     max_bytes: PositiveInt | None
     loss_average: str
+    max_extensions: NonNegativeInt = 0
+    """Learning rates added past an edge choice (log scale), the same for every base."""
 
 
 @dataclass
@@ -170,7 +167,7 @@ TRAIN_ORDER = ["rope", "fire", "bam_ssmax", "bam", "kerple", "alibi", "nope", "t
 class Config:
     seeds: list[NonNegativeInt]
     passkey_modes: list[Literal[MODES]]
-    model: Model
+    model: ModelSize
     training: Training
     scalings: Scalings
     finetune: Finetune
@@ -246,7 +243,7 @@ def _module(spec: dict[str, Any], *, steps: int = 0, warmup: int = 1):
     from pe_toolkit.training import LanguageModelModule
 
     training = spec["training"]
-    return LanguageModelModule(256, encoding=spec["base"], **spec["model"], lr=training["lr"], max_steps=steps,
+    return LanguageModelModule(256, encoding=spec["base"], **spec["model"], lr=spec["lr"], max_steps=steps,
                                weight_decay=training["weight_decay"], warmup_steps=warmup,
                                loss_average=training["loss_average"])
 
@@ -280,18 +277,26 @@ def _fit(module, data, steps: int, device: dict[str, Any] | None) -> float:
 
 
 def train_base(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train one base encoder at the training context: ``(training row, state_dict on the CPU)``."""
+    """Train one base encoder at the training context with ``spec["lr"]``: ``(training row, state_dict on the CPU)``.
+
+    The row's ``val_loss`` (nats per byte at the training context, what tuning compares) is scored on the
+    ``evaluation.ppl_tokens`` validation bytes that follow the ones the perplexity claims are scored on.
+    """
     import lightning as L
 
+    from pe_toolkit.data import equal_token_windows
+
     start = time.perf_counter()
-    training = spec["training"]
+    training, tokens = spec["training"], spec["evaluation"]["ppl_tokens"]
     L.seed_everything(spec["seed"], verbose=False)
     data = training_data(training, spec["mode"], spec["seed"], training["context"], training["batch_size"],
                          training["steps"])
     module = _module(spec, steps=training["steps"], warmup=training["warmup_steps"])
+    loss = _fit(module, data, training["steps"], spec.get("device"))
+    windows = equal_token_windows(data.val_bytes[tokens + 1:], [training["context"]], tokens)[training["context"]]
     row = {
-        "kind": "training", "base": spec["base"], "mode": spec["mode"], "seed": spec["seed"],
-        "final_train_loss": _fit(module, data, training["steps"], spec.get("device")),
+        "kind": "training", "base": spec["base"], "mode": spec["mode"], "seed": spec["seed"], "lr": spec["lr"],
+        "final_train_loss": loss, "val_loss": math.log(module.perplexity(windows, batch_size=len(windows))),
         "parameters": module.model.num_parameters(),
         "parameters_without_pe": module.model.num_parameters(exclude_positional=True),
         "seconds": time.perf_counter() - start,
@@ -788,123 +793,24 @@ def plot_passkey(summary: list[dict[str, Any]], mode: str, lengths: list[int], d
     return fig
 
 
-# ------------------------------------------------------------------------------------------ report
-MODE_TITLES = {"zero_shot": "zero-shot models (trained on text only)",
-               "trained": "passkey-trained models (passkey rows in training)"}
-
-
-def _memory_text(row: dict[str, Any] | None) -> str:
-    if row is None:
-        return ""
-    head = (f"## Memory\n\nOne causal attention layer with `{row['encoding']}`, L = {row['length']:,}, batch 1, "
-            f"{row['num_heads']} heads, head_dim {row['head_dim']}, float32, no grad, query blocks of "
-            f"{row['query_block_size']}, {row['threads']} thread, in a forked process (peak RSS growth).\n\n")
-    if row["status"] != "ok":
-        return head + f"Status: {row['status']}\n"
-    return head + markdown_table([row], [("length", "L"), ("peak_mib", "peak MiB"), "seconds",
-                                         ("output_finite", "finite output")], {"peak_mib": ".1f", "seconds": ".2f"})
-
-
-def _protocol(config: Config, parameters: int) -> str:
-    context, training, ev, ft, dynamic = (config.training.context, config.training, config.evaluation,
-                                          config.finetune, config.scalings.dynamic_factor)
-    return (
-        f"Model: byte-level decoder, {dataclasses.asdict(config.model)} ({parameters:,} parameters without the PE), "
-        f"{training.steps} steps of batch {training.batch_size} x {context} bytes, AdamW lr {training.lr}, "
-        f"standard-library text. Passkey modes: {', '.join(config.passkey_modes)} (trained: "
-        + (f"only {', '.join(config.trained_variants)}, " if config.trained_variants else "")
-        + f"{training.passkey_fraction:.0%} of each batch passkey prompts, {training.passkey_template} template). "
-        f"Fine-tunes: {ft.steps} steps of batch {ft.batch_size} at {ft.multiple}x the context (lr {ft.lr}; "
-        f"{ft.positional_lr} for HeadScale alone). Fixed-factor RoPE scalings at factor {config.scalings.factor:g} "
-        f"(swept over {config.scalings.sweep_factors}); dynamic NTK: scale {dynamic:g} x max(l, {context}) / {context} "
-        f"- {dynamic - 1:g} at length l. Perplexity on the same first {ev.ppl_tokens:,} validation bytes at every "
-        f"length; passkey: {ev.passkey_samples} prompts per (length, depth), depths {ev.passkey_depths}, scored "
-        "teacher-forced (exact match = all 5 digits = what greedy decoding gives).\n\n"
-        + fairness_section(
-            None, config.seeds,
-            held_out=f"one document split (split seed {training.split_seed}) for every seed; perplexity is scored on "
-                     "held-out validation text never trained on, passkey prompts are drawn apart from training's",
-            same_budget="trains the same trunk for the same steps on the same text; the variants of a base share its "
-                        "weights, so they are paired per seed",
-            notes=[f"Claims of no rise are non-inferiority tests with a margin of {PPL_MARGIN_PCT:g} % perplexity "
-                   f"(log {1 + PPL_MARGIN_PCT / 100:g}); a passkey claim is untested when a side retrieves no passkey "
-                   "at the training context."])
-    )
-
-
-def build_report(config: Config, rows: list[dict[str, Any]], summary: list[dict[str, Any]],
-                 claim_list: list[dict[str, Any]]) -> str:
-    context, ev = config.training.context, config.evaluation
-    training_rows = [r for r in rows if r["kind"] == "training"]
-    memory = next((r for r in rows if r["kind"] == "memory"), None)
-    if not training_rows:
-        return _memory_text(memory)
-    body = _protocol(config, training_rows[0]["parameters_without_pe"]) + "## Training\n\n" + summary_table(
-        summarize_groups(training_rows, ("base", "mode"), ("final_train_loss", "seconds")),
-        ["base", "mode", ("runs", "seeds")], [("final_train_loss", "final loss (nats/byte)"), "seconds"],
-        {"final_train_loss": ".3f", "seconds": ".0f"})
-    if claim_list:
-        counts = ", ".join(f"{sum(c['verdict'] == v for c in claim_list)} {v}"
-                           for v in ("reproduced", "contradicted", "inconclusive", "untested"))
-        body += (f"\n## Against the papers' claims\n\nLog perplexity in nats per byte; passkey: exact match. "
-                 f"Here: {counts}.\n\n"
-                 + claims_table(claim_list, extra=[("paper", "paper"), ("mode", "mode"), ("metric", "metric")]))
-
-    def columns(prefix: str, lengths: list[int]) -> list[tuple[str, str]]:
-        return [(f"{prefix}{n}", f"x{n // context}" if n % context == 0 else str(n)) for n in lengths]
-
-    unlearned = passkey_learned(summary, context)
-    for mode in config.passkey_modes:
-        entries = [s for s in summary if s["mode"] == mode]
-        if not entries:
-            continue
-        heading = ["variant", ("runs", "seeds")]
-        body += (f"\n## Validation perplexity (bytes) by length, {MODE_TITLES[mode]}, as a multiple of the training "
-                 f"context {context}\n\n" + summary_table(entries, heading, columns("ppl@", ev.ppl_lengths), ".2f"))
-        if mode == "zero_shot":
-            body += "\n![perplexity vs length](ppl_vs_length.png)\n"
-        swept = [{"variant": s["variant"], "factor": f"{f:g}", **{ppl_key(n): s[ppl_key(n, f)] for n in ev.ppl_lengths}}
-                 for s in entries for f in config.scalings.sweep_factors if ppl_key(context, f) in s]
-        if swept:
-            body += ("\n### Factor sweep of the fixed-factor scalings at inference (perplexity)\n\n"
-                     + summary_table(swept, ["variant", "factor"], columns("ppl@", ev.ppl_lengths), ".2f")
-                     + "\n![factor sweep](factor_sweep.png)\n")
-        body += (f"\n## Passkey retrieval, {MODE_TITLES[mode]}: exact match by length (mean over depths; "
-                 f"{ev.passkey_samples} prompts per length and depth per seed)\n\n"
-                 + summary_table(entries, heading, columns("exact@", ev.passkey_lengths), ".2f")
-                 + f"\nDigit accuracy (chance {PASSKEY_DIGIT_CHANCE}):\n\n"
-                 + summary_table(entries, heading, columns("digits@", ev.passkey_lengths), ".2f"))
-        heatmap = "passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"
-        body += f"\n![passkey heatmap, {mode}]({heatmap})\n"
-        if unlearned.get(mode):
-            body += (f"\nNot retrieved at the training context (digit accuracy interval at most "
-                     f"{2 * PASSKEY_DIGIT_CHANCE:.1f}, twice chance): {', '.join(unlearned[mode])}; their passkey "
-                     "numbers at longer lengths say nothing about extrapolation.\n")
-        checks = [{**s, "agree": f"{sum(v == 1.0 for v in s['greedy_agrees']['values'])} of {s['runs']}",
-                   "finetune": s["finetune"] and f"{s['finetune']['kind']}, {s['finetune']['steps']} steps at "
-                                                 f"{s['finetune']['context']}"} for s in entries]
-        body += ("\nChecks: greedy exact match at the training context (and the seeds where it equals the "
-                 "teacher-forced one); attention entropy (bits, mean over layers, heads and queries) at multiples of "
-                 "the context, whose rise is the 'distraction' of Wang et al. 2024; fine-tunes and their loss.\n\n"
-                 + summary_table(checks, ["variant", ("agree", "greedy agrees"), ("finetune", "fine-tune")],
-                                 [("greedy_exact", "greedy exact match"),
-                                  *[(f"entropy x{m}", f"entropy x{m}") for m in ev.entropy_multiples],
-                                  ("finetune_loss", "fine-tune loss")], ".2f"))
-    return body + "\n" + _memory_text(memory)
-
-
 # ------------------------------------------------------------------------------------------ benchmark
+MODE_TITLES = {"zero_shot": "zero-shot models (text only)", "trained": "passkey-trained models"}
+
+
 class Extrapolation(Benchmark):
     name = "extrapolation"
     title = "Context-length extrapolation: perplexity and passkey retrieval"
-    description = ("perplexity vs length and passkey retrieval past the training context: NoPE temperatures, RoPE "
-                   "scalings (PI, NTK, YaRN, Llama 3.1, LongRoPE, dynamic), ALiBi, T5, KERPLE, FIRE, BAM")
     Config = Config
     key_fields = ("run",)
+    held_out = ("one document split (the same held-out text) for every seed; perplexity is scored on validation text "
+                "never trained on (tuning on the validation bytes after it), passkey prompts are drawn apart from "
+                "training's")
+    same_budget = ("trains the same trunk for the same steps on the same text; the variants of a base share its "
+                   "weights, so they are paired per seed")
 
     def check(self, config: Config) -> None:
         """Distinct lists, trained variants among the variants, lengths from the context, equal ppl tokens."""
-        for key in ("seeds", "passkey_modes", "variants"):
+        for key in ("passkey_modes", "variants"):
             distinct(key, getattr(config, key))
         if config.trained_variants is not None:
             distinct("trained_variants", config.trained_variants, allowed=config.variants)
@@ -931,6 +837,11 @@ class Extrapolation(Benchmark):
                        key=lambda k: (seeds.index(k[2]), TRAIN_ORDER.index(k[0]), modes.index(k[1])))
         return specs + [run_spec(preset, b, m, s) for b, m, s in order]
 
+    def tuning(self, config: Config) -> Tuning:
+        """The base models' learning rate, per base encoding (both passkey modes; every variant of a base reuses it)."""
+        return Tuning(param="lr", values=[float(lr) for lr in config.training.lrs], metric="val_loss", maximize=False,
+                      group="base", max_extensions=config.training.max_extensions)
+
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The memory row, or: train the base, then evaluate each variant from a copy of its weights."""
         if "memory" in spec:
@@ -945,7 +856,7 @@ class Extrapolation(Benchmark):
             return f"memory {row['encoding']} L={row['length']}: {row.get('peak_mib')} MiB ({row['status']})"
         parts = [f"{v['variant']} ppl {v['ppl'][0]['ppl']:.2f}@{v['ppl'][0]['length']}->"
                  f"{v['ppl'][-1]['ppl']:.3g}@{v['ppl'][-1]['length']}" for v in row["variants"]]
-        return (f"{row['base']} {row['mode']} seed {row['seed']}: loss {row['final_train_loss']:.3f}; "
+        return (f"{row['base']} {row['mode']} seed {row['seed']} lr {row['lr']:g}: val loss {row['val_loss']:.3f}; "
                 + "; ".join(parts) + f" ({row['run_seconds']:.0f}s)")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
@@ -966,9 +877,74 @@ class Extrapolation(Benchmark):
                 summary, mode, ev.passkey_lengths, ev.passkey_depths, context)
         return figures
 
+    def describe(self, result: Result) -> str:
+        config, training = result.config, result.config.training
+        parameters = next(r["parameters_without_pe"] for r in result.rows if r["kind"] == "training")
+        return (f"Byte-level decoders ({parameters:,} parameters without the PE), {training.steps} steps of batch "
+                f"{training.batch_size} x {training.context} bytes of standard-library text (`trained` mode: "
+                f"{training.passkey_fraction:.0%} passkey rows). Perplexity on the same {config.evaluation.ppl_tokens:,} "
+                "held-out bytes at every length; passkey scored teacher-forced (the exact match of all 5 digits is "
+                "what greedy decoding gives). The protocol: docs/tutorials/yarn_extension.md.")
+
+    def fairness_notes(self, result: Result) -> list[str]:
+        return [f"Claims of no rise are non-inferiority tests with a margin of {PPL_MARGIN_PCT:g} % perplexity; a "
+                "passkey claim is untested when a side retrieves no passkey at the training context."]
+
     def report(self, result: Result) -> str:
-        return (build_report(result.config, result.rows, result.derived_of("summary"), result.derived_of("claim"))
-                + f"\nTotal wall time {result.seconds:.0f} s.\n")
+        config, summary, claim_list = result.config, result.derived_of("summary"), result.derived_of("claim")
+        context, ev, rows = config.training.context, config.evaluation, result.rows
+        memory = next((r for r in rows if r["kind"] == "memory"), None)
+        memory_text = "" if memory is None else (
+            f"## Memory\n\nOne causal `{memory['encoding']}` attention layer, batch 1, {memory['num_heads']} heads of "
+            f"{memory['head_dim']}, float32, no grad, query blocks of {memory['query_block_size']}, one thread: peak RSS "
+            "growth in a forked process.\n\n" + markdown_table([memory], [("length", "L"), ("peak_mib", "peak MiB"),
+                                                                          "seconds", "status"], {"peak_mib": ".1f"}))
+        training_rows = [r for r in rows if r["kind"] == "training"]
+        if not training_rows:
+            return memory_text
+        body = [self.describe(result), fairness_section(
+            self.tuning(config), config.seeds, held_out=self.held_out, same_budget=self.same_budget,
+            notes=self.fairness_notes(result)), "## Training\n\n" + summary_table(
+            summarize_groups(training_rows, ("base", "mode"), ("val_loss", "final_train_loss", "seconds")),
+            ["base", "mode", ("runs", "seeds")], [("val_loss", "validation loss (nats/byte)"),
+                                                  ("final_train_loss", "final train loss"), "seconds"],
+            {"seconds": ".0f"})]
+        if claim_list:
+            body.append("## Against the papers' claims\n\nLog perplexity in nats per byte; passkey: exact match.\n\n"
+                        + claims_table(claim_list, extra=[("paper", "paper"), ("mode", "mode"), ("metric", "metric")]))
+
+        def columns(prefix: str, lengths: list[int]) -> list[tuple[str, str]]:
+            return [(f"{prefix}{n}", f"{prefix[:-1]} x{n // context}" if n % context == 0 else f"{prefix}{n}")
+                    for n in lengths]
+
+        unlearned = passkey_learned(summary, context)
+        for mode in config.passkey_modes:
+            entries = [s for s in summary if s["mode"] == mode]
+            if not entries:
+                continue
+            heading = ["variant", ("runs", "seeds")]
+            body.append(f"## Validation perplexity by length, {MODE_TITLES[mode]}\n\n"
+                        + summary_table(entries, heading, columns("ppl@", ev.ppl_lengths), ".2f"))
+            swept = [{"variant": s["variant"], "factor": f"{f:g}", **{ppl_key(n): s[ppl_key(n, f)]
+                                                                       for n in ev.ppl_lengths}}
+                     for s in entries for f in config.scalings.sweep_factors if ppl_key(context, f) in s]
+            if swept:
+                body.append("### Factor sweep of the fixed-factor scalings at inference\n\n"
+                            + summary_table(swept, ["variant", "factor"], columns("ppl@", ev.ppl_lengths), ".2f"))
+            body.append(f"## Passkey retrieval by length (mean over depths), {MODE_TITLES[mode]}\n\n" + summary_table(
+                entries, heading, columns("exact@", ev.passkey_lengths) + columns("digits@", ev.passkey_lengths), ".2f")
+                + (f"\nNot retrieved at the training context (digit accuracy at most twice chance): "
+                   f"{', '.join(unlearned[mode])}.\n" if unlearned.get(mode) else ""))
+            checks = [{**s, "agree": f"{sum(v == 1.0 for v in s['greedy_agrees']['values'])} of {s['runs']}",
+                       "finetune": s["finetune"] and f"{s['finetune']['kind']}, {s['finetune']['steps']} steps at "
+                                                     f"{s['finetune']['context']}"} for s in entries]
+            body.append("Checks: greedy exact match at the training context (seeds where it equals teacher-forced); "
+                        "attention entropy (bits) at multiples of the context; fine-tunes.\n\n" + summary_table(
+                            checks, ["variant", ("agree", "greedy agrees"), ("finetune", "fine-tune")],
+                            [("greedy_exact", "greedy exact"), *[f"entropy x{m}" for m in ev.entropy_multiples],
+                             ("finetune_loss", "fine-tune loss")], ".2f"))
+        return "\n\n".join(part.strip() for part in [*body, memory_text, f"Total wall time {result.seconds:.0f} s."]
+                           if part) + "\n"
 
 
 if __name__ == "__main__":
