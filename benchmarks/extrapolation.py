@@ -15,8 +15,7 @@ memory of one BAM attention layer. The protocol in detail: docs/tutorials/yarn_e
     pe-toolkit bench extrapolation --quick                      # pipeline check
     pe-toolkit bench extrapolation --jobs 2                     # the full CPU preset
     pe-toolkit bench extrapolation --preset gpu --accelerator cuda
-    python benchmarks/extrapolation.py --set scalings.factor=4 --set seeds=[0,1,2,3,4] --resume
-    python benchmarks/extrapolation.py --set variants=[bam,alibi,rope,rope+yarn] --resume
+    python benchmarks/extrapolation.py --set scalings.factor=4 --set variants=[alibi,rope,rope+yarn] --resume
     python benchmarks/extrapolation.py --set memory_only=true   # only the BAM attention-layer memory
 """
 
@@ -40,10 +39,7 @@ from pe_toolkit.bench.summary import group_rows, summarize_groups, summary_table
 from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
 
 MODES = ("zero_shot", "trained")
-PASSKEY_DIGIT_CHANCE = 0.1  # one of ten digits
-PPL_MARGIN_PCT = 5.0
-"""The margin of the claims of no rise ("does not rise", "at least as well"): perplexity up by at most 5 %,
-tested on log perplexity (nats per byte) with margin ``log(1.05)``."""
+PPL_MARGIN_PCT = 5.0  # claims of no rise: perplexity up by at most 5 %, i.e. log perplexity by log(1.05)
 MIN_SEEDS = 2
 UNIT = (0.0, 1.0)
 
@@ -58,18 +54,15 @@ class Training:
     context: PositiveInt
     steps: PositiveInt
     batch_size: PositiveInt
-    lrs: list[PositiveFloat]
-    """The learning-rate grid of every base, tried on the first seed (the lowest ``val_loss`` wins)."""
+    lrs: list[PositiveFloat]  # the grid of every base, tried on the first seed (the lowest val_loss wins)
     warmup_steps: PositiveInt
     weight_decay: float
-    passkey_fraction: Fraction
-    """The trained mode's share of passkey rows (the zero-shot mode trains with none)."""
+    passkey_fraction: Fraction  # the trained mode's share of passkey rows (the zero-shot mode trains with none)
     passkey_template: Literal["compact", "paper"]
     split_seed: int
     max_bytes: PositiveInt | None
     loss_average: str
-    max_extensions: NonNegativeInt = 0
-    """Learning rates added past an edge choice (log scale), the same for every base."""
+    max_extensions: NonNegativeInt = 0  # learning rates added past an edge choice (log scale)
 
 
 @dataclass
@@ -113,11 +106,9 @@ class Memory:
 # ------------------------------------------------------------------------------------------ variants
 @dataclass
 class Variant:
-    """One evaluated model: the trained ``base`` with ``encoding`` (``options``, one per layer with ``per_layer``)
-    swapped in (``None``: as trained). ``factor`` names the config key of the scaling factor (``"scaling"``:
-    ``scalings.factor`` and its sweep; ``"dynamic"``: ``scalings.dynamic_factor``; ``"finetune"``:
-    ``finetune.multiple``); ``finetune``: ``"positional"`` (the encodings alone) or ``"full"``, at
-    ``finetune.multiple`` x the context."""
+    """The trained ``base`` with ``encoding`` (``options``; one per layer with ``per_layer``) swapped in (``None``: as
+    trained); ``factor``: which config key sets its scaling factor (:func:`resolve_options`); ``finetune``:
+    ``"positional"`` (the encodings alone) or ``"full"``, at ``finetune.multiple`` x the context."""
 
     base: str
     encoding: str | None = None
@@ -174,17 +165,13 @@ class Config:
     evaluation: Evaluation
     memory: Memory
     variants: list[Literal[tuple(VARIANTS)]]
-    trained_variants: list[Literal[tuple(VARIANTS)]] | None = None
-    """The variants of the trained passkey mode (``None``: every variant)."""
-    memory_only: bool = False
-    """Only measure the attention layer's memory."""
+    trained_variants: list[Literal[tuple(VARIANTS)]] | None = None  # of the trained passkey mode (None: all)
+    memory_only: bool = False  # only measure the attention layer's memory
 
 
 def resolve_options(variant: Variant, preset: dict[str, Any], factor: float | None = None) -> dict[str, Any]:
-    """The swapped-in encoder's options with ``factor`` / ``original_max_position`` (and LongRoPE's factors).
-
-    ``preset``: the config as a dict; ``factor``: for ``"scaling"`` variants, one of the sweep's factors.
-    """
+    """The swapped-in encoder's options with ``factor`` (``factor``: one of the sweep's, else the config's) and
+    ``original_max_position`` (and LongRoPE's factors); ``preset``: the config as a dict."""
     from pe_toolkit.encoders.rotary import longrope_factors_from_yarn
 
     options, context = dict(variant.options), preset["training"]["context"]
@@ -225,20 +212,13 @@ def run_spec(preset: dict[str, Any], base: str, mode: str, seed: int) -> dict[st
     """One run: train ``base`` in ``mode`` with ``seed``, then evaluate each of its variants in this mode."""
     variants = [variant_spec(preset, n, mode) for n in mode_variants(preset, mode) if VARIANTS[n].base == base]
     return {"run": f"train__{base}__{mode}__s{seed}", "base": base, "mode": mode, "seed": seed,
-            "model": preset["model"], "training": preset["training"], "evaluation": preset["evaluation"],
+            "model": preset["model"], "evaluation": preset["evaluation"],
+            "training": {k: v for k, v in preset["training"].items() if k not in ("lrs", "max_extensions")},
             "finetune": preset["finetune"] if any(v["variant"]["finetune"] for v in variants) else None,
             "variants": variants}
 
 
 # ------------------------------------------------------------------------------------ training
-def eval_device(device: dict[str, Any] | None) -> str:
-    """Where evaluation runs: ``"cuda"`` for a GPU accelerator (or ``auto`` with a GPU), else ``"cpu"``."""
-    import torch
-
-    accelerator = trainer_options(device)["accelerator"]
-    return "cuda" if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()) else "cpu"
-
-
 def _module(spec: dict[str, Any], *, steps: int = 0, warmup: int = 1):
     from pe_toolkit.training import LanguageModelModule
 
@@ -249,11 +229,8 @@ def _module(spec: dict[str, Any], *, steps: int = 0, warmup: int = 1):
 
 
 def training_data(training: dict[str, Any], mode: str, seed: int, context: int, batch_size: int, steps: int):
-    """The ``ByteLMDataModule`` of a run: passkey rows only in the ``trained`` mode.
-
-    The document split is drawn with ``training.split_seed``, the same for every seed (all runs hold out and
-    are evaluated on the same text); ``seed`` draws the training windows (and passkey rows).
-    """
+    """The ``ByteLMDataModule`` of a run (passkey rows only in the ``trained`` mode): the document split drawn with
+    ``training.split_seed`` (the same held-out text for every seed), the training windows with ``seed``."""
     from pe_toolkit.data import ByteLMDataModule
 
     if mode not in MODES:
@@ -312,9 +289,8 @@ def _finetune(module, spec: dict[str, Any], kind: str) -> dict[str, Any]:
     context = training["context"] * ft["multiple"]
     if kind == "positional":
         module.model.train_positional_only()
-    module.hparams.lr = ft["positional_lr"] if kind == "positional" else ft["lr"]
-    module.hparams.max_steps = ft["steps"]
-    module.hparams.warmup_steps = max(1, ft["steps"] // 10)
+    module.hparams.update(lr=ft["positional_lr"] if kind == "positional" else ft["lr"], max_steps=ft["steps"],
+                          warmup_steps=max(1, ft["steps"] // 10))
     start = time.perf_counter()
     L.seed_everything(spec["seed"] + 1, verbose=False)
     data = training_data(training, spec["mode"], spec["seed"], context, ft["batch_size"], ft["steps"])
@@ -325,10 +301,8 @@ def _finetune(module, spec: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def build_variant(spec: dict[str, Any], state: dict[str, Any]):
-    """The trained base (``state``) with the variant's encoding swapped in, fine-tuned if the variant says so.
-
-    ``spec``: the run's spec merged with one of its ``variants`` entries. Returns ``(module, finetune or None)``.
-    """
+    """``(module, finetune row or None)``: the trained base (``state``) with the variant's encoding swapped in,
+    fine-tuned if the variant says so; ``spec``: the run's spec merged with one of its ``variants`` entries."""
     variant = spec["variant"]
     module = _module(spec)
     module.load_state_dict(state)
@@ -343,17 +317,10 @@ def _passkey_seed(seed: int, length: int) -> int:
     return 1_000_003 * seed + length  # the same prompts for every variant and mode of one seed
 
 
-def _mean_of(items: list[dict[str, Any]], key: str) -> float:
-    return sum(i[key] * i["samples"] for i in items) / sum(i["samples"] for i in items)
-
-
 def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    """Derive the variant from the trained weights ``state`` (swap / fine-tune) and evaluate it.
-
-    Returns:
-        a ``variant`` row: ``ppl`` per length, ``sweep`` (perplexity per swept factor), ``passkey`` per
-        (length, depth), ``passkey_by_length``, ``greedy_check``, ``entropy``, learned encoder parameters.
-    """
+    """Derive the variant from the trained weights ``state`` (swap / fine-tune) and evaluate it: a ``variant`` row
+    (``ppl`` per length, ``sweep`` per factor, ``passkey`` per (length, depth) and by length, ``greedy_check``,
+    ``entropy``, learned encoder parameters)."""
     import torch
 
     from pe_toolkit import data as pdata
@@ -364,7 +331,9 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
     seed, context, batch_tokens = spec["seed"], training["context"], evaluation["passkey_batch_tokens"]
     template = {"compact": pdata.COMPACT_TEMPLATE, "paper": pdata.PAPER_TEMPLATE}[training["passkey_template"]]
     module, finetune = build_variant(spec, state)
-    device = eval_device(spec.get("device"))
+    accelerator = trainer_options(spec.get("device"))["accelerator"]
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    device = "cuda" if gpu else "cpu"
     module.to(device).eval()
     model = module.model
     for block in model.blocks:  # query blocks: memory linear in the length
@@ -395,12 +364,11 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
     by_length = []
     for length in evaluation["passkey_lengths"]:
         cells = [p for p in passkey if p["length"] == length]
-        by_length.append({"length": length, "examples": sum(c["samples"] for c in cells),
-                          "digit_accuracy": _mean_of(cells, "digit_accuracy"),
-                          "exact_match": _mean_of(cells, "exact_match")})
+        examples = sum(c["samples"] for c in cells)
+        mean = {key: sum(c[key] * c["samples"] for c in cells) / examples for key in ("digit_accuracy", "exact_match")}
+        by_length.append({"length": length, "examples": examples, **mean})
 
-    # Greedy decoding (the papers' metric) at the training context must agree with the teacher-forced exact
-    # match, which the long lengths use instead (one forward pass instead of a decoding loop).
+    # greedy decoding (the papers' metric) must agree with the teacher-forced exact match at the training context
     greedy_examples = pdata.passkey_grid([context - 5], evaluation["passkey_depths"], evaluation["greedy_samples"],
                                          seed=_passkey_seed(seed, context), template=template)
     with torch.no_grad():
@@ -428,22 +396,19 @@ def evaluate_variant(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, A
 
 
 def _learned_parameters(model) -> dict[str, Any]:
-    """Per-head parameters worth reading in the report: BAM's shape/scale/location, HeadScale's scales."""
+    """Per-head parameters worth reading: BAM's shape / scale / location, SSMax's and HeadScale's scales."""
     out: dict[str, Any] = {}
-
-    def values(tensor, digits: int) -> list[float]:
-        return [round(float(v), digits) for v in tensor.detach().cpu()]
-
     for index, encoding in enumerate(model.encodings):
         prefix = "" if len(model.encodings) == 1 else f"layer{index}."
+        found = {}
         if hasattr(encoding, "shape") and hasattr(encoding, "location"):  # BAM, BAM-SSMax
-            out[prefix + "bam_shape"] = values(encoding.shape, 4)
-            out[prefix + "bam_scale_exp"] = values(encoding.scale.exp(), 5)
-            out[prefix + "bam_location"] = values(encoding.location(), 3)
+            found = {"bam_shape": (encoding.shape, 4), "bam_scale_exp": (encoding.scale.exp(), 5),
+                     "bam_location": (encoding.location(), 3)}
         if hasattr(encoding, "ssmax_scale"):
-            out[prefix + "ssmax_scale"] = values(encoding.ssmax_scale, 4)
+            found["ssmax_scale"] = (encoding.ssmax_scale, 4)
         if getattr(encoding, "learned", False) and hasattr(encoding, "head_scale"):
-            out[prefix + "head_scale"] = values(encoding.head_scale, 4)
+            found["head_scale"] = (encoding.head_scale, 4)
+        out.update({prefix + k: [round(float(v), d) for v in t.detach().cpu()] for k, (t, d) in found.items()})
     return out
 
 
@@ -465,9 +430,9 @@ def _attention_memory(length: int, dim: int, heads: int, block_size: int, encodi
 
 
 def measure_memory(memory: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
-    """Peak RSS growth of one attention layer at ``memory["length"]`` in a forked child; the calling process
-    must not have run torch compute (:mod:`pe_toolkit.bench.memory`): :func:`memory_row` spawns a fresh one."""
-    from pe_toolkit.bench.memory import peak_memory_in_subprocess
+    """Peak RSS growth of one attention layer at ``memory["length"]`` in a forked child (:mod:`pe_toolkit.bench.memory`:
+    the caller must not have run torch compute, so :func:`memory_row` runs this in a freshly spawned process)."""
+    from pe_toolkit.bench.memory import run_in_child
 
     args = (memory["length"], memory["dim"], memory["num_heads"], memory["block_size"], memory["encoding"])
     row: dict[str, Any] = {
@@ -476,14 +441,12 @@ def measure_memory(memory: dict[str, Any], timeout: float = 1800.0) -> dict[str,
         "query_block_size": memory["block_size"], "grad": False, "dtype": "float32", "threads": 1,
         "spec": dict(memory),
     }
-    try:
-        result, peak = peak_memory_in_subprocess(_attention_memory, *args, timeout=timeout,
-                                                 warmup=lambda: _attention_memory(64, *args[1:]))
-        row.update(status="ok", peak_mib=peak / 2**20, seconds=result["seconds"], output_finite=result["finite"])
-    except RuntimeError as error:
-        lines = [line for line in str(error).splitlines() if line.strip()]
-        row.update(status="failed: " + (lines[-1] if lines else "unknown")[:300], peak_mib=None, seconds=None)
-    return row
+    result, peak, error = run_in_child(_attention_memory, *args, timeout=timeout,
+                                       warmup=lambda: _attention_memory(64, *args[1:]))
+    if error is not None:
+        return {**row, "status": f"failed: {error[:300]}", "peak_mib": None, "seconds": None}
+    return {**row, "status": "ok", "peak_mib": peak / 2**20, "seconds": result["seconds"],
+            "output_finite": result["finite"]}
 
 
 def memory_row(memory: dict[str, Any]) -> dict[str, Any]:
@@ -496,10 +459,8 @@ def memory_row(memory: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------- summaries
-LABELS = ("variant", "mode", "seed", "description", "finetune")
-"""The fields of :func:`metrics_of` that are not metrics."""
-BOUNDED = ("exact@", "digits@", "greedy")
-"""Metric keys in ``[0, 1]`` (passkey exact match and digit accuracy, greedy checks)."""
+LABELS = ("variant", "mode", "seed", "description", "finetune")  # the fields of metrics_of that are not metrics
+BOUNDED = ("exact@", "digits@", "greedy")  # metrics in [0, 1]
 
 
 def ppl_key(length: int, factor: float | None = None) -> str:
@@ -507,10 +468,9 @@ def ppl_key(length: int, factor: float | None = None) -> str:
 
 
 def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
-    """A variant row as one flat dict per (variant, mode, seed): ``ppl@<length>`` (``ppl@<length> factor <f>``
-    from the sweep), ``exact@<length>`` / ``digits@<length>`` (passkey, mean over depths), ``digits@<length>
-    depth <d>``, ``entropy x<multiple>``, ``greedy_exact``, ``greedy_agrees`` (1: equals the teacher-forced
-    exact match) and ``finetune_loss``."""
+    """A variant row as one flat dict: ``ppl@<length>`` (``... factor <f>``: swept), ``exact@<length>`` /
+    ``digits@<length>`` (mean over depths), ``digits@<length> depth <d>``, ``entropy x<multiple>``, ``greedy_exact``,
+    ``greedy_agrees`` (1: equals the teacher-forced exact match) and ``finetune_loss``."""
     out = {key: row[key] for key in LABELS}
     out.update({ppl_key(p["length"]): p["ppl"] for p in row["ppl"]})
     out.update({ppl_key(p["length"], s["factor"]): p["ppl"] for s in row["sweep"] for p in s["ppl"]})
@@ -527,9 +487,8 @@ def metrics_of(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (variant, mode) of the variant rows: each metric of :func:`metrics_of` as mean and 95 %
-    interval over the seeds (:func:`pe_toolkit.bench.summary.summarize_groups`), with ``runs``, ``description``
-    and the first seed's ``finetune``."""
+    """One summary per (variant, mode) of the variant rows: every metric of :func:`metrics_of` as mean and 95 %
+    interval over the seeds (a group's metrics depend on the variant, hence not the default ``analyze``)."""
     order = {name: i for i, name in enumerate(VARIANTS)}
     flat = sorted(map(metrics_of, rows), key=lambda r: (MODES.index(r["mode"]), order.get(r["variant"], 99), r["seed"]))
     out = []
@@ -542,8 +501,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def passkey_learned(summary: list[dict[str, Any]], context: int) -> dict[str, list[str]]:
-    """Per mode, the variants whose digit accuracy at the training context is not above 2x chance
-    (interval upper end at most 0.2): their passkey numbers at longer lengths say nothing."""
+    """Per mode, the variants whose digit accuracy at the training context is not above twice chance (interval
+    upper end at most 0.2): their passkey numbers at longer lengths say nothing."""
     out: dict[str, list[str]] = {}
     for entry in summary:
         at = entry.get(f"digits@{context}")
@@ -554,8 +513,8 @@ def passkey_learned(summary: list[dict[str, Any]], context: int) -> dict[str, li
 
 # ------------------------------------------------------------------------------------------ claims
 def per_seed(rows: list[dict[str, Any]], name: str, mode: str, key: str | None) -> dict[int, float] | None:
-    """``{seed: value}`` of one variant's metric ``key`` of :func:`metrics_of` (``None``: not measured in this
-    run); perplexity as its log (nats per byte), a missing or non-positive one as NaN (counted, not dropped)."""
+    """``{seed: value}`` of one variant's metric ``key`` (``None``: not measured); perplexity as its log (nats per
+    byte), a missing or non-positive one as NaN (counted, not dropped)."""
     if key is None:
         return None
     out = {r["seed"]: r[key] for r in rows if r["variant"] == name and r["mode"] == mode and key in r}
@@ -571,14 +530,9 @@ LONGROPE = "Ding et al. 2024 (LongRoPE, arXiv:2402.13753)"
 
 
 def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each paper claim tested here, decided by :func:`pe_toolkit.bench.verdict.decide_claim`.
-
-    Perplexity claims read log perplexity (nats per byte) of the ``zero_shot`` models when that mode ran;
-    passkey claims read exact match in each mode. Variants of one trained model are compared with paired
-    per-seed differences, different trainings with Welch's test; claims of no rise are non-inferiority tests
-    with the margin :data:`PPL_MARGIN_PCT`. Returns :func:`~pe_toolkit.bench.verdict.claim_row` rows with
-    ``paper``, ``mode``, ``metric`` and the two sides' names ``a_name`` / ``b_name``.
-    """
+    """Each paper claim, decided by :func:`~pe_toolkit.bench.verdict.decide_claim`: log perplexity of the ``zero_shot``
+    models when that mode ran, passkey exact match per mode; paired per seed for variants of one model, Welch across
+    trainings. Claim rows with ``paper``, ``mode``, ``metric`` and the sides' names ``a_name`` / ``b_name``."""
     context, evaluation = config["training"]["context"], config["evaluation"]
     ppl_lengths, pk_lengths = evaluation["ppl_lengths"], evaluation["passkey_lengths"]
     longest, pk_longest = ppl_lengths[-1], pk_lengths[-1]
@@ -691,26 +645,10 @@ def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str,
 
 
 # ------------------------------------------------------------------------------------------- plots
-def _log_lengths(ax, lengths: list[int], context: int) -> None:
-    """Log-2 length axis labelled at ``lengths``, log perplexity axis, the training context as a grey line."""
-    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
-
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.xaxis.set_major_locator(FixedLocator(lengths))
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    low, high = ax.get_ylim()
-    if has_finite_data(ax) and high / low < 10:  # within one decade the log axis has no major tick: label minor ones
-        ax.yaxis.set_minor_formatter(ScalarFormatter())
-        ax.tick_params(axis="y", which="minor", labelsize=7)
-    ax.axvline(context, color="grey", linestyle="--", linewidth=1)
-
-
 def plot_ppl(summary: list[dict[str, Any]], mode: str, lengths: list[int], context: int):
-    """Perplexity vs length of every variant of ``mode``: a figure."""
+    """Perplexity vs length of every variant of ``mode`` (log-log, the training context as a grey line): a figure."""
     import matplotlib
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     entries = [s for s in summary if s["mode"] == mode]
     fig, axes = new_figure(size=(9, 5))
@@ -723,38 +661,21 @@ def plot_ppl(summary: list[dict[str, Any]], mode: str, lengths: list[int], conte
         plot_intervals(ax, lengths, [entry.get(ppl_key(n)) for n in lengths], marker="o^sDvP*X<>"[index % 10],
                        linestyle=":" if variant.finetune else ("--" if variant.encoding else "-"), markersize=4,
                        capsize=2, color=colors[bases.index(variant.base) % len(colors)], label=entry["variant"])
-    _log_lengths(ax, lengths, context)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set(major_locator=FixedLocator(lengths), major_formatter=ScalarFormatter(), minor_locator=NullLocator())
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    low, high = ax.get_ylim()
+    if has_finite_data(ax) and high / low < 10:  # within one decade the log axis has no major tick: label minor ones
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.axvline(context, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("evaluation length (bytes; the same scored bytes at every length)")
     ax.set_ylabel("validation perplexity (bytes)")
     seeds = max((s["runs"] for s in entries), default=0)
     ax.set_title(f"Perplexity vs length, {mode} models, mean and 95 % interval over {seeds} seeds; grey line: the "
                  "training context\n(solid: as trained; dashed: swapped at inference; dotted: fine-tuned)", fontsize=9)
     return finish(fig, "validation perplexity", fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-
-
-def plot_sweep(summary: list[dict[str, Any]], lengths: list[int], factors: list[float], context: int):
-    """Perplexity vs length per swept factor of each fixed-factor scaling (zero-shot models): a figure."""
-    import matplotlib
-
-    entries = [s for s in summary if factors and ppl_key(lengths[0], factors[0]) in s]
-    fig, axes = new_figure(1, max(1, len(entries)), size=(3.6, 3.4))
-    for ax, entry in zip(axes.flat, entries):
-        for i, factor in enumerate(factors):
-            color = matplotlib.colormaps["viridis"](i / max(1, len(factors) - 1))
-            plot_intervals(ax, lengths, [entry.get(ppl_key(n, factor)) for n in lengths], markersize=3, capsize=2,
-                           color=color, label=f"factor {factor:g}")
-        rope = next((s for s in summary if s["variant"] == "rope" and s["mode"] == entry["mode"]), None)
-        if rope is not None:
-            plot_intervals(ax, lengths, [rope.get(ppl_key(n)) for n in lengths], color="black", linestyle="--",
-                           marker=None, capsize=2, label="rope (no scaling)")
-        _log_lengths(ax, lengths, context)
-        ax.set_title(entry["variant"], fontsize=9)
-        ax.set_xlabel("length (bytes)", fontsize=8)
-    axes[0, 0].set_ylabel("validation perplexity (bytes)")
-    fig.suptitle("Fixed-factor RoPE scalings at inference, by factor (zero-shot models, mean and 95 % interval)",
-                 fontsize=10)
-    return finish(fig, "factor sweep", fontsize=6,
-                  reason=None if entries else "no fixed-factor scaling variant with a sweep ran")
 
 
 def plot_passkey(summary: list[dict[str, Any]], mode: str, lengths: list[int], depths: list[float], context: int):
@@ -870,21 +791,20 @@ class Extrapolation(Benchmark):
         config, ev = result.config, result.config.evaluation
         context, modes, lengths = config.training.context, config.passkey_modes, ev.ppl_lengths
         figures = {"ppl_vs_length.png": plot_ppl(summary, "zero_shot" if "zero_shot" in modes else modes[0], lengths,
-                                                 context),
-                   "factor_sweep.png": plot_sweep(summary, lengths, config.scalings.sweep_factors, context)}
+                                                 context)}
         for mode in modes:
             figures["passkey_heatmap.png" if mode == "zero_shot" else "passkey_heatmap_trained.png"] = plot_passkey(
                 summary, mode, ev.passkey_lengths, ev.passkey_depths, context)
         return figures
 
     def describe(self, result: Result) -> str:
-        config, training = result.config, result.config.training
+        training, tokens = result.config.training, result.config.evaluation.ppl_tokens
         parameters = next(r["parameters_without_pe"] for r in result.rows if r["kind"] == "training")
         return (f"Byte-level decoders ({parameters:,} parameters without the PE), {training.steps} steps of batch "
                 f"{training.batch_size} x {training.context} bytes of standard-library text (`trained` mode: "
-                f"{training.passkey_fraction:.0%} passkey rows). Perplexity on the same {config.evaluation.ppl_tokens:,} "
-                "held-out bytes at every length; passkey scored teacher-forced (the exact match of all 5 digits is "
-                "what greedy decoding gives). The protocol: docs/tutorials/yarn_extension.md.")
+                f"{training.passkey_fraction:.0%} passkey rows). Perplexity on the same {tokens:,} held-out bytes at "
+                "every length; passkey scored teacher-forced (the exact match of all 5 digits is what greedy decoding "
+                "gives). The protocol: docs/tutorials/yarn_extension.md.")
 
     def fairness_notes(self, result: Result) -> list[str]:
         return [f"Claims of no rise are non-inferiority tests with a margin of {PPL_MARGIN_PCT:g} % perplexity; a "
@@ -895,10 +815,10 @@ class Extrapolation(Benchmark):
         context, ev, rows = config.training.context, config.evaluation, result.rows
         memory = next((r for r in rows if r["kind"] == "memory"), None)
         memory_text = "" if memory is None else (
-            f"## Memory\n\nOne causal `{memory['encoding']}` attention layer, batch 1, {memory['num_heads']} heads of "
-            f"{memory['head_dim']}, float32, no grad, query blocks of {memory['query_block_size']}, one thread: peak RSS "
-            "growth in a forked process.\n\n" + markdown_table([memory], [("length", "L"), ("peak_mib", "peak MiB"),
-                                                                          "seconds", "status"], {"peak_mib": ".1f"}))
+            f"## Memory\n\nPeak RSS growth of one causal `{memory['encoding']}` attention layer (batch 1, "
+            f"{memory['num_heads']} heads of {memory['head_dim']}, float32, no grad, query blocks of "
+            f"{memory['query_block_size']}, one thread).\n\n" + markdown_table(
+                [memory], [("length", "L"), ("peak_mib", "peak MiB"), "seconds", "status"], {"peak_mib": ".1f"}))
         training_rows = [r for r in rows if r["kind"] == "training"]
         if not training_rows:
             return memory_text

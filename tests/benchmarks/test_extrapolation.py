@@ -407,7 +407,8 @@ def test_tiny_end_to_end_run_writes_results_report_and_plots(quick_run):
     config = document["config"]
     assert config["variants"] == ["rope+yarn"] and config["seeds"] == [0] and config["device"]["accelerator"] == "cpu"
     kinds = [r["kind"] for r in document["rows"]]
-    assert kinds[:3] == ["memory", "training", "summary"] and set(kinds[3:]) == {"claim"}
+    assert kinds[:5] == ["memory", "training", "tuning_trial", "tuning_trial", "summary"]
+    assert set(kinds[5:]) == {"claim"}
     memory, training = document["rows"][:2]
     assert training["base"] == "rope" and training["mode"] == "zero_shot"
     (variant,) = training["variants"]
