@@ -558,9 +558,7 @@ def claims(rows: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str,
         if a is None or b is None:
             claim = untested_claim(text, f"{a_name if a is None else b_name} not measured in this run", **options)
         else:
-            seeds = sorted(set(a) & set(b)) if paired else None
-            va = [a[s] for s in seeds] if paired else [a[s] for s in sorted(a)]
-            vb = [b[s] for s in seeds] if paired else [b[s] for s in sorted(b)]
+            va, vb = ([x[s] for s in (sorted(set(a) & set(b)) if paired else sorted(x))] for x in (a, b))
             enough = min(len(va), len(vb)) >= MIN_SEEDS
             claim = decide_claim(va, vb, name=text, preconditions=(
                 (enough, f"fewer than {MIN_SEEDS} seeds per side: no interval"), *preconditions), **options)
@@ -730,7 +728,6 @@ class Extrapolation(Benchmark):
                    "weights, so they are paired per seed")
 
     def check(self, config: Config) -> None:
-        """Distinct lists, trained variants among the variants, lengths from the context, equal ppl tokens."""
         for key in ("passkey_modes", "variants"):
             distinct(key, getattr(config, key))
         if config.trained_variants is not None:
@@ -775,10 +772,9 @@ class Extrapolation(Benchmark):
     def progress_label(self, row: dict[str, Any]) -> str:
         if row["kind"] == "memory":
             return f"memory {row['encoding']} L={row['length']}: {row.get('peak_mib')} MiB ({row['status']})"
-        parts = [f"{v['variant']} ppl {v['ppl'][0]['ppl']:.2f}@{v['ppl'][0]['length']}->"
-                 f"{v['ppl'][-1]['ppl']:.3g}@{v['ppl'][-1]['length']}" for v in row["variants"]]
-        return (f"{row['base']} {row['mode']} seed {row['seed']} lr {row['lr']:g}: val loss {row['val_loss']:.3f}; "
-                + "; ".join(parts) + f" ({row['run_seconds']:.0f}s)")
+        ppl = "; ".join(f"{v['variant']} ppl {v['ppl'][0]['ppl']:.2f}->{v['ppl'][-1]['ppl']:.3g}"
+                        for v in row["variants"])
+        return f"{row['base']} {row['mode']} seed {row['seed']} lr {row['lr']:g}: val loss {row['val_loss']:.3f}; {ppl}"
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         rows = [v for r in result.rows if r["kind"] == "training" for v in r["variants"]]
