@@ -108,6 +108,7 @@ def test_runs_one_per_trained_model_with_its_variants(loaded):
     rope = runs["train__rope__zero_shot__s0"]
     assert [v["name"] for v in rope["variants"]] == [n for n in full["variants"] if n.startswith("rope")]
     assert rope["finetune"] == full["finetune"] and runs["train__alibi__zero_shot__s0"]["finetune"] is None
+    assert "lrs" not in rope["training"] and "lr" not in rope  # the runner adds the tuned lr; the grid is no identity
     yarn = next(v for v in rope["variants"] if v["name"] == "rope+yarn")
     assert yarn["options"] == ext.resolve_options(ext.VARIANTS["rope+yarn"], full)
     assert [s["factor"] for s in yarn["sweep"]] == [2.0, 4.0, 8.0, 16.0]
@@ -217,7 +218,7 @@ def _spec(name, steps=2, mode="zero_shot"):
     preset = {
         "model": TINY_MODEL, "variants": [name], "trained_variants": None,
         "training": {
-            "context": 112, "steps": steps, "batch_size": 4, "lr": 3e-3, "warmup_steps": 1, "weight_decay": 0.1,
+            "context": 112, "steps": steps, "batch_size": 4, "lrs": [3e-3], "warmup_steps": 1, "weight_decay": 0.1,
             "passkey_fraction": 0.25, "passkey_template": "compact", "split_seed": 0, "max_bytes": 300_000,
             "loss_average": "rows",
         },
@@ -230,7 +231,7 @@ def _spec(name, steps=2, mode="zero_shot"):
         },
     }
     spec = ext.run_spec(preset, ext.VARIANTS[name].base, mode, 0)
-    return {**spec, **spec["variants"][0], "device": CPU}
+    return {**spec, **spec["variants"][0], "lr": 3e-3, "device": CPU}
 
 
 def test_headscale_finetune_trains_the_scales_only_and_evaluates():
@@ -387,7 +388,8 @@ TINY_RUN = ["--quick", "--set", "variants=[rope+yarn]", "--set", "training.steps
             "training.warmup_steps=1", "--jobs", "1", "--set", "memory.length=1024", "--set", "seeds=[0]",
             "--set", "passkey_modes=[zero_shot]", "--set", "evaluation.passkey_samples=1",
             "--set", "evaluation.ppl_lengths=[128,256]", "--set", "evaluation.passkey_lengths=[128,256]",
-            "--set", "scalings.sweep_factors=[2]", "--set", "training.max_bytes=300000", "--accelerator", "cpu"]
+            "--set", "scalings.sweep_factors=[2]", "--set", "training.max_bytes=300000", "--accelerator", "cpu",
+            "--set", "training.lrs=[0.001,0.03]"]
 
 
 @pytest.fixture(scope="module")
@@ -406,7 +408,8 @@ def test_tiny_end_to_end_run_writes_results_report_and_plots(quick_run):
     config = document["config"]
     assert config["variants"] == ["rope+yarn"] and config["seeds"] == [0] and config["device"]["accelerator"] == "cpu"
     kinds = [r["kind"] for r in document["rows"]]
-    assert kinds[:3] == ["memory", "training", "summary"] and set(kinds[3:]) == {"claim"}
+    assert kinds[:5] == ["memory", "training", "tuning_trial", "tuning_trial", "summary"]
+    assert set(kinds[5:]) == {"claim"}
     memory, training = document["rows"][:2]
     assert training["base"] == "rope" and training["mode"] == "zero_shot"
     (variant,) = training["variants"]
@@ -419,10 +422,45 @@ def test_tiny_end_to_end_run_writes_results_report_and_plots(quick_run):
     assert all({"a", "b", "test", "verdict", "difference"} <= set(c) for c in claims)
     report = (folder / "report.md").read_text()
     assert "Against the papers' claims" in report and "**untested**" in report and "## Memory" in report
-    for png in ("ppl_vs_length.png", "passkey_heatmap.png", "factor_sweep.png"):
+    for png in ("ppl_vs_length.png", "passkey_heatmap.png"):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     runs = sorted(p.name for p in (folder / "runs" / "quick").iterdir())
-    assert runs == ["run=memory__bam_L1024.json", "run=train__rope__zero_shot__s0.json"]
+    assert runs == ["run=memory__bam_L1024.json", "run=train__rope__zero_shot__s0__lr=0.001.json",
+                    "run=train__rope__zero_shot__s0__lr=0.03.json"]
+
+
+def test_the_base_learning_rate_is_tuned_by_validation_loss(quick_run, loaded):
+    """Issue 39: each base's learning rate is chosen from a grid on the first seed by validation loss."""
+    document = json.loads((quick_run / "extrapolation" / "results.json").read_text())
+    trials = [r for r in document["rows"] if r["kind"] == "tuning_trial"]
+    assert sorted(t["lr"] for t in trials) == [0.001, 0.03] and {t["base"] for t in trials} == {"rope"}
+    best = min(trials, key=lambda t: t["val_loss"])
+    training = next(r for r in document["rows"] if r["kind"] == "training")
+    assert document["config"]["chosen"] == {"rope": best["lr"]} and training["lr"] == best["lr"]
+    assert training["val_loss"] == best["val_loss"] and trials[0]["val_loss"] != trials[1]["val_loss"]
+    assert "## Tuning" in (quick_run / "extrapolation" / "report.md").read_text()
+    for name in ("full", "gpu"):  # the same grid for every base, extended up to twice past an edge choice
+        tuning = BENCH.tuning(load_config(BENCH, name)[0])
+        assert (tuning.param, tuning.group, tuning.metric, tuning.maximize) == ("lr", "base", "val_loss", False)
+        assert list(tuning.values) == [1e-3, 3e-3, 1e-2] and tuning.max_extensions == 2
+    assert loaded["quick"]["training"]["lrs"] == [3e-3] and loaded["quick"]["training"]["max_extensions"] == 0
+
+
+def test_validation_loss_is_scored_after_the_perplexity_bytes(monkeypatch):
+    """Tuning never sees the bytes the perplexity claims are scored on: it scores the next ppl_tokens bytes."""
+    from pe_toolkit.data import equal_token_windows
+
+    seen = []
+    monkeypatch.setattr(ext, "_fit", lambda module, data, steps, device: seen.append(data.val_bytes) or 1.0)
+    spec = _spec("rope")
+    row, state = ext.train_base(spec)
+    tokens, context = spec["evaluation"]["ppl_tokens"], spec["training"]["context"]
+    windows = equal_token_windows(seen[0][tokens + 1:], [context], tokens)[context]
+    module = ext._module(spec)
+    module.load_state_dict(state)
+    assert row["lr"] == 3e-3 and row["val_loss"] == pytest.approx(math.log(module.perplexity(windows)))
+    assert row["val_loss"] != pytest.approx(math.log(module.perplexity(
+        equal_token_windows(seen[0], [context], tokens)[context])))
 
 
 def test_resume_reuses_the_trained_and_evaluated_model(quick_run, monkeypatch):
