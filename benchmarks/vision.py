@@ -232,13 +232,9 @@ class Vision(Benchmark):
                                                             result.config.finetune.sizes)}
 
     def describe(self, result: Result) -> str:
-        data, model, training, finetune = (getattr(result.config, k) for k in ("data", "model", "training", "finetune"))
-        return (f"ShapeRelations (where the square is relative to the disc, 4 classes, chance 0.25): {data.num_train} "
-                f"train / {data.num_val} val / {data.num_test} test scenes, up to {data.max_distractors} distractors. "
-                f"ViT: patch {model.patch_size}, dim {model.dim}, {model.num_heads} heads, {model.num_layers} layers, "
-                f"{model.pool} pooling; trained at {data.train_size} px for {training.steps} steps of batch "
-                f"{training.batch_size}; fine-tuned {finetune.steps} steps at lr {finetune.lr} at each of "
-                f"{finetune.sizes} px. Device {result.device}.")
+        data = result.config.data
+        return (f"ShapeRelations (where the square is relative to the disc, 4 classes, chance 0.25), up to "
+                f"{data.max_distractors} distractors; trained at {data.train_size} px. Device {result.device}.")
 
     def fairness_notes(self, result: Result) -> list[str]:
         return [f"A claim is untested when a side's validation accuracy at the training size is below {LEARNED_ACC} "
