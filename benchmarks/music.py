@@ -2,12 +2,12 @@
 
 Agarwal, Wang, Richard 2024 ("Structure-informed Positional Encoding for Music Generation", arXiv:2402.13301)
 claim that structure-informed PEs (S-APE, S-RPE, NS-RPE) improve structural consistency (chroma, SSM) over APE
-and NoPE. The same small causal Transformer is trained with each encoding on the music21 chorales (or a folder
-of MIDI files, ``--set data.midi_folder=DIR``), split by piece, and measured on held-out pieces: teacher-forced
-NLL and F1, then generation (``next_step`` continues a prompt; ``accompaniment`` writes alto, tenor and bass
-under the soprano) against the reference with the paper's metrics. Fair rows see only what a composer or an
-accompanist has (meter, phrases; the melody and chords inferred from it); ``*-oracle`` rows also get the
-reference labels, an upper bound outside every verdict. docs/tutorials/music.md explains the protocol.
+and NoPE. The same small causal Transformer is trained with each encoding on the music21 chorales (or a MIDI
+folder, ``--set data.midi_folder=DIR``), split by piece, and measured on held-out pieces: teacher-forced NLL and
+F1, then generation against the reference with the paper's metrics. Fair rows see only what a composer or an
+accompanist has; ``*-oracle`` rows also get the reference melody / chord labels, outside the fair verdicts, and are
+compared with ``sinusoidal+labels-oracle`` (plain sinusoidal APE, the same labels as input features): is it the
+labels or the way the PE uses them? docs/tutorials/music.md explains the protocol.
 
     python benchmarks/music.py --quick            # a corpus subset, tiny model: a pipeline check
     python benchmarks/music.py --jobs 2           # the full CPU preset (benchmarks/presets/music/full.yaml)
@@ -29,10 +29,11 @@ from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, PositiveFloa
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct
+from pe_toolkit.bench.config import ModelSize
 from pe_toolkit.bench.plots import finish, interval_errors, new_figure
-from pe_toolkit.bench.report import fairness_section, markdown_table
+from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.summary import group_rows, summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim
+from pe_toolkit.bench.verdict import claim_row, decide_claim
 
 TASKS = ("next_step", "accompaniment")
 STRUCTURED = ("s_ape", "s_rpe", "ns_rpe")
@@ -51,11 +52,19 @@ FAIR = {
         "ns_rpe": ("ns_rpe", {"structures": ("melody_chord", "phrase"), "segments": ("melody_chord", "phrase")}),
     },
 }
+LABELS_ARM = "sinusoidal+labels-oracle"  # the oracle rows' labels (their union) as input features, plain sinusoidal PE
+ORACLE_LABELS = ("melody", "beat", "chord", "phrase")
 ORACLE = {
     "s_ape-oracle": ("s_ape", {"structures": ("melody", "beat", "chord", "phrase")}),
     "s_rpe-oracle": ("s_rpe", {"structures": ("melody", "chord", "phrase")}),
     "ns_rpe-oracle": ("ns_rpe", {"structures": ("chord", "phrase"), "segments": ("chord", "phrase")}),
+    LABELS_ARM: ("sinusoidal", {}),
 }
+# (claim, favoured encodings, baselines): each favoured encoding is compared with each baseline
+QUESTIONS = (("structure-informed PE improves structural consistency (chroma, SSM) over APE and NoPE",
+              STRUCTURED, BASELINES),
+             ("given the reference labels, a structure-informed PE improves structural consistency (chroma, SSM) over "
+              "sinusoidal APE with the same labels as input features", tuple(ORACLE)[:3], (LABELS_ARM,)))
 PLAIN = {"music_relative": ("music_relative", {"max_distance": 256}), "sinusoidal": ("sinusoidal", {}),
          "rope": ("rope", {}), "nope": ("nope", {})}
 ENCODINGS = (*STRUCTURED, *PLAIN)
@@ -89,10 +98,7 @@ class Window:
 
 
 @dataclasses.dataclass
-class Model:
-    dim: PositiveInt
-    num_heads: PositiveInt
-    num_layers: PositiveInt
+class Model(ModelSize):
     dropout: ClosedUnitInterval
 
 
@@ -168,14 +174,20 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from pe_toolkit.domains.music.lightning_module import ChoraleDataModule, PianoRollModule
     from pe_toolkit.domains.music.metrics import generation_metrics
     from pe_toolkit.domains.music.models import MusicModelConfig, generate_windows
+    from pe_toolkit.domains.music.structure import LABEL_FIELDS
 
     start = time.perf_counter()
     task, training, prompt = spec["task"], spec["training"], spec["generation"]["prompt"]
     L.seed_everything(spec["seed"], verbose=False)
-    data = ChoraleDataModule(load_pieces(spec["data"])[1], task=task, length=spec["window"]["length"],
-                             stride=spec["window"]["stride"], batch_size=training["batch_size"])
+    corpus, splits = load_pieces(spec["data"])
+    data = ChoraleDataModule(splits, task=task, length=spec["window"]["length"], stride=spec["window"]["stride"],
+                             batch_size=training["batch_size"])
     name, options = encoding_spec(task, spec["encoding"])
-    config = MusicModelConfig(task=task, encoding=name, encoding_options=dict(options), **spec["model"])
+    labels = torch.cat([piece.labels for piece in corpus.pieces])  # a table per label: as many ids as the corpus has
+    label_inputs = {f: int(labels[:, LABEL_FIELDS.index(f)].max()) + 1 for f in ORACLE_LABELS
+                    if spec["encoding"] == LABELS_ARM}
+    config = MusicModelConfig(task=task, encoding=name, encoding_options=dict(options), label_inputs=label_inputs,
+                              **spec["model"])
     steps = training["steps"]
     module = PianoRollModule(config, lr=spec["lr"], warmup_steps=max(1, int(steps * training["warmup_fraction"])),
                              max_steps=steps)
@@ -214,52 +226,53 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def comparisons(rows: list[dict[str, Any]], tasks: list[str]) -> list[dict[str, Any]]:
-    """Each fair structure-informed encoding beats each baseline, per task and metric: decide_claim rows.
+    """Each favoured encoding beats each baseline of :data:`QUESTIONS`, per task and metric: decide_claim rows.
 
-    Welch's t on the per-seed values at each encoding's selected learning rate (independent trainings);
-    oracle rows never enter. A side with a non-finite value or fewer than :data:`MIN_SEEDS` seeds: untested.
+    Welch's t on the per-seed values at each encoding's selected learning rate (independent trainings). A side
+    with a non-finite value or fewer than :data:`MIN_SEEDS` seeds: untested.
     """
     out = []
     for task in tasks:
         per = {enc: sorted(group, key=lambda r: r["seed"]) for (t, enc), group in
-               group_rows(rows, ("task", "encoding")).items() if t == task and enc not in ORACLE}
-        for metric in VERDICT_METRICS:
-            for enc in (e for e in STRUCTURED if e in per):
-                for base in (b for b in BASELINES if b in per):
-                    n = min(len(per[enc]), len(per[base]))
-                    result = decide_claim([r[metric] for r in per[enc]], [r[metric] for r in per[base]],
-                                          higher_is_better=metric not in LOWER_IS_BETTER, bounds=BOUNDED.get(metric),
-                                          name=f"{enc} beats {base} on {metric} ({task})",
-                                          preconditions=[(n >= MIN_SEEDS, f"{n} seed(s), fewer than {MIN_SEEDS}")])
-                    out.append(claim_row(result, task=task, metric=metric, encoding=enc, baseline=base))
+               group_rows(rows, ("task", "encoding")).items() if t == task}
+        for (_, favoured, baselines), metric in ((q, m) for q in QUESTIONS for m in VERDICT_METRICS):
+            for enc, base in ((e, b) for e in favoured for b in baselines if e in per and b in per):
+                n = min(len(per[enc]), len(per[base]))
+                result = decide_claim([r[metric] for r in per[enc]], [r[metric] for r in per[base]],
+                                      higher_is_better=metric not in LOWER_IS_BETTER, bounds=BOUNDED.get(metric),
+                                      name=f"{enc} beats {base} on {metric} ({task})",
+                                      preconditions=[(n >= MIN_SEEDS, f"{n} seed(s), fewer than {MIN_SEEDS}")])
+                out.append(claim_row(result, task=task, metric=metric, encoding=enc, baseline=base))
     return out
 
 
 def claim(lines: list[dict[str, Any]], tasks: list[str]) -> list[dict[str, Any]]:
-    """The paper's claim per task, summed up from the structural comparisons (chroma, SSM): ``reproduced`` when
-    some fair structure-informed encoding is reproduced against both baselines on one structural metric and no
-    structural comparison is contradicted; ``contradicted`` when some is contradicted and none reproduced
-    against both; ``untested`` when every structural comparison is; else ``inconclusive``."""
+    """Each question's claim per task, summed up from its structural comparisons (chroma, SSM): ``reproduced`` when
+    some favoured encoding is reproduced against every baseline on one structural metric and no structural
+    comparison is contradicted; ``contradicted`` when some is contradicted and none reproduced against every
+    baseline; ``untested`` when every structural comparison is; else ``inconclusive``."""
     out = []
-    for task in tasks:
-        structural = [x for x in lines if x["task"] == task and x["metric"] in STRUCTURAL]
+    for task, (question, _, baselines) in ((t, q) for t in tasks for q in QUESTIONS):
+        every, both = ("both baselines", "both") if len(baselines) == 2 else ("the baseline", "it")
+        structural = [x for x in lines if x["task"] == task and x["metric"] in STRUCTURAL
+                      and x["baseline"] in baselines]
         if not structural:
             continue
         cells = group_rows(structural, ("encoding", "metric"))
         wins = [f"{e} on {m}" for (e, m), xs in cells.items()
-                if len(xs) == len(BASELINES) and all(x["verdict"] == "reproduced" for x in xs)]
+                if len(xs) == len(baselines) and all(x["verdict"] == "reproduced" for x in xs)]
         losses = [f"{x['encoding']} vs {x['baseline']} on {x['metric']}" for x in structural
                   if x["verdict"] == "contradicted"]
         if all(x["verdict"] == "untested" for x in structural):
             verdict, reason = "untested", structural[0]["reason"]
         elif wins and not losses:
-            verdict, reason = "reproduced", "better than both baselines on a structural metric, worse on none"
+            verdict, reason = "reproduced", f"better than {every} on a structural metric, worse on none"
         elif losses and not wins:
-            verdict, reason = "contradicted", "worse than a baseline on a structural metric, better than both on none"
+            verdict, reason = "contradicted", (f"worse than a baseline on a structural metric, better than {both} "
+                                               "on none")
         else:
-            verdict, reason = "inconclusive", "no encoding separates from both baselines, or the comparisons disagree"
-        out.append({"task": task, "claim": "structure-informed PE improves structural consistency (chroma, SSM) "
-                    "over APE and NoPE", "verdict": verdict, "reason": reason,
+            verdict, reason = "inconclusive", f"no encoding separates from {every}, or the comparisons disagree"
+        out.append({"task": task, "claim": question, "verdict": verdict, "reason": reason,
                     "better than both": ", ".join(wins) or "none", "worse than one": ", ".join(losses) or "none"})
     return out
 
@@ -300,13 +313,14 @@ def write_midi(rows: list[dict[str, Any]], folder: Path) -> None:
 
 class Music(Benchmark):
     name, title = "music", "Music: structure-informed positional encodings on Bach chorales"
-    description = ("structure-informed PEs on Bach chorales: next-step prediction and accompaniment, NLL and "
-                   "generation metrics (Agarwal et al. 2024)")
     Config, key_fields = Config, ("task", "encoding", "seed")
     run_one = staticmethod(run_one)
+    same_budget = "(task / encoding, oracle rows too) trains the same model for the same steps on the same chorales"
+    held_out = ("next_step positions carry only beat and phrase (the score's fermatas); accompaniment positions also "
+                "the given melody and chords inferred from it alone (`melody_chord`); `*-oracle` rows receive the "
+                "reference melody / chord labels and are compared only with each other")
 
     def check(self, config: Config) -> None:
-        distinct("seeds", config.seeds)
         distinct("tuning.lrs", config.tuning.lrs)
         if config.tuning.seed not in config.seeds:
             raise ValueError(f"tuning.seed {config.tuning.seed!r} must be one of seeds {config.seeds}")
@@ -319,8 +333,8 @@ class Music(Benchmark):
                 for t in config.tasks for e in [*config.encodings, *config.oracle] for s in seeds]
 
     def tuning(self, config: Config) -> Tuning:
-        return Tuning(param="lr", values=[float(lr) for lr in config.tuning.lrs], metric="val_nll", maximize=False,
-                      group="arm", max_extensions=config.tuning.max_extensions)
+        return Tuning(param="lr", values=config.tuning.lrs, metric="val_nll", maximize=False, group="arm",
+                      max_extensions=config.tuning.max_extensions)
 
     def progress_label(self, row: dict[str, Any]) -> str:
         return (f"{row['task']} {row['encoding']} lr {row['lr']:g} seed {row['seed']}: val nll {row['val_nll']:.2f}, "
@@ -340,69 +354,47 @@ class Music(Benchmark):
     def write_artifacts(self, result: Result, folder: Path) -> None:
         write_midi(result.rows, folder / "midi")
 
-    def roll_examples(self, result: Result, task: str) -> tuple[dict[str, Any], Any]:
-        """``({encoding: generated roll}, reference roll)`` of the first test window at the tuning seed."""
-        arms = {s["encoding"] for s in result.derived_of("summary") if s["task"] == task}
-        rows = [r["example"] | {"encoding": r["encoding"]} for r in result.rows if r["task"] == task
-                and r["encoding"] in arms and r["seed"] == result.config.tuning.seed]
-        examples = {x["encoding"]: _dense(x["generated"], x["length"]) for x in rows}
-        return examples, _dense(rows[-1]["reference"], rows[-1]["length"]) if rows else None
-
     def plot(self, result: Result) -> dict[str, Any]:
         from pe_toolkit.domains.music.plotting import plot_piano_rolls
 
         figures = {"metrics.png": plot_metrics(result.derived_of("summary"))}
-        for task in result.config.tasks:
-            examples, reference = self.roll_examples(result, task)
-            if examples:
-                figures[f"rolls_{task}.png"] = plot_piano_rolls({"reference": reference, **examples}, title=(
+        for task in result.config.tasks:  # the first test window at the tuning seed
+            rows = [r for r in result.rows if r["task"] == task and r["seed"] == result.config.tuning.seed]
+            if rows:
+                rolls = {r["encoding"]: _dense(r["example"]["generated"], r["example"]["length"]) for r in rows}
+                reference = _dense(rows[-1]["example"]["reference"], rows[-1]["example"]["length"])
+                figures[f"rolls_{task}.png"] = plot_piano_rolls({"reference": reference, **rolls}, title=(
                     f"{task}: first test window (soprano red, alto green, tenor blue, bass purple)"))
         return figures
 
-    def report(self, result: Result) -> str:
+    def describe(self, result: Result) -> str:
         config = result.config
         corpus, splits = load_pieces(dataclasses.asdict(config.data))
-        cells = [{**s, "encoding": s["encoding"] + (" (oracle)" if s["oracle"] else ""),
-                  "notes": " / ".join(f"{x:.1f}" for x in s["notes_each"]) + "  (ref "
-                           + " / ".join(f"{x:.1f}" for x in s["reference_notes_per_voice_each"]) + ")"}
-                 for s in result.derived_of("summary")]
-        lines, claims = result.derived_of("claim"), result.derived_of("claim_summary")
         source = f"MIDI folder {config.data.midi_folder}" if config.data.midi_folder else "music21 Bach chorales"
-        model, training, generation = config.model, config.training, config.generation
-        body = [
-            f"{len(corpus.pieces)} pieces ({source}; {len(corpus.skipped)} files skipped), split by piece "
-            f"{[len(s) for s in splits]} (train / val / test); windows of {config.window.length} 16th steps (training "
-            f"stride {config.window.stride}). Causal Transformer, dim {model.dim}, {model.num_heads} heads, "
-            f"{model.num_layers} layers; {training.steps} AdamW steps (warm-up + cosine), batch {training.batch_size}. "
-            f"Device: `{result.device}`. Generation on the first {generation.windows} test windows (greedy per-voice "
-            f"decoding, KV cache; next_step continues from the first {generation.prompt} steps).\n\n",
-            fairness_section(self.tuning(config), config.seeds, same_budget="(task / encoding, oracle rows too) "
-                             "trains the same model for the same steps on the same training chorales",
-                             held_out="next_step positions carry only beat and phrase (the score's fermatas); "
-                             "accompaniment positions also the given melody and chords inferred from it alone "
-                             "(`melody_chord`); *(oracle)* rows receive the reference melody / chord labels and are "
-                             "an upper bound, outside every verdict",
-                             notes=[f"Fewer than {MIN_SEEDS} seeds a side: the comparison is untested."]),
-            "\n## Results (selected learning rate)\n\n",
-            summary_table(cells, ["task", "encoding", "lr", ("runs", "seeds"), ("notes", "notes per generated voice")],
-                          [("test_nll", "NLL/step ↓"), ("gen_f1", "F1 (gen) ↑"), ("chroma_similarity", "chroma ↑"),
-                           ("ssm_distance", "SSM dist ↓"), ("grooving_similarity", "groove ↑"),
-                           ("note_density_distance", "ND dist ↓"), ("drone_fraction", "drone share ↓")],
-                          {"chroma_similarity": ".1f", "ssm_distance": ".1f", "drone_fraction": ".2f"}),
-            "\n`notes per generated voice`: mean notes (onsets) per generated voice and window (next_step: S/A/T/B; "
-            "accompaniment: A/T/B) against the reference; `drone share`: generated voices with at most one note.\n",
-            "\n![metrics](metrics.png)\n",
-            "\n## Comparisons: each fair structure-informed encoding against sinusoidal APE and NoPE\n\n"
-            + (claims_table(lines) if lines else "Not all encodings were run.\n"),
-            "\n## Paper claim\n\n" + (markdown_table(claims, ["task", "claim", "verdict", "reason", "better than both",
-                                                                "worse than one"], {"verdict": lambda v: f"**{v}**"})
-                                        if claims else "Not tested.\n"),
-        ]
-        for task in config.tasks:
-            if self.roll_examples(result, task)[0]:
-                body.append(f"\n## Generated piano rolls, {task}\n\n![{task}](rolls_{task}.png)\n\nMIDI files: "
-                            f"`midi/{task}/` (`reference_<n>.mid` and `<encoding>_seed<k>_<n>.mid`).\n")
-        return "".join(body)
+        return (f"{len(corpus.pieces)} pieces ({source}; {len(corpus.skipped)} files skipped), split by piece "
+                f"{[len(s) for s in splits]} (train / val / test). Generation: greedy per-voice decoding with a KV "
+                f"cache. MIDI files: `midi/<task>/` (`reference_<n>.mid`, `<encoding>_seed<k>_<n>.mid`).")
+
+    def fairness_notes(self, result: Result) -> list[str]:
+        return [f"Fewer than {MIN_SEEDS} seeds a side: the comparison is untested. `{LABELS_ARM}` gets the oracle "
+                f"rows' labels ({', '.join(ORACLE_LABELS)}) as learned embeddings added to its input."]
+
+    def report(self, result: Result) -> str:
+        cells = [{**s, "notes": " / ".join(f"{x:.1f}" for x in s["notes_each"]) + "  (ref "
+                  + " / ".join(f"{x:.1f}" for x in s["reference_notes_per_voice_each"]) + ")"}
+                 for s in result.derived_of("summary")]
+        claims = result.derived_of("claim_summary")
+        return (super().report(result) + "\n## Claims per task\n\n" + (markdown_table(claims, [
+            "task", "claim", "verdict", "reason", ("better than both", "beats all baselines"), "worse than one"], {
+                "verdict": lambda v: f"**{v}**"}) if claims else "Not tested.\n")
+            + "\n## Results (selected learning rate)\n\n" + summary_table(
+                cells, ["task", "encoding", "lr", ("runs", "seeds"), ("notes", "notes per generated voice")],
+                [("test_nll", "NLL/step ↓"), ("gen_f1", "F1 (gen) ↑"), ("chroma_similarity", "chroma ↑"),
+                 ("ssm_distance", "SSM dist ↓"), ("grooving_similarity", "groove ↑"),
+                 ("note_density_distance", "ND dist ↓"), ("drone_fraction", "drone share ↓")],
+                {"chroma_similarity": ".1f", "ssm_distance": ".1f", "drone_fraction": ".2f"})
+            + "\n`notes per generated voice`: mean notes (onsets) per generated voice and window (next_step: S/A/T/B; "
+            "accompaniment: A/T/B) against the reference; `drone share`: generated voices with at most one note.\n")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,7 @@ sin-cos. Checked on :class:`~pe_toolkit.domains.vision.data.ShapeRelations` (whe
 to the red disc; chance 25 %): a ViT per encoding and seed trained at ``train_size``, the learning rate chosen
 per encoding on validation accuracy, tested at each of ``test_sizes`` as is (rotary and sin-cos read the larger
 grid's indices, ``learned_2d`` is resized bicubically), then briefly fine-tuned at ``finetune.sizes`` and tested
-again. Each claim's verdict comes from :func:`pe_toolkit.bench.verdict.decide_claim`, with the task's caveat.
-docs/tutorials/vision.md discusses the task and the results.
+again. docs/tutorials/vision.md discusses the task and the results.
 
     pe-toolkit bench vision --quick                        # pipeline check, < 2 minutes
     pe-toolkit bench vision --jobs 2                       # the full CPU preset (3 seeds)
@@ -30,10 +29,11 @@ from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat,
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct
+from pe_toolkit.bench.config import ModelSize
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
-from pe_toolkit.bench.report import fairness_section, markdown_table
+from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import VERDICTS, claim_row, claims_table, decide_claim
+from pe_toolkit.bench.verdict import claim_row, decide_claim
 
 ROTARY = ("rope_mixed", "rope_axial")
 ABSOLUTE = ("learned_2d", "sincos_2d")
@@ -60,11 +60,8 @@ class Data:
 
 
 @dataclasses.dataclass
-class Model:
+class Model(ModelSize):
     patch_size: PositiveInt
-    dim: PositiveInt
-    num_heads: PositiveInt
-    num_layers: PositiveInt
     pool: Literal["cls", "mean"]
 
 
@@ -95,6 +92,11 @@ class Config:
     model: Model
     training: Training
     finetune: Finetune
+
+
+def accuracy_fields(config: Config) -> list[str]:
+    """The row fields of test accuracy: at each test size, then after the fine-tune at each fine-tune size."""
+    return [*(f"acc_{s}" for s in config.data.test_sizes), *(f"finetuned_acc_{s}" for s in config.finetune.sizes)]
 
 
 @functools.lru_cache(maxsize=32)
@@ -177,18 +179,6 @@ def claims(rows: list[dict[str, Any]], sizes: list[int], train_size: int) -> lis
     return out
 
 
-def claim_sentence(claim_rows: list[dict[str, Any]]) -> str:
-    if not claim_rows:
-        return "Not tested in this run (it needs a rotary and an absolute encoding and a test size above training)."
-    parts = []
-    for comparison in dict.fromkeys(c["comparison"] for c in claim_rows):
-        mine = [c for c in claim_rows if c["comparison"] == comparison]
-        counts = {v: sum(c["verdict"] == v for c in mine) for v in VERDICTS}
-        parts.append(f"{comparison}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-                     + f" (of {len(mine)} sizes)")
-    return "; ".join(parts) + "."
-
-
 def plot_accuracy(summary: list[dict[str, Any]], sizes: list[int], tune_sizes: list[int]) -> Any:
     fig, axes = new_figure(size=(7, 4.5))
     ax, markers = axes[0][0], "osD^vP*X"
@@ -209,12 +199,13 @@ def plot_accuracy(summary: list[dict[str, Any]], sizes: list[int], tune_sizes: l
 
 class Vision(Benchmark):
     name, title = "vision", "Vision: ViT accuracy vs test resolution per positional encoding"
-    description = "ViT accuracy at test resolutions it was not trained on, per 2-D encoding (Heo et al. 2024)"
     Config, key_fields = Config, ("encoding", "seed")
     run_one = staticmethod(run_one)
+    held_out = ("no test scene and no test resolution feeds training or the choice of learning rate; the fine-tunes "
+                "train on training scenes rendered at the test size")
+    same_budget = "shares the model, steps, batch, schedule and fine-tune, scored on the same validation scenes"
 
     def check(self, config: Config) -> None:
-        distinct("seeds", config.seeds)
         distinct("encodings", config.encodings)
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
@@ -222,8 +213,8 @@ class Vision(Benchmark):
         return [{"encoding": e, "seed": s, "preset": run_preset} for e in config.encodings for s in config.seeds]
 
     def tuning(self, config: Config) -> Tuning:
-        return Tuning(param="lr", values=[float(lr) for lr in config.training.lrs], metric="val_acc", maximize=True,
-                      group="encoding", max_extensions=config.training.max_extensions)
+        return Tuning(param="lr", values=config.training.lrs, metric="val_acc", maximize=True, group="encoding",
+                      max_extensions=config.training.max_extensions)
 
     def progress_label(self, row: dict[str, Any]) -> str:
         accuracies = " ".join(f"{k[4:]}px={v:.2f}" for k, v in row.items() if k.startswith("acc_"))
@@ -231,52 +222,33 @@ class Vision(Benchmark):
                 f"({row['seconds']:.0f}s)")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        data, tune_sizes = result.config.data, result.config.finetune.sizes
-        metrics = ["val_acc", *(f"acc_{s}" for s in data.test_sizes), *(f"finetuned_acc_{s}" for s in tune_sizes)]
-        summary = summarize_groups(result.rows, ("encoding",), metrics, bounds=(0.0, 1.0),
-                                   keep=("lr", "position_parameters"))
+        data = result.config.data
+        summary = summarize_groups(result.rows, ("encoding",), ["val_acc", *accuracy_fields(result.config)],
+                                   bounds=(0.0, 1.0), keep=("lr", "position_parameters"))
         return [{**s, "kind": "summary"} for s in summary] + claims(result.rows, data.test_sizes, data.train_size)
 
     def plot(self, result: Result) -> dict[str, Any]:
         return {"accuracy_vs_resolution.png": plot_accuracy(result.derived_of("summary"), result.config.data.test_sizes,
                                                             result.config.finetune.sizes)}
 
+    def describe(self, result: Result) -> str:
+        data = result.config.data
+        return (f"ShapeRelations (where the square is relative to the disc, 4 classes, chance 0.25), up to "
+                f"{data.max_distractors} distractors; trained at {data.train_size} px. Device {result.device}.")
+
+    def fairness_notes(self, result: Result) -> list[str]:
+        return [f"A claim is untested when a side's validation accuracy at the training size is below {LEARNED_ACC} "
+                "(not learned). How the task departs from the paper's (ViT-S/B on ImageNet-1k): "
+                + "; ".join(f"against {name}: {caveat}" for name, caveat in TASK_CAVEAT.items()) + "."]
+
     def report(self, result: Result) -> str:
-        config, summary, claim_rows = result.config, result.derived_of("summary"), result.derived_of("claim")
-        data, model, training, finetune = config.data, config.model, config.training, config.finetune
-        sizes, tune_sizes, train_size = data.test_sizes, finetune.sizes, data.train_size
-        accuracies = [f"acc_{s}" for s in sizes] + [f"finetuned_acc_{s}" for s in tune_sizes]
-        body = [
-            f"ShapeRelations (where the square is relative to the disc, 4 classes, chance 0.25): {data.num_train} "
-            f"train / {data.num_val} val / {data.num_test} test scenes, up to {data.max_distractors} distractors. "
-            f"ViT: patch {model.patch_size}, dim {model.dim}, {model.num_heads} heads, {model.num_layers} layers, "
-            f"{model.pool} pooling; trained at {train_size} px for {training.steps} steps of batch "
-            f"{training.batch_size} (AdamW, warmup {training.warmup_steps}, cosine). Fine-tune: {finetune.steps} steps "
-            f"of batch {finetune.batch_size} at lr {finetune.lr} at each of {tune_sizes} px. Device {result.device}; "
-            f"{result.seconds:.0f} s in all.\n\n",
-            fairness_section(self.tuning(config), config.seeds, same_budget="shares the model, steps, batch, schedule "
-                             f"and fine-tune, scored on the same validation scenes at {train_size} px",
-                             held_out="no test scene and no test resolution feeds training or the choice of learning "
-                             "rate; the fine-tunes train on training scenes rendered at the test size",
-                             notes=["Departure from the paper (ViT-S/B on ImageNet-1k at 224 px, tested up to 512 px): "
-                                    "a procedural 4-class dataset and a small ViT, so the finding is tested, not its "
-                                    "numbers."]),
-            "\n## Test accuracy without fine-tuning (mean [95 % interval] over seeds)\n\n",
-            summary_table(summary, ["encoding", ("runs", "seeds"), "lr"], [(f"acc_{s}", f"{s} px") for s in sizes]),
-            "\n## After a short fine-tune at the test resolution\n\n" if tune_sizes else "",
-            summary_table(summary, ["encoding"], [(f"finetuned_acc_{s}", f"{s} px, fine-tuned") for s in tune_sizes])
-            if tune_sizes else "",
-            "\n## Does RoPE extrapolate better than absolute embeddings? (Heo et al. 2024)\n\n"
-            f"A claim is **untested** when a side's validation accuracy at {train_size} px is below {LEARNED_ACC} (not "
-            "learned); the caveat column says how the task departs from the paper's.\n\n",
-            claims_table(claim_rows, extra=[("caveat", "caveat")]) if claim_rows else "",
-            f"\nMeasured: {claim_sentence(claim_rows)}\n\n## Every run\n\n",
-            markdown_table(result.rows, ["encoding", "seed", "lr", "val_acc", *accuracies, "position_parameters",
-                                         "seconds"], {**dict.fromkeys(["val_acc", *accuracies], ".3f"),
-                                                      "seconds": ".0f"}),
-            "\n![accuracy vs resolution](accuracy_vs_resolution.png)\n",
-        ]
-        return "".join(body)
+        accuracies = accuracy_fields(result.config)
+        headers = [(f, f"{f.split('_')[-1]} px" + (", fine-tuned" if f.startswith("fine") else "")) for f in accuracies]
+        return (super().report(result) + "\n## Test accuracy (mean [95 % interval] over seeds)\n\n"
+                + summary_table(result.derived_of("summary"), ["encoding", ("runs", "seeds"), "lr"], headers)
+                + "\n## Every run\n\n" + markdown_table(
+                    result.rows, ["encoding", "seed", "lr", "val_acc", *accuracies, "position_parameters", "seconds"],
+                    {**dict.fromkeys(["val_acc", *accuracies], ".3f"), "seconds": ".0f"}))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,9 @@ class MusicModelConfig:
         dim, num_heads, num_layers, mlp_hidden, dropout: trunk sizes.
         share_encoding: one encoding for all layers (default: one per layer, as Music Transformer's
             per-layer relative tables).
+        label_inputs: ``{structure field: number of label ids}``: each field's labels (``0 .. ids - 1``) are
+            embedded, one learned table per field, and added to the input projection: the labels as input
+            features, beside the encoding (a baseline for structure-informed PEs given the same labels).
     """
 
     task: str = "next_step"
@@ -65,6 +68,7 @@ class MusicModelConfig:
     mlp_hidden: int | None = None
     dropout: float = 0.1
     share_encoding: bool = False
+    label_inputs: dict[str, int] = field(default_factory=dict)
 
 
 class PianoRollTransformer(nn.Module):
@@ -78,6 +82,11 @@ class PianoRollTransformer(nn.Module):
         self.config = config
         self.in_features, self.out_features = task_features(config.task, check_int("voices", config.voices))
         self.input = nn.Linear(self.in_features, config.dim)
+        for name, ids in config.label_inputs.items():
+            field_index(name)
+            check_int(f"label_inputs[{name!r}]", ids)
+        self.label_inputs = nn.ModuleDict({name: nn.Embedding(ids, config.dim)
+                                           for name, ids in config.label_inputs.items()})
         self.trunk = pet.Transformer(pet.TransformerConfig(
             vocab_size=None, dim=config.dim, num_heads=config.num_heads, num_layers=config.num_layers, causal=True,
             encoding=config.encoding, encoding_options=dict(config.encoding_options), mlp_hidden=config.mlp_hidden,
@@ -109,7 +118,14 @@ class PianoRollTransformer(nn.Module):
         _check_structure_positions("structure", structure)
         if structure.shape[:2] != x.shape[:2]:
             raise ValueError(f"structure {tuple(structure.shape)} must match x {tuple(x.shape)} in (B, L)")
-        hidden = self.trunk.forward_features(self.input(x), positions=self.positions_for(structure), cache=cache)
+        hidden = self.input(x)
+        for name, table in self.label_inputs.items():
+            labels = structure[..., field_index(name)]
+            if labels.numel() and (labels.min() < 0 or labels.max() >= table.num_embeddings):
+                raise ValueError(f"structure field {name!r} has labels in [{int(labels.min())}, {int(labels.max())}]; "
+                                 f"label_inputs allows 0 .. {table.num_embeddings - 1}")
+            hidden = hidden + table(labels)
+        hidden = self.trunk.forward_features(hidden, positions=self.positions_for(structure), cache=cache)
         return self.head(hidden)
 
 

@@ -6,10 +6,12 @@ import json
 import math
 
 import pytest
+import torch
 
 from pe_toolkit.bench import Result
 from pe_toolkit.bench.config import load_config
 from pe_toolkit.benchmarks import music as bench
+from pe_toolkit.domains.music.structure import LABEL_FIELDS
 
 
 def run_cli(argv):
@@ -106,6 +108,32 @@ def test_selection_summaries_verdicts_and_claims():
     assert claim["verdict"] == "inconclusive" and claim["better than both"] == "none"
 
 
+def test_oracle_rows_are_compared_with_the_same_labels_given_as_input_features():
+    assert bench.encoding_spec("next_step", bench.LABELS_ARM) == ("sinusoidal", {})
+    config, _ = load_config(BENCHMARK, "quick", overrides=["seeds=[0, 1, 2]", "tasks=[accompaniment]",
+                                                           "encodings=[s_ape, sinusoidal, nope]",
+                                                           f"oracle=[s_ape-oracle, {bench.LABELS_ARM}]"])
+    rows = []
+    for e, base in (("s_ape-oracle", 1.0), (bench.LABELS_ARM, 2.0), ("s_ape", 2.2), ("sinusoidal", 2.5), ("nope", 3.0)):
+        for seed, jitter in ((0, 0.0), (1, 0.01), (2, -0.01)):
+            row = _row("accompaniment", e, seed, 0.003, base + jitter)
+            row["chroma_similarity"] = 10.0 - base + jitter
+            rows.append(row)
+    derived = BENCHMARK.analyze(Result(config=config, preset="quick", rows=rows))
+    pairs = {(c["encoding"], c["baseline"]) for c in derived if c["kind"] == "claim"}
+    assert pairs == {("s_ape", "sinusoidal"), ("s_ape", "nope"), ("s_ape-oracle", bench.LABELS_ARM)}
+    chroma = next(c for c in derived if c["kind"] == "claim" and c["baseline"] == bench.LABELS_ARM
+                  and c["metric"] == "chroma_similarity")
+    assert chroma["name"] == f"s_ape-oracle beats {bench.LABELS_ARM} on chroma_similarity (accompaniment)"
+    assert chroma["verdict"] == "reproduced" and chroma["difference"]["mean"] == pytest.approx(1.0)
+    assert chroma["a"]["n"] == chroma["b"]["n"] == 3
+    fair, labels = [c for c in derived if c["kind"] == "claim_summary"]
+    assert fair["claim"].startswith("structure-informed PE") and fair["verdict"] == "reproduced"
+    assert labels["claim"].startswith("given the reference labels") and labels["verdict"] == "reproduced"
+    assert labels["reason"] == "better than the baseline on a structural metric, worse on none"
+    assert labels["better than both"] == "s_ape-oracle on chroma_similarity, s_ape-oracle on ssm_distance"
+
+
 def test_write_midi_from_a_rows_sparse_rolls(tmp_path):
     labels = [[t, 0, t, 0, 0, 0, 0, 0] for t in range(4)]  # time, bar, beat, ... (LABEL_FIELDS)
     window = {"generated": [[0, 0, 60], [1, 0, 60], [2, 1, 64]], "generated_onsets": [[0, 0, 60], [2, 1, 64]],
@@ -119,12 +147,18 @@ def test_write_midi_from_a_rows_sparse_rolls(tmp_path):
 def test_tiny_run_writes_report_plots_and_midi_then_resumes(tmp_path, monkeypatch):
     argv = ["--quick", "--out", str(tmp_path), "--accelerator", "cpu", "--set", "data.limit=12",
             "--set", "training.steps=2", "--set", "seeds=[0]", "--set", "tasks=[accompaniment]",
-            "--set", "encodings=[s_ape, nope]", "--set", "generation.windows=2"]
+            "--set", "encodings=[s_ape, nope]", "--set", f"oracle=[{bench.LABELS_ARM}]",
+            "--set", "generation.windows=2"]
     assert run_cli(argv) == 0
     out = tmp_path / "music"
     rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if "kind" not in r]
-    assert [(r["task"], r["encoding"], r["seed"]) for r in rows] == [("accompaniment", "s_ape", 0),
-                                                                    ("accompaniment", "nope", 0)]
+    assert [(r["task"], r["encoding"], r["seed"]) for r in rows] == [
+        ("accompaniment", "s_ape", 0), ("accompaniment", "nope", 0), ("accompaniment", bench.LABELS_ARM, 0)]
+    # the labels arm: a sinusoidal model (no positional parameters, as nope) plus one table per label of dim 16
+    corpus, _ = bench.load_pieces({"limit": 12, "split_seed": 0, "midi_folder": None})
+    labels = torch.cat([piece.labels for piece in corpus.pieces])
+    ids = sum(int(labels[:, LABEL_FIELDS.index(f)].max()) + 1 for f in bench.ORACLE_LABELS)
+    assert rows[2]["oracle"] and rows[2]["parameters"] - rows[1]["parameters"] == 16 * ids
     assert (out / "metrics.png").stat().st_size > 0 and (out / "rolls_accompaniment.png").stat().st_size > 0
     assert (out / "midi" / "accompaniment" / "s_ape_seed0_0.mid").stat().st_size > 0
     assert "## How the fairness rule is met" in (out / "report.md").read_text()

@@ -136,6 +136,38 @@ def test_structure_encoders_see_structure_and_baselines_only_time():
         assert differs == sensitive, name
 
 
+def test_label_inputs_add_one_embedding_per_field_to_the_input_and_decode_alike_with_the_cache():
+    torch.manual_seed(0)
+    labels = {"melody": 128, "beat": 16, "chord": 61, "phrase": 4}
+    model = PianoRollTransformer(MusicModelConfig(encoding="sinusoidal", dim=16, num_heads=2, dropout=0.0,
+                                                  label_inputs=labels)).double().eval()
+    batch = [task_tensors("next_step", synthetic_piece(24, seed=k).roll, synthetic_piece(24, seed=k).labels,
+                          synthetic_piece(24, seed=k).onsets) for k in range(2)]
+    x, s = torch.stack([b["inputs"] for b in batch]).double(), torch.stack([b["structure"] for b in batch])
+    assert all(model.label_inputs[f].weight.abs().min() > 0 for f in labels)  # nonzero tables: the test can fail
+    with torch.no_grad():
+        hidden = model.input(x) + sum(model.label_inputs[f](s[..., field_index(f)]) for f in labels)
+        expected = model.head(model.trunk.forward_features(hidden, positions=s[..., field_index("time")]))
+        torch.testing.assert_close(model(x, s), expected, atol=0, rtol=0)
+        changed = s.clone()
+        changed[..., field_index("chord")] += 7  # the plain sinusoidal PE ignores it; the label input does not
+        assert not torch.allclose(model(x, s), model(x, changed))
+        cache = model.new_cache()
+        steps = [model(x[:, :3], s[:, :3], cache=cache)] + [model(x[:, t:t + 1], s[:, t:t + 1], cache=cache)
+                                                             for t in range(3, x.shape[1])]
+        torch.testing.assert_close(torch.cat(steps, 1), model(x, s), atol=1e-12, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"field 'phrase' has labels in \[0, 4\]; label_inputs allows 0 .. 3"):
+        structure = task_tensors("next_step", synthetic_piece(70).roll, synthetic_piece(70).labels)["structure"]
+        PianoRollTransformer(MusicModelConfig(encoding="nope", dim=16, num_heads=2, label_inputs={"phrase": 4}))(
+            torch.zeros(1, 69, 1024), structure[None])  # phrases 0 .. 4
+    with pytest.raises(ValueError, match="unknown structure field 'mood'"):
+        PianoRollTransformer(MusicModelConfig(encoding="nope", dim=16, num_heads=2, label_inputs={"mood": 4}))
+    with pytest.raises(ValueError, match=r"label_inputs\['beat'\] must be >= 1, got 0"):
+        PianoRollTransformer(MusicModelConfig(encoding="nope", dim=16, num_heads=2, label_inputs={"beat": 0}))
+    with pytest.raises(TypeError, match=r"label_inputs\['beat'\] must be an int, got float"):
+        PianoRollTransformer(MusicModelConfig(encoding="nope", dim=16, num_heads=2, label_inputs={"beat": 16.0}))
+
+
 def test_decode_step_modes():
     # layout per voice: 128 sounding logits, then 128 onset logits
     logits = torch.full((1, 2 * 256), -9.0)
