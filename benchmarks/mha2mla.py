@@ -62,22 +62,6 @@ class Config:
 
 
 # ------------------------------------------------------------------------------------------ one seed
-def hf_llama(config):
-    """A ``CausalLMLogits``-wrapped HF ``LlamaForCausalLM`` with ``config``'s sizes (tied head, RMSNorm eps 1e-5)."""
-    import transformers
-
-    from pe_toolkit.integrations.hf import CausalLMLogits
-    from pe_toolkit.nn.block import MLP
-
-    hf_config = transformers.LlamaConfig(
-        vocab_size=config.vocab_size, hidden_size=config.dim, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, num_key_value_heads=config.num_kv_heads or config.num_heads,
-        intermediate_size=MLP(config.dim).up.out_features, rms_norm_eps=1e-5, tie_word_embeddings=True,
-        max_position_embeddings=4096, bos_token_id=None, eos_token_id=None,
-    )
-    return CausalLMLogits(transformers.LlamaForCausalLM(hf_config))
-
-
 def _module_for(model):
     """A ``LanguageModelModule`` wrapping ``model`` (for its ``perplexity``), without training."""
     from pe_toolkit.training import LanguageModelModule
@@ -110,7 +94,13 @@ def convert_seed(spec: dict[str, Any]) -> dict[str, Any]:
                                steps_per_epoch=spec["finetune_steps"], max_bytes=spec["max_bytes"], seed=1)
     config = pet.TransformerConfig(vocab_size=256, causal=True, encoding="rope", **spec["model"])
     torch.manual_seed(seed)
-    base = hf_llama(config) if spec["hf"] else pet.Transformer(config)
+    base = pet.Transformer(config)
+    if spec["hf"]:  # the same architecture as an HF LlamaForCausalLM (hf_config_from_transformer), HF's initialisation
+        import transformers
+
+        from pe_toolkit.integrations.hf import CausalLMLogits, hf_config_from_transformer
+
+        base = CausalLMLogits(transformers.LlamaForCausalLM(hf_config_from_transformer(base)))
     module, _ = train_language_model(base, data, lr=spec["lr"], steps=spec["train_steps"], seed=seed, device=device)
     base = base.cpu()
     base_loss = validation_loss(module, val_windows)
@@ -283,7 +273,7 @@ class Mha2Mla(Benchmark):
                    "val_loss_zero_shot", "val_loss_finetuned", "loss_change_pct")
     number_format = ".4f"
     held_out = "the losses are measured on the validation bytes, which no model trains or fine-tunes on"
-    same_budget = "(the MHA model and each conversion) fine-tunes the same steps at the same learning rate"
+    same_budget = "trains the same steps; the MHA model and each conversion fine-tune the same steps at the same lr"
 
     def check(self, config: Config) -> None:
         distinct("decode_lengths", config.decode_lengths)

@@ -250,21 +250,17 @@ class Recsys(Benchmark):
         return {"recsys_metrics.png": plot(summary)} if summary else {}
 
     def describe(self, result: Result) -> str:
-        config = result.config
-        data = []
-        for (dataset, protocol), runs in group_rows(result.rows, ("dataset", "protocol")).items():
-            first = runs[0]
-            data.append(f"* {dataset}, {protocol}: {first['users']} users, {first['items']} items, "
-                        f"{first['train_examples']} training examples, {first['test_queries']} test queries, ranking "
-                        f"`{first['ranking']}`; {sum(r['converged'] for r in runs)} of {len(runs)} runs stopped by "
-                        f"patience; training {dataclasses.asdict(config.training[dataset])}.")
-        return (
-            "SASRec (causal Transformer, item embeddings shared with the output layer) with the positional encoding "
-            "swapped by name; softmax cross-entropy over all items; AdamW. Ties count against the target. Split "
-            f"`{config.split.mode}`" + (f" {config.split.ratios}" if config.split.mode == "ratio" else "")
-            + f". The claims (CAPE beats each encoder, Yuan et al. 2025) use the `{config.protocols[0]}` protocol; "
-            "`all/` and `unseen/` are each run's rankings over every item and with the history excluded. Synthetic "
-            f"log: {dataclasses.asdict(config.synthetic)}.\n\n" + "\n".join(data))
+        split = result.config.split
+        data = [f"* {dataset}, {protocol}: {runs[0]['users']} users, {runs[0]['items']} items, "
+                f"{runs[0]['train_examples']} training examples, {runs[0]['test_queries']} test queries, ranking "
+                f"`{runs[0]['ranking']}`; {sum(r['converged'] for r in runs)} of {len(runs)} runs stopped by patience."
+                for (dataset, protocol), runs in group_rows(result.rows, ("dataset", "protocol")).items()]
+        return ("SASRec (causal Transformer, item embeddings shared with the output layer) with the positional "
+                "encoding swapped by name; softmax cross-entropy over all items; AdamW; ties count against the "
+                f"target; split `{split.mode}`" + (f" {split.ratios}" if split.mode == "ratio" else "")
+                + f". The claims (CAPE beats each encoder, Yuan et al. 2025) use the `{result.config.protocols[0]}` "
+                "protocol; `all/` and `unseen/` are each run's rankings over every item and with the history "
+                "excluded.\n\n" + "\n".join(data))
 
 
 if __name__ == "__main__":

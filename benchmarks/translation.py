@@ -40,7 +40,8 @@ ROLES = {"-": "method", "reorderer": "method", "oracle": "oracle upper bound (re
 BLEU_BOUNDS = (0.0, 100.0)
 METRICS = {"bleu": ".2f", "exact_match": ".3f", "val_bleu": ".2f", "bleu_agree": ".2f", "bleu_differ": ".2f",
            "exact_match_differ": ".3f"}
-Dropout = restricted_number_type("TranslationDropout", float, [(">=", 0), ("<", 1)], join="and")
+# the same type as length_generalization's (jsonargparse refuses one restriction registered under two names)
+Dropout = restricted_number_type("Dropout", float, [(">=", 0.0), ("<", 1.0)])
 
 
 @dataclasses.dataclass
@@ -94,43 +95,35 @@ def cell_name(variant: str, positions: str) -> str:
 
 # ------------------------------------------------------------------------------------------ data and one run
 @functools.lru_cache(maxsize=4)
-def _task(key: str) -> Any:
+def shared_task(key: str) -> Any:
+    """The :func:`~pe_toolkit.domains.translation.toy_reordering_task` of a run's JSON ``{"data", "reorderer"}``,
+    built once per process (the reorderer trains once, on the training alignments, shared by every run)."""
     from pe_toolkit.domains.translation import toy_reordering_task
 
     options = json.loads(key)
     return toy_reordering_task(**options["data"], reorderer_epochs=options["reorderer"]["epochs"])
 
 
-def shared_task(spec: dict[str, Any]) -> Any:
-    """The :func:`~pe_toolkit.domains.translation.toy_reordering_task` of a run's data and reorderer settings, built
-    once per process (the reorderer trains once, on the training alignments, shared by every run)."""
-    return _task(json.dumps({"data": spec["data"], "reorderer": spec["reorderer"]}, sort_keys=True))
-
-
 def train_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train one (variant, positions, seed) cell at ``spec["lr"]``, validate, translate the test set once; a row."""
     import lightning as L
 
-    from pe_toolkit.domains.translation.lightning_module import (
-        TranslationDataModule,
-        TranslationDataset,
-        TranslationModule,
-    )
+    from pe_toolkit.domains.translation import lightning_module as tm
 
     start = time.perf_counter()
-    task = shared_task(spec)
+    task = shared_task(json.dumps({"data": spec["data"], "reorderer": spec["reorderer"]}, sort_keys=True))
     sv, tv = task.source_vocab, task.target_vocab
     if spec["positions"] == "-":  # the baseline reads no cross-lingual position: the identity fills the field
         xl = {split: [list(range(len(p.source))) for p in pairs] for split, pairs in task.pairs.items()}
     else:
         xl = task.positions[spec["positions"]]
-    splits = {split: TranslationDataset(task.pairs[split], sv, tv, xl[split]) for split in ("train", "val", "test")}
+    splits = {split: tm.TranslationDataset(task.pairs[split], sv, tv, xl[split]) for split in ("train", "val", "test")}
     steps = spec["training"]["steps"]
     evaluator = quiet_trainer(spec.get("device"))
     L.seed_everything(spec["seed"], verbose=False)
-    module = TranslationModule(tv.itos, len(sv), {**spec["model"], **VARIANTS[spec["variant"]]}, lr=spec["lr"],
+    module = tm.TranslationModule(tv.itos, len(sv), {**spec["model"], **VARIANTS[spec["variant"]]}, lr=spec["lr"],
                                max_steps=steps, warmup_steps=max(1, steps // 20))
-    loaders = TranslationDataModule(splits["train"], splits["val"], splits["test"],
+    loaders = tm.TranslationDataModule(splits["train"], splits["val"], splits["test"],
                                     batch_size=spec["training"]["batch_size"], seed=spec["seed"])
     trainer = quiet_trainer(spec.get("device"), max_steps=steps, limit_val_batches=0, num_sanity_val_steps=0)
     trainer.fit(module, loaders)
@@ -171,12 +164,9 @@ def agreement_subsets(hypotheses: list[list[str]], task: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ analysis
 def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Test-BLEU comparisons decided by :func:`~pe_toolkit.bench.verdict.decide_claim` (Welch t on the difference).
-
-    ``kind="claim"``: an XL-PE strategy with reorderer positions against ``pe`` (Ding et al. 2020: XL-PE improves
-    BLEU). ``kind="upper bound"``: the oracle rows against the same strategy with reorderer positions and against
-    ``pe``; they say how much a perfect reorderer could add, decided by the same rule, and are no method claim.
-    """
+    """Test-BLEU comparisons (:func:`~pe_toolkit.bench.verdict.decide_claim`, Welch t): ``kind="claim"``, an XL-PE
+    strategy with reorderer positions against ``pe`` (Ding et al. 2020); ``kind="upper bound"``, the oracle rows
+    against the same strategy with reorderer positions and against ``pe`` (what a perfect reorderer could add)."""
     bleu = {}
     for r in rows:
         bleu.setdefault((r["variant"], r["positions"]), []).append(r["bleu"])

@@ -56,7 +56,7 @@ def test_presets_load_and_follow_the_fairness_rule():
         ("training.steps=0", r"(?s)config.training.steps.*PositiveInt"),
         ("data.max_depth=-1", r"(?s)config.data.max_depth.*NonNegativeInt"),
         ("model.dim=30", r"model.dim \(30\) must be a multiple of 2 \* model.num_heads \(4\)"),
-        ("model.dropout=1.0", r"(?s)config.model.dropout.*v>=0 and v<1"),
+        ("model.dropout=1.0", r"(?s)config.model.dropout.*v>=0.0 and v<1.0"),
         ("reorderer.epochs=0", r"(?s)config.reorderer.epochs.*PositiveInt"),
         ("training.stepz=3", "'training.stepz' does not exist"),
         ("data.pairs=3", "'data.pairs' does not exist"),
