@@ -1,13 +1,12 @@
 """MHA -> MLA conversion (Ji et al. 2025, MHA2MLA, arXiv:2502.14837): KV-cache reduction against loss.
 
-Per seed: train a byte-level RoPE language model (MHA), convert it to MLA (:func:`pe_toolkit.conversion.convert_to_mla`)
-for each ``[strategy, svd, r, d_kv]`` of the preset (partial-RoPE strategies ``high`` / ``low`` / ``uniform`` /
-``2-norm``, joint or split SVD), and measure the validation loss as converted and after a short fine-tune that the MHA
-model gets as well. Every conversion of a seed starts from that seed's MHA model, so the claims (the paper's method
-at >= 90 % less cache costs <= 1 % loss; high > uniform > low; 2-norm not worse than high; joint > split at the same
-cache) compare per-seed loss changes paired (:func:`pe_toolkit.bench.verdict.decide_claim`; < 3 seeds: untested).
-A last run times one decoding step of an MLA layer, absorbed against plain, at each cache length. Design, caveats
-of the scale and the measured full preset: ``docs/tutorials/mla_conversion.md``.
+Per seed: train a byte-level RoPE language model (MHA; its lr tuned on the first seed's validation loss), convert it
+to MLA (:func:`pe_toolkit.conversion.convert_to_mla`) for each ``[strategy, svd, r, d_kv]`` of the preset, and measure
+the validation loss as converted and after a short fine-tune that the MHA model gets as well. Every conversion of a
+seed starts from that seed's MHA model, so the claims (the paper's method at >= 90 % less cache costs <= 1 % loss;
+high > uniform > low; 2-norm not worse than high; joint > split at the same cache) compare per-seed loss changes
+paired (:func:`pe_toolkit.bench.verdict.decide_claim`). A last run times one MLA decoding step, absorbed against
+plain. Design, caveats of the scale and the measured full preset: ``docs/tutorials/mla_conversion.md``.
 
     pe-toolkit bench mha2mla --quick                     # tiny model, 6 conversions, 1 seed
     pe-toolkit bench mha2mla                             # full preset (3 seeds)
@@ -24,13 +23,13 @@ from typing import Any, Literal
 
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
-from pe_toolkit.bench import Benchmark, Result
+from pe_toolkit.bench import Benchmark, Result, Tuning
 from pe_toolkit.bench.checks import distinct
+from pe_toolkit.bench.config import ModelSize
 from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure
 from pe_toolkit.bench.report import markdown_table
-from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
-from pe_toolkit.benchmarks.attention_stability import train_language_model, validation_loss
+from pe_toolkit.bench.verdict import claim_row, decide_claim, untested_claim
+from pe_toolkit.training.lm_text_module import train_language_model, validation_loss
 
 STRATEGIES = ("high", "low", "uniform", "2-norm")
 MIN_SEEDS = 3
@@ -40,20 +39,14 @@ MODEL_KEY = ("model", "strategy", "svd", "rope_dim", "latent_dim")
 
 
 @dataclasses.dataclass
-class Model:
-    dim: PositiveInt
-    num_heads: PositiveInt
-    num_layers: PositiveInt
-
-
-@dataclasses.dataclass
 class Config:
     seeds: list[NonNegativeInt]
-    model: Model
+    model: ModelSize
     context: PositiveInt
     batch_size: PositiveInt
     train_steps: PositiveInt
-    lr: PositiveFloat
+    lrs: list[PositiveFloat]
+    """The MHA model's learning-rate grid (tuned on the first seed's validation loss)."""
     finetune_steps: PositiveInt
     finetune_lr: PositiveFloat
     max_bytes: PositiveInt
@@ -63,27 +56,12 @@ class Config:
     """``[strategy, svd, kept rotary dims r, latent size d_kv]`` per conversion."""
     decode_lengths: list[PositiveInt]
     decode_rounds: PositiveInt
+    max_extensions: NonNegativeInt = 0
     hf: bool = False
     """Start from a tiny Hugging Face ``LlamaForCausalLM`` (the ``hf`` extra) instead of a pe_toolkit Transformer."""
 
 
 # ------------------------------------------------------------------------------------------ one seed
-def hf_llama(config):
-    """A ``CausalLMLogits``-wrapped HF ``LlamaForCausalLM`` with ``config``'s sizes (tied head, RMSNorm eps 1e-5)."""
-    import transformers
-
-    from pe_toolkit.integrations.hf import CausalLMLogits
-    from pe_toolkit.nn.block import MLP
-
-    hf_config = transformers.LlamaConfig(
-        vocab_size=config.vocab_size, hidden_size=config.dim, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, num_key_value_heads=config.num_kv_heads or config.num_heads,
-        intermediate_size=MLP(config.dim).up.out_features, rms_norm_eps=1e-5, tie_word_embeddings=True,
-        max_position_embeddings=4096, bos_token_id=None, eos_token_id=None,
-    )
-    return CausalLMLogits(transformers.LlamaForCausalLM(hf_config))
-
-
 def _module_for(model):
     """A ``LanguageModelModule`` wrapping ``model`` (for its ``perplexity``), without training."""
     from pe_toolkit.training import LanguageModelModule
@@ -116,7 +94,13 @@ def convert_seed(spec: dict[str, Any]) -> dict[str, Any]:
                                steps_per_epoch=spec["finetune_steps"], max_bytes=spec["max_bytes"], seed=1)
     config = pet.TransformerConfig(vocab_size=256, causal=True, encoding="rope", **spec["model"])
     torch.manual_seed(seed)
-    base = hf_llama(config) if spec["hf"] else pet.Transformer(config)
+    base = pet.Transformer(config)
+    if spec["hf"]:  # the same architecture as an HF LlamaForCausalLM (hf_config_from_transformer), HF's initialisation
+        import transformers
+
+        from pe_toolkit.integrations.hf import CausalLMLogits, hf_config_from_transformer
+
+        base = CausalLMLogits(transformers.LlamaForCausalLM(hf_config_from_transformer(base)))
     module, _ = train_language_model(base, data, lr=spec["lr"], steps=spec["train_steps"], seed=seed, device=device)
     base = base.cpu()
     base_loss = validation_loss(module, val_windows)
@@ -130,10 +114,10 @@ def convert_seed(spec: dict[str, Any]) -> dict[str, Any]:
     mha_ft_loss = finetune(copy.deepcopy(base))
     kv_heads = config.num_kv_heads or config.num_heads
     cache = config.num_layers * 2 * kv_heads * (config.dim // config.num_heads)
-    row = {"model": "mha", "seed": seed, "strategy": None, "svd": None, "rope_dim": config.dim // config.num_heads,
-           "latent_dim": None, "cache_per_token": cache, "cache_bytes_per_token": cache * 4, "cache_reduction": 0.0,
-           "val_loss_zero_shot": base_loss, "val_loss_finetuned": mha_ft_loss, "loss_change": 0.0,
-           "loss_change_pct": 0.0, "conversions": []}
+    row = {"model": "mha", "seed": seed, "lr": spec["lr"], "strategy": None, "svd": None,
+           "rope_dim": config.dim // config.num_heads, "latent_dim": None, "cache_per_token": cache,
+           "cache_bytes_per_token": cache * 4, "cache_reduction": 0.0, "val_loss_zero_shot": base_loss,
+           "val_loss_finetuned": mha_ft_loss, "loss_change": 0.0, "loss_change_pct": 0.0, "conversions": []}
     scores = None
     for strategy, svd, rope_dim, latent_dim in spec["conversions"]:
         if strategy == "2-norm" and scores is None:
@@ -280,82 +264,74 @@ def plot(summary: list[dict[str, Any]]):
 class Mha2Mla(Benchmark):
     name = "mha2mla"
     title = "MHA2MLA: KV-cache reduction vs. loss"
-    description = ("MHA -> MLA conversion per partial-RoPE strategy and latent size: KV-cache reduction against "
-                   "validation loss, and absorbed vs plain decoding (Ji et al. 2025)")
     Config = Config
     key_fields = ("run",)
+    summary_by = MODEL_KEY
+    summary_metrics = dict.fromkeys(("val_loss_zero_shot", "val_loss_finetuned", "loss_change_pct"))
+    summary_keep = ("cache_per_token", "cache_bytes_per_token", "cache_reduction")
+    run_columns = ("model", "seed", "strategy", "svd", "rope_dim", "latent_dim", ("energy_kept", "SVD energy kept"),
+                   "val_loss_zero_shot", "val_loss_finetuned", "loss_change_pct")
+    number_format = ".4f"
+    held_out = "the losses are measured on the validation bytes, which no model trains or fine-tunes on"
+    same_budget = "trains the same steps; the MHA model and each conversion fine-tune the same steps at the same lr"
 
     def check(self, config: Config) -> None:
-        distinct("seeds", config.seeds)
         distinct("decode_lengths", config.decode_lengths)
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
         common = {k: v for k, v in dataclasses.asdict(config).items()
-                  if k not in ("seeds", "decode_lengths", "decode_rounds")}
-        common["conversions"] = [list(c) for c in config.conversions]
-        prefix = "mha-hf" if config.hf else "mha"
+                  if k not in ("seeds", "lrs", "max_extensions", "decode_lengths", "decode_rounds")}
+        parent = "mha-hf" if config.hf else "mha"
         decode = {"run": "decode", "model": dataclasses.asdict(config.model), "decode_lengths": config.decode_lengths,
-                  "decode_rounds": config.decode_rounds}
-        return [{"run": f"{prefix}__seed{s}", **common, "seed": s} for s in config.seeds] + [decode]
+                  "decode_rounds": config.decode_rounds}  # no "parent": not tuned, runs once
+        return [{"run": f"{parent}__seed{s}", "parent": parent, **common, "seed": s} for s in config.seeds] + [decode]
+
+    def tuning(self, config: Config) -> Tuning:
+        # the MHA model's lr, by its own validation loss; the first seed's conversions come with each trial
+        return Tuning(param="lr", values=[float(v) for v in config.lrs], metric="val_loss_zero_shot",
+                      maximize=False, group="parent", max_extensions=config.max_extensions)
 
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
         return {"kind": "decode", "steps": decode_rows(spec)} if spec["run"] == "decode" else convert_seed(spec)
 
     def progress_label(self, row: dict[str, Any]) -> str:
         if row.get("kind") == "decode":
-            return "decode step timed at " + ", ".join(str(r["cache_length"]) for r in row["steps"])
-        return (f"seed {row['seed']}: MHA val loss {row['val_loss_zero_shot']:.4f}, fine-tuned "
-                f"{row['val_loss_finetuned']:.4f}; " + "; ".join(
-                    f"{conversion_name(c)} -{100 * c['cache_reduction']:.1f} %: {c['val_loss_finetuned']:.4f}"
-                    for c in row["conversions"]) + f" ({row['seconds']:.0f}s)")
+            return "decode step timed"
+        return f"seed {row['seed']} lr {row['lr']:g}: MHA val loss {row['val_loss_zero_shot']:.4f}"
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        rows = model_rows(result.rows)
-        summary = summarize_groups(rows, MODEL_KEY, ("val_loss_zero_shot", "val_loss_finetuned", "loss_change_pct"),
-                                   keep=("cache_per_token", "cache_bytes_per_token", "cache_reduction"))
-        return [{**entry, "kind": "summary"} for entry in summary] + claims(rows)
+        return super().analyze(dataclasses.replace(result, rows=model_rows(result.rows)))
+
+    def claims(self, result: Result) -> list[dict[str, Any]]:
+        return claims(result.rows)
 
     def plot(self, result: Result) -> dict[str, Any]:
         return {"mha2mla.png": plot(result.derived_of("summary"))}
 
-    def report(self, result: Result) -> str:
+    def describe(self, result: Result) -> str:
         config = result.config
+        origin = ("a Hugging Face `LlamaForCausalLM` (trained through `CausalLMLogits`, converted with "
+                  "`convert_to_mla(hf_model)`)" if config.hf else "a pe_toolkit Transformer")
+        return (f"Byte-level RoPE LM {dataclasses.asdict(config.model)}, {origin}, trained {config.train_steps} steps "
+                f"(context {config.context}, batch {config.batch_size}); it and each conversion fine-tuned "
+                f"{config.finetune_steps} steps at lr {config.finetune_lr} (AdamW, no weight decay). Claims: loss "
+                f"change against the fine-tuned MHA model (%), paired per seed, non-inferiority margin "
+                f"{PAPER_LOSS_TOLERANCE_PCT:g} %, untested below {MIN_SEEDS} seeds; byte-level validation loss, not "
+                f"LongBench. Cache bytes at float32 over all layers. Device: {result.device}.")
+
+    def report(self, result: Result) -> str:
         decode = [s for r in result.rows if r.get("kind") == "decode" for s in r["steps"]]
-        origin = ("a Hugging Face `LlamaForCausalLM` (random init from a `LlamaConfig`, trained through "
-                  "`CausalLMLogits`; converted with `convert_to_mla(hf_model)`)" if config.hf
-                  else "a pe_toolkit Transformer")
-        return (
-            f"Byte-level RoPE LM {dataclasses.asdict(config.model)}, {origin} (head dim "
-            f"{config.model.dim // config.model.num_heads}), trained {config.train_steps} steps (context "
-            f"{config.context}, batch {config.batch_size}, lr {config.lr}); each converted model fine-tuned "
-            f"{config.finetune_steps} steps at lr {config.finetune_lr} (AdamW, no weight decay), and so is the MHA "
-            f"baseline. Cache bytes at float32 over all layers. Seeds {config.seeds}; device {result.device}.\n\n"
-            "## Paper claims\n\nLoss change against the fine-tuned MHA model (%), paired per seed; non-inferiority "
-            f"margin {PAPER_LOSS_TOLERANCE_PCT:g} %; fewer than {MIN_SEEDS} seeds: untested. At this scale the metric "
-            "is byte-level validation loss, not LongBench.\n\n"
-            + claims_table(result.derived_of("claim"), "+.2f", extra=[("a_name", "a"), ("b_name", "b")])
-            + "\n## Per model over seeds\n\n"
-            + summary_table(result.derived_of("summary"), [*MODEL_KEY, "cache_per_token", "cache_bytes_per_token",
-                            ("cache_reduction", "cache reduction"), ("runs", "seeds")],
-                            [("val_loss_zero_shot", "val loss, no fine-tune"), ("val_loss_finetuned",
-                             "val loss, fine-tuned"), ("loss_change_pct", "loss change vs MHA (%)")],
-                            {"val_loss_zero_shot": ".4f", "val_loss_finetuned": ".4f", "loss_change_pct": "+.2f"},
-                            formats={"cache_reduction": lambda v: f"-{100 * v:.2f} %" if v else "0 %"})
-            + "\n![mha2mla.png](mha2mla.png)\n\n## Per seed\n\n"
-            + markdown_table(model_rows(result.rows), ["model", "seed", "strategy", "svd", "rope_dim", "latent_dim",
-                             ("energy_kept", "SVD energy kept"), "val_loss_zero_shot", "val_loss_finetuned",
-                             "loss_change_pct"], {"energy_kept": ".3f", "val_loss_zero_shot": ".4f",
-                                                  "val_loss_finetuned": ".4f", "loss_change_pct": "+.2f"})
-            + "\n## One decoding step: absorbed against plain MLA\n\n"
-            f"An MLA layer of the model's size (latent {DECODE_LATENT}, rope dim 4), batch 1, float32, one thread: one "
-            f"new token attending a cache of L tokens, median of {config.decode_rounds} interleaved rounds. `plain` "
-            "rebuilds every cached key and value from the latents; `absorbed` (what `generate` uses) attends in latent "
-            "space. Cache bytes: as allocated (`KVCache.nbytes`) against what the held tokens need.\n\n"
-            + markdown_table(decode, ["cache_length", ("plain_ms", "plain ms"), ("absorbed_ms", "absorbed ms"),
-                                      ("speedup", "plain / absorbed"), ("max_abs_diff", "max abs diff"),
-                                      ("allocated_tokens", "allocated tokens"), ("held_tokens", "held tokens"),
-                                      ("allocated_bytes", "allocated bytes"), ("needed_bytes", "needed bytes")],
-                             {"plain_ms": ".3f", "absorbed_ms": ".3f", "speedup": ".2f", "max_abs_diff": ".1e"}))
+        return (super().report(dataclasses.replace(result, rows=model_rows(result.rows)))
+                + f"\n## One decoding step: absorbed against plain MLA\n\nAn MLA layer of the model's size (latent "
+                f"{DECODE_LATENT}, rope dim 4), batch 1, float32, one thread, one token against a cache of L tokens, "
+                f"median of {result.config.decode_rounds} interleaved rounds: `plain` rebuilds every cached key and "
+                "value, `absorbed` (what `generate` uses) attends in latent space; cache bytes as allocated against "
+                "as needed.\n\n"
+                + markdown_table(decode, ["cache_length", ("plain_ms", "plain ms"), ("absorbed_ms", "absorbed ms"),
+                                          ("speedup", "plain / absorbed"), ("max_abs_diff", "max abs diff"),
+                                          ("allocated_tokens", "allocated tokens"), ("held_tokens", "held tokens"),
+                                          ("allocated_bytes", "allocated bytes"), ("needed_bytes", "needed bytes")],
+                                 {"plain_ms": ".3f", "absorbed_ms": ".3f", "speedup": ".2f", "max_abs_diff": ".1e"}))
 
 
 if __name__ == "__main__":

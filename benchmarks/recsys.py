@@ -31,10 +31,8 @@ from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct
 from pe_toolkit.bench.plots import finish, interval_errors, new_figure
-from pe_toolkit.bench.report import fairness_section
-from pe_toolkit.bench.store import jsonable
-from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import VERDICTS, claim_row, claims_table, decide_claim
+from pe_toolkit.bench.summary import group_rows
+from pe_toolkit.bench.verdict import claim_row, decide_claim
 
 ENCODERS = ("learned", "nope", "rope", "cope", "cape", "time_interval")
 DATASETS = ("ml-100k", "synthetic")
@@ -169,16 +167,6 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ analysis
-def summarize(rows: list[dict[str, Any]], encoders: list[str] | tuple[str, ...] = ENCODERS) -> list[dict[str, Any]]:
-    """Mean and 95 % interval over seeds of :data:`SHOWN` per (dataset, protocol, encoding), in ``encoders`` order."""
-    order = {e: i for i, e in enumerate(encoders)}
-    rows = sorted(rows, key=lambda r: (DATASETS.index(r["dataset"]), PROTOCOLS.index(r["protocol"]),
-                                       order.get(r["encoding"], len(order))))
-    return summarize_groups(rows, ("dataset", "protocol", "encoding"), SHOWN,
-                            bounds={m: (0.0, 1.0) if "@" in m or m == "mrr" else None for m in SHOWN},
-                            keep=("ranking", "positional_parameters"))
-
-
 def claims(rows: list[dict[str, Any]], target: str = "cape") -> list[dict[str, Any]]:
     """``target`` beats every other encoder of the same dataset and protocol on each of :data:`VERDICT_METRICS`:
     Welch's t on the per-seed test metric (independent trainings), bounded to [0, 1]; < 2 seeds a side: untested."""
@@ -196,11 +184,6 @@ def claims(rows: list[dict[str, Any]], target: str = "cape") -> list[dict[str, A
                 out.append(claim_row(claim, dataset=dataset, protocol=protocol, metric=metric,
                                      comparison=f"{target} vs {other}"))
     return out
-
-
-def claim_counts(found: list[dict[str, Any]]) -> str:
-    counts = {v: sum(c["verdict"] == v for c in found) for v in VERDICTS}
-    return ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" (of {len(found)} claims)"
 
 
 def plot(summary: list[dict[str, Any]]) -> Any:
@@ -222,10 +205,19 @@ def plot(summary: list[dict[str, Any]]) -> Any:
 class Recsys(Benchmark):
     name = "recsys"
     title = "SASRec positional encodings: MovieLens-100k and a contextual-count log"
-    description = "SASRec with each positional encoding on MovieLens-100k and a contextual-count log: HR/NDCG/MRR"
     Config = Config
     key_fields = ("dataset", "protocol", "encoding", "seed")
     run_one = staticmethod(run_one)
+    summary_by = ("dataset", "protocol", "encoding")
+    summary_metrics = {m: (0.0, 1.0) if "@" in m or m == "mrr" else None for m in SHOWN}
+    summary_keep = ("ranking", "positional_parameters")
+    run_columns = ("dataset", "protocol", "encoding", "seed", "lr", "hr@10", "ndcg@10", "mrr", "epochs", "converged",
+                   "seconds")
+    number_format = ".4f"
+    held_out = ("inputs hold only items before the target (time positions scaled from the training part); every run "
+                "is tested once, with its best validation checkpoint")
+    same_budget = ("gets the same hyperparameters, validation targets and early stopping on validation NDCG@10 with "
+                   "the same patience")
 
     def check(self, config: Config) -> None:
         for key in ("datasets", "encoders", "protocols"):
@@ -235,15 +227,12 @@ class Recsys(Benchmark):
             raise ValueError(f"training has no entry for dataset(s) {missing}; it has {sorted(config.training)}")
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
-        # every encoder gets the same hyperparameters; the learning rate is tuned per group (tuning()). jsonable: plain
-        # ints, not jsonargparse's PositiveInt, reach the module's hparams (torch.load(weights_only=True) of the
-        # best checkpoint refuses other classes)
         shared = {"split": dataclasses.asdict(config.split), "kcore": dataclasses.asdict(config.kcore),
                   "synthetic": dataclasses.asdict(config.synthetic)}
-        return jsonable([{"dataset": d, "protocol": p, "encoding": e, "seed": s, "group": f"{d}/{p}/{e}",
-                          "training": dataclasses.asdict(config.training[d]), **shared}
-                         for d in sorted(config.datasets) for p in PROTOCOLS if p in config.protocols
-                         for e in ENCODERS if e in config.encoders for s in config.seeds])
+        return [{"dataset": d, "protocol": p, "encoding": e, "seed": s, "group": f"{d}/{p}/{e}",
+                 "training": dataclasses.asdict(config.training[d]), **shared}
+                for d in sorted(config.datasets) for p in PROTOCOLS if p in config.protocols
+                for e in ENCODERS if e in config.encoders for s in config.seeds]
 
     def tuning(self, config: Config) -> Tuning:
         return Tuning(param="lr", values=[float(lr) for lr in config.lrs], metric="val_ndcg@10", maximize=True,
@@ -251,55 +240,27 @@ class Recsys(Benchmark):
 
     def progress_label(self, row: dict[str, Any]) -> str:
         return (f"{row['dataset']} {row['protocol']} {row['encoding']} seed {row['seed']}: test NDCG@10 "
-                f"{row['ndcg@10']:.4f} HR@10 {row['hr@10']:.4f} ({row['epochs']} epochs, {row['seconds']:.0f}s)")
+                f"{row['ndcg@10']:.4f} ({row['epochs']} epochs, {row['seconds']:.0f}s)")
 
-    def analyze(self, result: Result) -> list[dict[str, Any]]:
+    def claims(self, result: Result) -> list[dict[str, Any]]:
         return claims(result.rows)
 
     def plot(self, result: Result) -> dict[str, Any]:
-        summary = summarize(result.rows, result.config.encoders)
+        summary = result.derived_of("summary")
         return {"recsys_metrics.png": plot(summary)} if summary else {}
 
-    def report(self, result: Result) -> str:
-        config, rows = result.config, result.rows
-        summary, found = summarize(rows, config.encoders), result.derived_of("claim")
-        body = [
-            "SASRec (causal Transformer, item embeddings shared with the output layer) with the positional encoding "
-            "swapped by name; softmax cross-entropy over all items; AdamW. Ties count against the target. Split "
-            f"`{config.split.mode}`" + (f" {config.split.ratios}" if config.split.mode == "ratio" else "")
-            + f". The comparison uses the `{config.protocols[0]}` protocol; each run's other ranking (`all` = every "
-            "item, `unseen` = history excluded) is in its own columns.\n\n",
-            fairness_section(self.tuning(config), config.seeds, held_out="inputs hold only items before the target "
-                             "(time positions scaled from the training part); every run is tested once, with its best "
-                             "validation checkpoint", same_budget="gets the same hyperparameters, validation targets "
-                             "and early stopping on validation NDCG@10 with the same patience")]
-        for dataset in config.datasets:
-            for protocol in config.protocols:
-                part = [r for r in summary if (r["dataset"], r["protocol"]) == (dataset, protocol)]
-                runs = [r for r in rows if (r["dataset"], r["protocol"]) == (dataset, protocol)]
-                if not part:
-                    continue
-                first = runs[0]
-                note = (f"MovieLens-100k from the recbole wheel ({first['users']} users, {first['items']} items)"
-                        if dataset == "ml-100k" else
-                        f"synthetic contextual-count log, {first['users']} users, "
-                        f"{dataclasses.asdict(config.synthetic)}")
-                body.append(
-                    f"\n## {dataset}, {protocol} protocol: test metrics\n\n{note}; {first['train_examples']} training "
-                    f"examples, {first['test_queries']} test queries; primary ranking `{part[0]['ranking']}`. "
-                    f"Training: {dataclasses.asdict(config.training[dataset])}. Runs stopped by patience (converged): "
-                    f"{sum(r['converged'] for r in runs)} of {len(runs)}.\n\n"
-                    + summary_table(part, ["encoding", ("runs", "seeds"), ("positional_parameters", "PE params")],
-                                    [("hr@10", "HR@10"), ("ndcg@10", "NDCG@10"), ("mrr", "MRR"),
-                                     ("all/ndcg@10", "NDCG@10 all items"),
-                                     ("unseen/ndcg@10", "NDCG@10 history excluded"), "epochs", ("seconds", "s / run")],
-                                    {**{m: ".4f" for m in SHOWN}, "epochs": ".1f", "seconds": ".0f"}))
-        if found:
-            body.append("\n## Claims: CAPE beats each encoder (Yuan et al. 2025)\n\n"
-                        + claims_table(found, ".4f") + f"\nMeasured: {claim_counts(found)}.\n")
-        if summary:
-            body.append("\n![HR@10 and NDCG@10 per encoder](recsys_metrics.png)\n")
-        return "".join(body)
+    def describe(self, result: Result) -> str:
+        split = result.config.split
+        data = [f"* {dataset}, {protocol}: {runs[0]['users']} users, {runs[0]['items']} items, "
+                f"{runs[0]['train_examples']} training examples, {runs[0]['test_queries']} test queries, ranking "
+                f"`{runs[0]['ranking']}`; {sum(r['converged'] for r in runs)} of {len(runs)} runs stopped by patience."
+                for (dataset, protocol), runs in group_rows(result.rows, ("dataset", "protocol")).items()]
+        return ("SASRec (causal Transformer, item embeddings shared with the output layer) with the positional "
+                "encoding swapped by name; softmax cross-entropy over all items; AdamW; ties count against the "
+                f"target; split `{split.mode}`" + (f" {split.ratios}" if split.mode == "ratio" else "")
+                + f". The claims (CAPE beats each encoder, Yuan et al. 2025) use the `{result.config.protocols[0]}` "
+                "protocol; `all/` and `unseen/` are each run's rankings over every item and with the history "
+                "excluded.\n\n" + "\n".join(data))
 
 
 if __name__ == "__main__":

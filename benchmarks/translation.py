@@ -28,8 +28,6 @@ from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt, rest
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct
 from pe_toolkit.bench.plots import finish, interval_errors, new_figure
-from pe_toolkit.bench.report import fairness_section, markdown_table
-from pe_toolkit.bench.summary import summarize_groups, summary_table
 from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -42,7 +40,8 @@ ROLES = {"-": "method", "reorderer": "method", "oracle": "oracle upper bound (re
 BLEU_BOUNDS = (0.0, 100.0)
 METRICS = {"bleu": ".2f", "exact_match": ".3f", "val_bleu": ".2f", "bleu_agree": ".2f", "bleu_differ": ".2f",
            "exact_match_differ": ".3f"}
-Dropout = restricted_number_type("TranslationDropout", float, [(">=", 0), ("<", 1)], join="and")
+# the same type as length_generalization's (jsonargparse refuses one restriction registered under two names)
+Dropout = restricted_number_type("Dropout", float, [(">=", 0.0), ("<", 1.0)])
 
 
 @dataclasses.dataclass
@@ -96,43 +95,35 @@ def cell_name(variant: str, positions: str) -> str:
 
 # ------------------------------------------------------------------------------------------ data and one run
 @functools.lru_cache(maxsize=4)
-def _task(key: str) -> Any:
+def shared_task(key: str) -> Any:
+    """The :func:`~pe_toolkit.domains.translation.toy_reordering_task` of a run's JSON ``{"data", "reorderer"}``,
+    built once per process (the reorderer trains once, on the training alignments, shared by every run)."""
     from pe_toolkit.domains.translation import toy_reordering_task
 
     options = json.loads(key)
     return toy_reordering_task(**options["data"], reorderer_epochs=options["reorderer"]["epochs"])
 
 
-def shared_task(spec: dict[str, Any]) -> Any:
-    """The :func:`~pe_toolkit.domains.translation.toy_reordering_task` of a run's data and reorderer settings, built
-    once per process (the reorderer trains once, on the training alignments, shared by every run)."""
-    return _task(json.dumps({"data": spec["data"], "reorderer": spec["reorderer"]}, sort_keys=True))
-
-
 def train_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train one (variant, positions, seed) cell at ``spec["lr"]``, validate, translate the test set once; a row."""
     import lightning as L
 
-    from pe_toolkit.domains.translation.lightning_module import (
-        TranslationDataModule,
-        TranslationDataset,
-        TranslationModule,
-    )
+    from pe_toolkit.domains.translation import lightning_module as tm
 
     start = time.perf_counter()
-    task = shared_task(spec)
+    task = shared_task(json.dumps({"data": spec["data"], "reorderer": spec["reorderer"]}, sort_keys=True))
     sv, tv = task.source_vocab, task.target_vocab
     if spec["positions"] == "-":  # the baseline reads no cross-lingual position: the identity fills the field
         xl = {split: [list(range(len(p.source))) for p in pairs] for split, pairs in task.pairs.items()}
     else:
         xl = task.positions[spec["positions"]]
-    splits = {split: TranslationDataset(task.pairs[split], sv, tv, xl[split]) for split in ("train", "val", "test")}
+    splits = {split: tm.TranslationDataset(task.pairs[split], sv, tv, xl[split]) for split in ("train", "val", "test")}
     steps = spec["training"]["steps"]
     evaluator = quiet_trainer(spec.get("device"))
     L.seed_everything(spec["seed"], verbose=False)
-    module = TranslationModule(tv.itos, len(sv), {**spec["model"], **VARIANTS[spec["variant"]]}, lr=spec["lr"],
+    module = tm.TranslationModule(tv.itos, len(sv), {**spec["model"], **VARIANTS[spec["variant"]]}, lr=spec["lr"],
                                max_steps=steps, warmup_steps=max(1, steps // 20))
-    loaders = TranslationDataModule(splits["train"], splits["val"], splits["test"],
+    loaders = tm.TranslationDataModule(splits["train"], splits["val"], splits["test"],
                                     batch_size=spec["training"]["batch_size"], seed=spec["seed"])
     trainer = quiet_trainer(spec.get("device"), max_steps=steps, limit_val_batches=0, num_sanity_val_steps=0)
     trainer.fit(module, loaders)
@@ -172,19 +163,10 @@ def agreement_subsets(hypotheses: list[list[str]], task: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ analysis
-def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (variant, positions): mean and 95 % interval over seeds of each of :data:`METRICS`."""
-    bounds = {m: BLEU_BOUNDS if "bleu" in m else (0.0, 1.0) for m in METRICS}
-    return summarize_groups(rows, ("variant", "positions"), list(METRICS), bounds=bounds, keep=("role", "parameters"))
-
-
 def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Test-BLEU comparisons decided by :func:`~pe_toolkit.bench.verdict.decide_claim` (Welch t on the difference).
-
-    ``kind="claim"``: an XL-PE strategy with reorderer positions against ``pe`` (Ding et al. 2020: XL-PE improves
-    BLEU). ``kind="upper bound"``: the oracle rows against the same strategy with reorderer positions and against
-    ``pe``; they say how much a perfect reorderer could add, decided by the same rule, and are no method claim.
-    """
+    """Test-BLEU comparisons (:func:`~pe_toolkit.bench.verdict.decide_claim`, Welch t): ``kind="claim"``, an XL-PE
+    strategy with reorderer positions against ``pe`` (Ding et al. 2020); ``kind="upper bound"``, the oracle rows
+    against the same strategy with reorderer positions and against ``pe`` (what a perfect reorderer could add)."""
     bleu = {}
     for r in rows:
         bleu.setdefault((r["variant"], r["positions"]), []).append(r["bleu"])
@@ -230,14 +212,21 @@ def plot(summary: list[dict[str, Any]]) -> Any:
 class Translation(Benchmark):
     name = "translation"
     title = "Translation: cross-lingual position representations (XL-PE)"
-    description = ("XL-PE (input and head strategies) against PE alone on a toy SVO -> SOV pair: test BLEU "
-                   "(Ding et al. 2020)")
     Config = Config
     key_fields = ("variant", "positions", "seed")
     run_one = staticmethod(train_one)
+    summary_by = ("variant", "positions")
+    summary_metrics = {m: BLEU_BOUNDS if "bleu" in m else (0.0, 1.0) for m in METRICS}
+    summary_keep = ("role", "parameters")
+    run_columns = ("variant", "positions", "seed", "lr", "bleu", "exact_match", "val_bleu",
+                   ("train_loss", "final train loss"), "parameters", "seconds")
+    number_format = ".2f"
+    held_out = ("the reorderer rows see the reorderer's positions of the test source; the `oracle` rows read the "
+                "reference translation's alignment: an upper bound, not a method, and no claim is checked on them")
+    same_budget = ("trains the same steps on the same training pairs; the BTG reorderer trains once, on the training "
+                   "alignments only, shared by every XL-PE method")
 
     def check(self, config: Config) -> None:
-        distinct("seeds", config.seeds)
         distinct("variants", config.variants)
         distinct("training.lrs", config.training.lrs)
         if config.positions or config.variants != ["pe"]:  # the XL-PE variants need cross-lingual positions
@@ -259,54 +248,35 @@ class Translation(Benchmark):
                       group="cell")
 
     def progress_label(self, row: dict[str, Any]) -> str:
-        return (f"{row['cell']} seed {row['seed']} lr {row['lr']:g}: BLEU {row['bleu']:.2f}, exact "
-                f"{row['exact_match']:.3f} ({row['seconds']:.0f}s)")
+        return f"{row['cell']} seed {row['seed']} lr {row['lr']:g}: BLEU {row['bleu']:.2f} ({row['seconds']:.0f}s)"
 
-    def analyze(self, result: Result) -> list[dict[str, Any]]:
-        return [{**r, "kind": "summary"} for r in summarize(result.rows)] + claims(result.rows)
+    def claims(self, result: Result) -> list[dict[str, Any]]:
+        return claims(result.rows)
 
     def plot(self, result: Result) -> dict[str, Any]:
         return {"bleu.png": plot(result.derived_of("summary"))}
 
-    def report(self, result: Result) -> str:
-        config, rows, summary = result.config, result.rows, result.derived_of("summary")
-        checks = [r for r in result.derived if r["kind"] in ("claim", "upper bound")]
-        data, model, training = config.data, config.model, config.training
+    def describe(self, result: Result) -> str:
+        data, model, training, rows = result.config.data, result.config.model, result.config.training, result.rows
         reorderer = rows[0]["reorderer"]
-        held_out = ("the reorderer rows see the reorderer's positions of the test source; the `oracle` rows read the "
-                    "reference translation's alignment: an upper bound, not a method, and no claim is checked on them")
-        return "\n".join([
+        return (
             f"Toy SVO -> SOV translation with nested relative and complement clauses ({data.train_pairs} training, "
             f"{data.val_pairs} validation, {data.test_pairs} test pairs, clause depth <= {data.max_depth}); "
-            f"encoder-decoder Transformer with scaled token embeddings, dim {model.dim}, {model.encoder_layers}+"
-            f"{model.decoder_layers} layers, {training.steps} steps of batch {training.batch_size}. Greedy decoding; "
-            f"corpus BLEU (sacrebleu, `tokenize='none'`) on the target tokens. Device: {result.device}.\n",
-            fairness_section(self.tuning(config), config.seeds, held_out=held_out,
-                             same_budget="trains the same steps on the same training pairs; the BTG reorderer trains "
-                                         "once, on the training alignments only, shared by every XL-PE method"),
-            "## Test BLEU, mean [95 % interval] over seeds\n",
-            summary_table(summary, ["variant", "positions", "role", "parameters"],
-                          [("bleu", "BLEU"), ("exact_match", "exact match"), ("val_bleu", "val BLEU")], METRICS),
-            "## Claims (test BLEU, decided on the difference; `upper bound`: oracle rows, not a claim)\n",
-            claims_table(checks, ".2f", extra=[("kind", "kind")]) if checks else "No comparison was run.\n",
-            "## Source-only BTG reorderer\n",
-            f"Perceptron epochs: {len(reorderer['train_accuracy_per_epoch'])}; training-sentence accuracy per epoch "
-            f"{', '.join(f'{a:.3f}' for a in reorderer['train_accuracy_per_epoch'])}. Agreement with the oracle, "
-            "sentences exactly / tokens at their oracle position: " + "; ".join(
-                f"{split} {100 * a['sentence']:.1f} % / {100 * a['token']:.1f} %"
-                for split, a in reorderer["accuracy"].items()) + ".\n",
-            f"Test BLEU on the {rows[0]['test_agree']} test sentences where the reorderer's positions equal the "
-            f"oracle's (`agree`) and the {rows[0]['test_differ']} where they do not (`differ`; the oracle rows can "
-            "differ from the reorderer rows only there):\n",
-            summary_table(summary, ["variant", "positions"], [("bleu_agree", "BLEU agree"),
-                          ("bleu_differ", "BLEU differ"), ("exact_match_differ", "exact match differ")], METRICS),
-            "## Every run\n",
-            markdown_table(rows, ["variant", "positions", "seed", "lr", ("bleu", "BLEU"),
-                                  ("exact_match", "exact match"), ("val_bleu", "val BLEU"),
-                                  ("train_loss", "final train loss"), "parameters", ("seconds", "s")],
-                           {"bleu": ".2f", "exact_match": ".3f", "val_bleu": ".2f", "train_loss": ".3f",
-                            "seconds": ".0f"}),
-            "![BLEU](bleu.png)\n"])
+            f"encoder-decoder Transformer, dim {model.dim}, {model.encoder_layers}+{model.decoder_layers} layers, "
+            f"{training.steps} steps of batch {training.batch_size}; greedy decoding, corpus BLEU (sacrebleu, "
+            f"`tokenize='none'`). Device: {result.device}.\n\nThe source-only BTG reorderer (perceptron, training "
+            "accuracy per epoch " + ", ".join(f"{a:.3f}" for a in reorderer["train_accuracy_per_epoch"])
+            + ") agrees with the oracle on " + "; ".join(f"{split} {100 * a['sentence']:.1f} % of sentences, "
+                                                      f"{100 * a['token']:.1f} % of tokens"
+                                                      for split, a in reorderer["accuracy"].items())
+            + f". `bleu_agree` / `bleu_differ`: test BLEU on the {rows[0]['test_agree']} test sentences where its "
+            f"positions equal the oracle's and the {rows[0]['test_differ']} where they do not (the only ones where "
+            "the oracle rows can differ from the reorderer rows).")
+
+    def report(self, result: Result) -> str:
+        bounds = result.derived_of("upper bound")
+        return super().report(result) + ("\n## Oracle upper bounds (not claims)\n\n" + claims_table(bounds, ".2f")
+                                         if bounds else "")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ model: {dim: 16, num_heads: 2, num_layers: 1}
 context: 16
 batch_size: 2
 train_steps: 3
-lr: 0.003
+lrs: [0.003]
 finetune_steps: 2
 finetune_lr: 0.001
 max_bytes: 20000
@@ -56,8 +56,37 @@ def test_presets_load_and_full_covers_the_decode_lengths_and_seeds():
     for bad in ("[[mid, joint, 4, 8]]", "[[high, joint, 4]]", "[[high, joint, 0, 8]]"):
         with pytest.raises(ValueError, match="config.conversions"):
             load_config(BENCH, "quick", overrides=[f"conversions={bad}"])
-    with pytest.raises(ValueError, match="seeds must be a non-empty list of distinct values"):
-        load_config(BENCH, "quick", overrides=["seeds=[1, 1]"])
+    with pytest.raises(ValueError, match="decode_lengths must be a non-empty list of distinct values"):
+        load_config(BENCH, "quick", overrides=["decode_lengths=[8, 8]"])
+
+
+def test_the_mha_learning_rate_is_tuned_in_full_and_gpu():
+    """Issue 39: the parent's lr is chosen on the first seed's validation loss, on a grid that can extend."""
+    for name in ("full", "gpu"):
+        config, _ = load_config(BENCH, name)
+        tuning = BENCH.tuning(config)
+        assert (tuning.param, tuning.metric, tuning.maximize, tuning.group) == ("lr", "val_loss_zero_shot", False,
+                                                                                "parent")
+        assert len(tuning.values) >= 3 and tuning.max_extensions == 2
+        assert {s.get("parent") for s in BENCH.runs(config)} == {"mha", None}  # the decode run is not tuned
+
+
+def test_tiny_tuned_run_keeps_each_seed_paired_with_its_parent(tmp_path, tiny):
+    argv = ["--quick", "--config", str(tiny), "--out", str(tmp_path), "--accelerator", "cpu",
+            "--set", "seeds=[0, 1]", "--set", "lrs=[0.0001, 0.03]"]
+    assert main(argv, name="mha2mla") == 0
+    document = json.loads((tmp_path / "mha2mla" / "results.json").read_text())
+    trials = {t["lr"]: t for t in document["rows"] if t.get("kind") == "tuning_trial"}
+    best = min(trials, key=lambda lr: trials[lr]["val_loss_zero_shot"])
+    assert sorted(trials) == [0.0001, 0.03] and document["config"]["chosen"] == {"mha": best}
+    seeds = [r for r in document["rows"] if "conversions" in r and r.get("kind") != "tuning_trial"]
+    assert [(r["seed"], r["lr"]) for r in seeds] == [(0, best), (1, best)]
+    assert seeds[0] == {k: v for k, v in trials[best].items() if k != "kind"}  # the first seed is its chosen trial
+    # every conversion's loss change is against its own seed's fine-tuned parent
+    for row in seeds:
+        for c in row["conversions"]:
+            assert c["seed"] == row["seed"]
+            assert c["loss_change"] == pytest.approx(c["val_loss_finetuned"] - row["val_loss_finetuned"])
 
 
 def _row(strategy, svd, d, changes, cache=80, reduction=0.95, r=4):
@@ -110,7 +139,8 @@ def test_tiny_run_then_resume(tmp_path, monkeypatch, tiny):
     assert [(r["model"], r["strategy"], r["seed"]) for r in rows] == [("mha", None, 0), ("mla", "high", 0),
                                                                       ("mla", "2-norm", 0)]
     assert {r["verdict"] for r in every if r.get("kind") == "claim"} == {"untested"}
-    assert sorted(p.name for p in (out / "runs" / "quick").iterdir()) == ["run=decode.json", "run=mha__seed0.json"]
+    assert sorted(p.name for p in (out / "runs" / "quick").iterdir()) == ["run=decode.json",
+                                                                          "run=mha__seed0__lr=0.003.json"]
 
     # a resumed run trains nothing: the seed's MHA model and its conversions are read back
     def no_training(*args, **kwargs):
@@ -143,7 +173,7 @@ def test_tiny_hf_run(tmp_path, monkeypatch, tiny):
     assert document["config"]["hf"] is True
     assert received == ["LlamaForCausalLM", "LlamaForCausalLM"]
     assert all(r["val_loss_finetuned"] < 10 for r in bench.model_rows(document["rows"]))
-    assert (tmp_path / "mha2mla" / "runs" / "quick" / "run=mha-hf__seed0.json").is_file()
+    assert (tmp_path / "mha2mla" / "runs" / "quick" / "run=mha-hf__seed0__lr=0.003.json").is_file()
     assert "Hugging Face `LlamaForCausalLM`" in (tmp_path / "mha2mla" / "report.md").read_text()
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pe_toolkit.bench import load_config
+from pe_toolkit.bench import Result, load_config
 from pe_toolkit.bench.cli import main
 from pe_toolkit.benchmarks import recsys
 
@@ -44,9 +44,10 @@ def test_summary_intervals_and_claims():
     rows = [row("ml-100k", "cape", s, 0.30 + 0.01 * s) for s in range(3)]
     rows += [row("ml-100k", "learned", s, 0.20 + 0.01 * s) for s in range(3)]
     rows += [row("ml-100k", "rope", s, 0.31 + 0.01 * (-1) ** s) for s in range(3)]
-    summary = recsys.summarize(rows, ["learned", "rope", "cape"])
-    assert [r["encoding"] for r in summary] == ["learned", "rope", "cape"]
-    cape = summary[2]["ndcg@10"]
+    summary = [r for r in recsys.Recsys().analyze(Result(config=None, preset="quick", rows=rows))
+               if r["kind"] == "summary"]
+    assert [r["encoding"] for r in summary] == ["cape", "learned", "rope"]
+    cape = summary[0]["ndcg@10"]
     half = 4.302652729911275 * 0.01 / 3**0.5  # t(0.975, 2) * sd / sqrt(n)
     assert cape["mean"] == pytest.approx(0.31) and cape["high"] - cape["mean"] == pytest.approx(half)
     found = {(c["comparison"], c["metric"]): c for c in recsys.claims(rows)}
@@ -60,7 +61,6 @@ def test_summary_intervals_and_claims():
     assert found[("cape vs learned", "hr@10")]["verdict"] == "inconclusive"  # identical values
     one_seed = recsys.claims(rows[:1] + rows[3:4])
     assert {c["verdict"] for c in one_seed} == {"untested"}
-    assert recsys.claim_counts(list(found.values())) == "1 reproduced, 3 inconclusive (of 4 claims)"
 
 
 def tiny_run_args(out, max_epochs: int, *extra: str) -> list[str]:
@@ -81,7 +81,9 @@ def test_tiny_run_writes_results_report_and_plot(tmp_path):
     assert [(r["encoding"], r["seed"], r["protocol"]) for r in runs] == [("learned", 0, "recbole"),
                                                                          ("cape", 0, "recbole")]
     assert [r["kind"] for r in results["rows"][2:4]] == ["tuning_trial"] * 2  # a one-value lr grid
-    assert [(r["kind"], r["comparison"], r["metric"], r["verdict"]) for r in results["rows"][4:]] == [
+    assert [(r["kind"], r["encoding"], r["runs"]) for r in results["rows"][4:6]] == [("summary", "learned", 1),
+                                                                                       ("summary", "cape", 1)]
+    assert [(r["kind"], r["comparison"], r["metric"], r["verdict"]) for r in results["rows"][6:]] == [
         ("claim", "cape vs learned", "ndcg@10", "untested"), ("claim", "cape vs learned", "hr@10", "untested")]
     assert {r["lr"] for r in runs} == {0.003}
     for r in runs:
@@ -93,7 +95,8 @@ def test_tiny_run_writes_results_report_and_plot(tmp_path):
     stored = json.loads((out / "runs" / "quick" / f"{key}.json").read_text())
     assert stored["spec"]["device"] == {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
     report = (out / "report.md").read_text()
-    assert "| cape | 1 |" in report and "cape beats learned: synthetic (recbole), NDCG@10" in report
+    assert "| synthetic | recbole | cape | all |" in report
+    assert "cape beats learned: synthetic (recbole), NDCG@10" in report
     assert "**untested** (fewer than 2 replicates" in report and "## Tuning" in report
     assert "## How the fairness rule is met" in report and (out / "recsys_metrics.png").stat().st_size
     # --resume rebuilds the report from the stored runs without training (a new run would differ in "seconds")
@@ -117,4 +120,4 @@ def test_converged_flag_survives_testing_the_best_checkpoint(tmp_path):
     assert all(r["converged"] == (r["epochs"] < 12) for r in rows)
     assert any(r["converged"] for r in rows)
     report = (tmp_path / "recsys" / "report.md").read_text()
-    assert f"Runs stopped by patience (converged): {sum(r['converged'] for r in rows)} of 2" in report
+    assert f"{sum(r['converged'] for r in rows)} of 2 runs stopped by patience" in report
