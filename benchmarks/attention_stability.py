@@ -1,12 +1,11 @@
 """Attention stability: a base learning-rate sweep for MHA, QK-norm, the Q/K learning-rate rule, MLA and QK-clip.
 
 Claims (Anson & Aitchison 2025, "Controlling changes to attention logits", arXiv:2511.21377): the Q/K rule
-``eta_Q = eta c / ||W_K||``, ``eta_K = eta c / ||W_Q||`` on every factor of the logit
-(:mod:`pe_toolkit.training.qk_learning_rate`) allows a higher base learning rate under MHA and MLA (DeepSeek-V2,
-arXiv:2405.04434), is competitive with QK-norm (Dehghani et al. 2023) and outperforms QK-clip (Kimi K2,
-arXiv:2507.20534). One byte-level LM with RoPE per (configuration, lr, seed): the seed sets the initial weights and
-the data is shared, so configurations pair per seed. A run whose validation loss is not below the unigram entropy
-has diverged; its loss counts capped at ln 256, never dropped. The lr is swept (every lr, every seed), not tuned;
+``eta_Q = eta c / ||W_K||``, ``eta_K = eta c / ||W_Q||`` (:mod:`pe_toolkit.training.qk_learning_rate`) allows a
+higher base lr under MHA and MLA (DeepSeek-V2, arXiv:2405.04434), is competitive with QK-norm (Dehghani et al. 2023)
+and outperforms QK-clip (Kimi K2, arXiv:2507.20534). One byte-level LM with RoPE per (configuration, lr, seed); the
+seed sets the initial weights on shared data, so configurations pair per seed. A diverged run (validation loss not
+below the unigram entropy) counts capped at ln 256, never dropped. The lr is swept (every lr, every seed), not tuned;
 ``extend_edges`` adds lrs past a grid edge holding a configuration's best.
 
     python benchmarks/attention_stability.py --quick              # tiny sweep (< 2 min here), 1 seed: claims untested
@@ -42,6 +41,10 @@ UNIFORM_LOSS = math.log(256)  # what a diverged run counts as in the statistics
 RUN_KEYS = ("model", "mla", "context", "batch_size", "steps", "max_bytes", "val_windows", "monitor_every",
             "qk_clip", "qk_lr")
 COMPETITIVE_MARGIN = 0.05  # 'competitive': not worse than QK-norm by more (nats/byte, ~2 % of the losses here)
+COMPOSITE_REASONS = {"untested": "no swept lr to compare at",
+                     "reproduced": "reproduced at one or more lrs, contradicted at none",
+                     "contradicted": "contradicted at one or more lrs, reproduced at none",
+                     "inconclusive": "no lr reproduces it, or the lrs disagree"}
 
 
 @dataclasses.dataclass
@@ -82,7 +85,6 @@ class Config:
     qk_lr: QKLearningRate
 
 
-# ------------------------------------------------------------------------------------------------ one run
 @functools.lru_cache(maxsize=1)
 def load_data(context: int, batch_size: int, steps: int, max_bytes: int, val_windows: int):
     """``(data module, validation windows, unigram entropy)``, built once per process."""
@@ -109,14 +111,11 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         vocab_size=256, causal=True, encoding="rope", **spec["model"], qk_norm=name == "mha+qknorm",
         attention="mla" if mla else "mha", latent_options=spec["mla"] if mla else {}))
     monitor = AttentionLogitMonitor(every_n_steps=spec["monitor_every"])
-    callbacks: list[Any] = [monitor]
-    clip = None
-    if name.endswith("qk_lr"):
-        callbacks.append(QKLearningRateCallback(norm=spec["qk_lr"]["norm"], granularity="matrix", factors="all",
-                                                every=spec["qk_lr"]["every"]))
-    if name.endswith("qk_clip"):
-        clip = QKClipCallback(spec["qk_clip"]["tau"], measure=spec["qk_clip"]["measure"])
-        callbacks.append(clip)
+    clip = QKClipCallback(spec["qk_clip"]["tau"], measure=spec["qk_clip"]["measure"]) if name.endswith("qk_clip") \
+        else None
+    rule = QKLearningRateCallback(norm=spec["qk_lr"]["norm"], granularity="matrix", factors="all",
+                                  every=spec["qk_lr"]["every"]) if name.endswith("qk_lr") else None
+    callbacks = [c for c in (monitor, rule, clip) if c is not None]
     start = time.perf_counter()
     module, losses = train_language_model(model, data, lr=lr, steps=spec["steps"], callbacks=callbacks, seed=seed,
                                           device=spec.get("device"))
@@ -137,7 +136,6 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------------------------------ statistics
 def capped_loss(value: float | None) -> float:
     """The loss a run counts with in the statistics: ``ln 256`` when diverged to non-finite or above it."""
     return UNIFORM_LOSS if value is None or not math.isfinite(value) else min(float(value), UNIFORM_LOSS)
@@ -183,15 +181,18 @@ def claims(rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min_se
     by = {r["config"]: r for r in config_rows}
     out: list[dict[str, Any]] = []
 
-    def paired(a: tuple[str, float], b: tuple[str, float]) -> tuple[list, list]:
-        seeds = sorted(set(losses[a]) & set(losses[b]))
-        return [losses[a][s] for s in seeds], [losses[b][s] for s in seeds]
-
     def gate(*needed: str) -> str | None:
         missing = [c for c in needed if c not in by]
         few = [c for c in needed if c in by and by[c]["runs"] < min_seeds]
         return f"configurations not run: {missing}" if missing else f"fewer than {min_seeds} seeds for {few}" if few \
             else None
+
+    def decide(a: tuple[str, float], b: tuple[str, float], name: str, why: str | None = None, **options: Any) -> dict:
+        """(config, lr) ``a`` against ``b``, paired on the seeds both ran."""
+        seeds = sorted(set(losses[a]) & set(losses[b]))
+        enough = (len(seeds) >= min_seeds, f"{len(seeds)} paired seed(s), fewer than {min_seeds}")
+        return decide_claim([losses[a][s] for s in seeds], [losses[b][s] for s in seeds], higher_is_better=False,
+                            paired=True, name=name, preconditions=[(why is None, why), enough], **options)
 
     def beats(rule: str, base: str, claim: str, at_best: bool) -> None:
         why, parts = gate(rule, base), []
@@ -200,34 +201,25 @@ def claims(rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min_se
             pairs = [(best, start, f"{rule} beats {base} at the best lrs ({best:g} vs {start:g})")] if at_best else []
             pairs += [(lr, lr, f"{rule} beats {base} at lr {lr:g} (above {base}'s best lr {start:g})")
                       for lr in by[rule]["lrs"] if lr > start and lr in by[base]["lrs"]]
-            for a_lr, b_lr, name in pairs:
-                a, b = paired((rule, a_lr), (base, b_lr))
-                enough = (len(a) >= min_seeds, f"{len(a)} paired seed(s), fewer than {min_seeds}")
-                parts.append(claim_row(decide_claim(a, b, higher_is_better=False, paired=True, name=name,
-                                                    preconditions=[enough]), claim=claim, lr=a_lr))
+            parts = [claim_row(decide((rule, a), (base, b), name), claim=claim, lr=a) for a, b, name in pairs]
         found = {p["verdict"] for p in parts}
         verdict = ("untested" if why or not parts else "inconclusive" if {"reproduced", "contradicted"} <= found
                    else "reproduced" if "reproduced" in found else "contradicted" if "contradicted" in found
                    else "inconclusive")
-        reason = why or {"untested": "no swept lr to compare at",
-                         "reproduced": "reproduced at one or more lrs, contradicted at none",
-                         "contradicted": "contradicted at one or more lrs, reproduced at none",
-                         "inconclusive": "no lr reproduces it, or the lrs disagree"}[verdict]
-        out.extend([*parts, {"kind": "claim_summary", "claim": claim, "verdict": verdict, "reason": reason,
-                             "parts": [p["name"] for p in parts],
+        out.extend([*parts, {"kind": "claim_summary", "claim": claim, "verdict": verdict,
+                             "reason": why or COMPOSITE_REASONS[verdict], "parts": [p["name"] for p in parts],
                              "evidence": "; ".join(f"{p['name']}: {p['verdict']}" for p in parts) or "-"}])
 
     beats("mha+qk_lr", "mha", "mha+qk_lr allows a higher base lr than mha", at_best=False)
     beats("mla+qk_lr", "mla", "mla+qk_lr allows a higher base lr than mla", at_best=False)
     name, why = "mha+qk_lr is competitive with mha+qknorm", gate("mha+qk_lr", "mha+qknorm")
-    sides: tuple[list, list] = ([], [])
+    common = dict(kind="noninferiority", margin=COMPETITIVE_MARGIN)
     if "mha+qk_lr" in by and "mha+qknorm" in by:  # both sides at their best lr (the record, if untested)
-        a_lr, b_lr = by["mha+qk_lr"]["best_lr"], by["mha+qknorm"]["best_lr"]
-        sides = paired(("mha+qk_lr", a_lr), ("mha+qknorm", b_lr))
-    common = dict(kind="noninferiority", margin=COMPETITIVE_MARGIN, higher_is_better=False, paired=True)
-    out.append(claim_row(untested_claim(name, why, *sides, **common) if why else decide_claim(
-        *sides, **common, name=f"{name}: best loss (lr {a_lr:g} vs {b_lr:g}) not worse by more than "
-        f"{COMPETITIVE_MARGIN} nats/byte"), claim=name))
+        a, b = ("mha+qk_lr", by["mha+qk_lr"]["best_lr"]), ("mha+qknorm", by["mha+qknorm"]["best_lr"])
+        out.append(claim_row(decide(a, b, why=why, **common, name=name if why else f"{name}: best loss (lr {a[1]:g} "
+                                    f"vs {b[1]:g}) not worse by more than {COMPETITIVE_MARGIN} nats/byte"), claim=name))
+    else:
+        out.append(claim_row(untested_claim(name, why, higher_is_better=False, paired=True, **common), claim=name))
     beats("mla+qk_lr", "mla+qk_clip", "mla+qk_lr outperforms mla+qk_clip", at_best=True)
     return out
 
@@ -258,7 +250,6 @@ def plot(rows: list[dict[str, Any]], lr_rows: list[dict[str, Any]], unigram: flo
     return figures
 
 
-# ------------------------------------------------------------------------------------------------ benchmark
 class AttentionStability(Benchmark):
     name = "attention_stability"
     title = "Attention stability: base learning-rate sweep"
@@ -302,29 +293,23 @@ class AttentionStability(Benchmark):
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         lr_rows = summarize_lrs(result.rows, result.rows[0]["unigram_entropy"])  # the same training bytes in every run
         config_rows = summarize_configs(lr_rows)
-        for row in config_rows:
-            row["extended_lrs"] = self.extended.get(row["config"], [])
         return lr_rows + config_rows + claims(result.rows, config_rows)
 
     def plot(self, result: Result) -> dict[str, Any]:
         return plot(result.rows, result.derived_of("summary"), result.rows[0]["unigram_entropy"])
 
     def report(self, result: Result) -> str:
-        c, unigram = result.config, result.rows[0]["unigram_entropy"]
         configs = result.derived_of("config_summary")
         edges = [r["config"] for r in configs if r["best_lr_at_grid_edge"]]
         return "\n\n".join([
-            f"Byte-level LM on standard-library text, {c.steps} steps per run (`train_language_model`: AdamW, warmup, "
-            f"cosine decay, clipping), learning rates {sorted(c.lrs)} plus up to {c.extend_edges} past an edge holding "
-            f"the best. Unigram entropy of the training bytes: {unigram:.3f} nats (a run not below it has diverged; "
-            f"losses count capped at ln 256 = {UNIFORM_LOSS:.3f}).",
+            f"Unigram entropy of the training bytes: {result.rows[0]['unigram_entropy']:.3f} nats; a run not below it "
+            f"has diverged. Losses count capped at ln 256 = {UNIFORM_LOSS:.3f}.",
             "## Paper claims\n\n" + markdown_table(result.derived_of("claim_summary"), ["claim", "verdict", "reason",
                                                                                        "evidence"]),
-            "## Per configuration\n\n" + summary_table(
-                configs, ["config", "best_lr", "best_lr_at_grid_edge", "extended_lrs", "highest_stable_lr", "runs"],
-                ["best_val_loss"], formats={"extended_lrs": lambda v: ", ".join(f"{x:g}" for x in v) or "-"}),
-            f"**Grid edge:** the best lr of {', '.join(edges)} is at an edge of the swept grid: extend `lrs` before "
-            "reading its verdicts." if edges else "Every configuration's best lr lies inside the grid.",
+            "## Per configuration\n\n" + summary_table(configs, ["config", "best_lr", "best_lr_at_grid_edge",
+                                                                 "highest_stable_lr", "runs"], ["best_val_loss"]),
+            *([f"**Grid edge:** the best lr of {', '.join(edges)} is at an edge of the swept grid: extend `lrs` before "
+               "reading its verdicts."] if edges else []),
             super().report(result)])
 
 

@@ -1,13 +1,12 @@
 """Faithfulness of PE-aware LRP (PA-LRP) against plain LRP, gradient x input and attention rollout.
 
 Bakish et al. 2025, "Revisiting LRP: Positional Attribution as the Missing Ingredient for Transformer
-Explainability", arXiv:2506.02138. Small decoder-only Transformers are trained per (task, encoding, seed) on the
-generated ``sentiment`` task (the polar word or its negator is the evidence) and on ``copy_random`` (the copied
-source symbol is); the model's own predictions are explained and tested by perturbation (MoRF / LeRF areas, top-1
-hit) and conservation (:func:`pe_toolkit.explain.faithfulness.faithfulness`). Claims per (task, encoding), on
-paired per-seed differences (both methods explain the same model): PA-LRP is more faithful than plain LRP, and
-plain LRP loses the positional share (Lemma 3.1). The learning rate is tuned per (task, encoding) on the first
-seed's final training loss. Details: ``docs/tutorials/explain.md``.
+Explainability", arXiv:2506.02138. Small decoder-only Transformers, one per (task, encoding, seed), trained on the
+generated ``sentiment`` and ``copy_random`` tasks, whose evidence is known; their own predictions are explained and
+tested by perturbation and conservation (:mod:`pe_toolkit.explain.faithfulness`). Claims per (task, encoding), on
+paired per-seed differences (both methods explain the same model): PA-LRP is more faithful than plain LRP, and plain
+LRP loses the positional share (Lemma 3.1). The lr is tuned per (task, encoding) on the first seed's final training
+loss. Details: ``docs/tutorials/explain.md``.
 
     python benchmarks/explain.py --quick          # pipeline check (< 5 minutes here); 1 seed: claims untested
     python benchmarks/explain.py --jobs 2         # full preset (3 seeds)
@@ -18,7 +17,6 @@ seed's final training loss. Details: ``docs/tutorials/explain.md``.
 from __future__ import annotations
 
 import dataclasses
-import random
 import time
 from typing import Any, Literal
 
@@ -32,7 +30,7 @@ from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.summary import group_rows, summarize_groups, summary_table
 from pe_toolkit.bench.verdict import claim_row, decide_claim, summarize, untested_claim
-from pe_toolkit.explain.faithfulness import METHODS
+from pe_toolkit.explain.faithfulness import METHODS, evidence_examples, faithfulness
 
 TASKS = ("sentiment", "copy")
 ENCODINGS = ("nope", "rope", "learned", "alibi", "sinusoidal")
@@ -64,7 +62,6 @@ class Config:
     max_extensions: NonNegativeInt = 0
 
 
-# ------------------------------------------------------------------------------------------------ one run
 def train(spec: dict[str, Any]):
     """Train a decoder-only Transformer on the spec's task and encoding: ``(model on the CPU, data, final loss)``."""
     import lightning as L
@@ -83,37 +80,13 @@ def train(spec: dict[str, Any]):
     return module.model.cpu().float().eval(), data, loss  # explained on the CPU in float32
 
 
-def explain_set(task: str, generator, vocab, count: int, seed: int) -> list[dict[str, Any]]:
-    """The examples to explain (:mod:`pe_toolkit.explain.faithfulness`'s format), cut after the explained output.
-
-    Sentiment: the label after ``<sep>``; words replaced by the filler ``the``. Copy (``Copy : s.. ;``): one random
-    answer symbol per example (teacher forcing); prompt symbols replaced by ``<pad>``.
-    """
-    rng = random.Random(f"explain/{task}/{seed}")
-    items = []
-    for ex in generator.generate(count, "train", seed + 1000):
-        ids, answer_start = vocab.encode(ex)
-        if task == "sentiment":
-            index, removable = answer_start - 1, list(range(1, 1 + len(ex.prompt)))
-            truth, replacement = [1 + i for i in ex.meta["evidence"]], vocab.token_to_id("the")
-        else:
-            j = rng.randrange(len(ex.answer))
-            index, removable = answer_start - 1 + j, list(range(3, 3 + len(ex.answer)))
-            truth, replacement = [3 + j], vocab.pad_id
-        items.append({"ids": ids[: index + 1], "index": index, "removable": removable, "truth": truth,
-                      "replacement": replacement, "label": ids[index + 1]})
-    return items
-
-
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and evaluate one (task, encoding, seed): the model's row, its per-method rows under ``methods``."""
-    from pe_toolkit.explain.faithfulness import faithfulness
-
     task, encoding, seed = spec["task"], spec["encoding"], spec["seed"]
     t0 = time.perf_counter()
     model, data, loss = train(spec)
     train_s = time.perf_counter() - t0
-    results, summary = faithfulness(model, explain_set(task, data.task, data.vocab, spec["num_explain"], seed),
+    results, summary = faithfulness(model, evidence_examples(data.task, data.vocab, spec["num_explain"], seed),
                                     seed=seed)
     return {"kind": "model", "task": task, "encoding": encoding, "seed": seed, "lr": spec["lr"], "final_loss": loss,
             "train_s": train_s, "eval_s": time.perf_counter() - t0 - train_s, **summary,
@@ -121,7 +94,6 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                         for m, metrics in results.items()]}
 
 
-# ------------------------------------------------------------------------------------------------ analysis
 def method_rows(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The per-method rows of every model row, in order."""
     return [row for model in models for row in model["methods"]]
@@ -184,7 +156,6 @@ def plot_auc(rows: list[dict[str, Any]]) -> Any:
     return finish(fig, "the perturbation AUC", fontsize=7)
 
 
-# ------------------------------------------------------------------------------------------------ benchmark
 class Explain(Benchmark):
     name = "explain"
     title = "Explainability: PE-aware LRP perturbation test"
@@ -222,9 +193,7 @@ class Explain(Benchmark):
                       group="group", max_extensions=config.max_extensions)
 
     def progress_label(self, row: dict[str, Any]) -> str:
-        by = {r["method"]: r for r in row["methods"]}
-        return (f"{row['task']} {row['encoding']} seed {row['seed']}: accuracy {row['accuracy']:.2f}, MoRF PA-LRP "
-                f"{by['pa_lrp']['auc_morf']:.3f} vs LRP {by['lrp']['auc_morf']:.3f} "
+        return (f"{row['task']} {row['encoding']} seed {row['seed']}: accuracy {row['accuracy']:.2f} "
                 f"({row['train_s']:.0f}s + {row['eval_s']:.0f}s)")
 
     def claims(self, result: Result) -> list[dict[str, Any]]:
@@ -254,9 +223,8 @@ class Explain(Benchmark):
                 relevance["position (PA-LRP, signed)"] = [sum(v) for v in zip(*ex["position_terms"].values())]
             relevance.update({"token (plain LRP)": ex["plain"], "grad x input": ex["grad_x_input"]})
             vocab = TaskDataModule(TASK_NAMES[row["task"]], result.config.task_options[row["task"]]).vocab
-            words = vocab.decode(ex["ids"])
             figures[f"heatmap_{row['task']}_{row['encoding']}.png"] = plot_relevance(
-                words, relevance, title=f"{row['task']}, {row['encoding']}, seed {first}")
+                vocab.decode(ex["ids"]), relevance, title=f"{row['task']}, {row['encoding']}, seed {first}")
         return figures
 
     def report(self, result: Result) -> str:
