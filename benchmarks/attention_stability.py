@@ -167,14 +167,12 @@ def summarize_configs(lr_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def claims(rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min_seeds: int = 3) -> list[dict]:
-    """The paper's claims, paired per seed on the capped loss of the runs ``rows`` (lower is better):
-
-    1. "the rule allows a higher base lr" (MHA, MLA): one difference claim per swept lr above the baseline's best;
-    2. "the rule is competitive with QK-norm": non-inferiority at each one's best lr, margin :data:`COMPETITIVE_MARGIN`;
-    3. "the rule outperforms QK-clip" (MLA): a difference claim at the best lrs and one per lr above QK-clip's best.
-    1 and 3 add a ``claim_summary`` row: reproduced when a part is and none contradicted (mirror case: contradicted;
-    else inconclusive). Fewer than ``min_seeds`` seeds or a configuration not run: untested.
-    """
+    """The paper's claims, paired per seed on the capped loss of the runs ``rows`` (lower is better): "the rule
+    allows a higher base lr" (MHA, MLA; one difference claim per swept lr above the baseline's best); "it is
+    competitive with QK-norm" (non-inferiority at each one's best lr, margin :data:`COMPETITIVE_MARGIN`); "it
+    outperforms QK-clip" (MLA; at the best lrs and at each lr above QK-clip's best). A composite claim's
+    ``claim_summary`` row is reproduced when a part is and none contradicted (mirror case: contradicted; else
+    inconclusive). Fewer than ``min_seeds`` seeds or a configuration not run: untested."""
     losses: dict[tuple, dict[int, float]] = {}
     for r in rows:
         losses.setdefault((r["config"], r["lr"]), {})[r["seed"]] = capped_loss(r["val_loss"])
@@ -251,11 +249,8 @@ def plot(rows: list[dict[str, Any]], lr_rows: list[dict[str, Any]], unigram: flo
 
 
 class AttentionStability(Benchmark):
-    name = "attention_stability"
-    title = "Attention stability: base learning-rate sweep"
-    Config = Config
-    key_fields = ("config", "lr", "seed")
-    run_one = staticmethod(run_one)
+    name, title = "attention_stability", "Attention stability: base learning-rate sweep"
+    Config, key_fields, run_one = Config, ("config", "lr", "seed"), staticmethod(run_one)
     summary_by = ("config", "lr")
     summary_metrics = {"val_loss": None, "diverged": (0, 1), "max_logit_peak": None}
     run_columns = ("config", "lr", "seed", "val_loss", "nonfinite_steps", "max_logit_peak", "qk_clip_heads", "seconds")
@@ -285,10 +280,6 @@ class AttentionStability(Benchmark):
             self.extended.setdefault(r["config"], []).append(extend_value(r["lrs"], r["best_lr_at_grid_edge"], "log"))
         print(f"attention_stability: edge extension {self.rounds} {self.extended}", flush=True)
         return True
-
-    def progress_label(self, row: dict[str, Any]) -> str:
-        return (f"{row['config']} lr={row['lr']:g} seed {row['seed']}: val loss {row['val_loss']:.3f}, "
-                f"max logit {row['max_logit_final']}, {row['seconds']:.0f}s")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         lr_rows = summarize_lrs(result.rows, result.rows[0]["unigram_entropy"])  # the same training bytes in every run

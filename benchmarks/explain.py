@@ -192,10 +192,6 @@ class Explain(Benchmark):
         return Tuning(param="lr", values=[float(lr) for lr in config.lrs], metric="final_loss", maximize=False,
                       group="group", max_extensions=config.max_extensions)
 
-    def progress_label(self, row: dict[str, Any]) -> str:
-        return (f"{row['task']} {row['encoding']} seed {row['seed']}: accuracy {row['accuracy']:.2f} "
-                f"({row['train_s']:.0f}s + {row['eval_s']:.0f}s)")
-
     def claims(self, result: Result) -> list[dict[str, Any]]:
         return claims(result.rows) + conservation_checks(result.rows)
 
