@@ -1,28 +1,23 @@
 """Attention stability: a base learning-rate sweep for MHA, QK-norm, the Q/K learning-rate rule, MLA and QK-clip.
 
 Claims (Anson & Aitchison 2025, "Controlling changes to attention logits", arXiv:2511.21377): the Q/K rule
-``eta_Q = eta c / ||W_K||``, ``eta_K = eta c / ||W_Q||`` (every factor of the logit, :mod:`pe_toolkit.training.
-qk_learning_rate`) allows a higher base learning rate under MHA (``mha+qk_lr`` vs ``mha``) and MLA (DeepSeek-V2,
-arXiv:2405.04434), is competitive with QK-norm (``mha+qknorm``, Dehghani et al. 2023) and outperforms QK-clip
-(``mla+qk_clip``, Kimi K2, arXiv:2507.20534; :class:`~pe_toolkit.training.callbacks.QKClipCallback`). One
-byte-level LM with RoPE per configuration, base lr and seed (the seed sets the initial weights; the data is
-shared, so configurations pair per seed): final validation loss, training curve, the largest attention logit
-per layer. A run whose loss is not below the unigram entropy has diverged and counts as ln 256, never
-dropped. Verdicts: :func:`pe_toolkit.bench.verdict.decide_claim` on paired per-seed losses. The lr is swept
-(every lr, every seed), not tuned; ``extend_edges`` adds lrs past a grid edge holding a configuration's best.
+``eta_Q = eta c / ||W_K||``, ``eta_K = eta c / ||W_Q||`` (:mod:`pe_toolkit.training.qk_learning_rate`) allows a
+higher base lr under MHA and MLA (DeepSeek-V2, arXiv:2405.04434), is competitive with QK-norm (Dehghani et al. 2023)
+and outperforms QK-clip (Kimi K2, arXiv:2507.20534). One byte-level LM with RoPE per (configuration, lr, seed); the
+seed sets the initial weights on shared data, so configurations pair per seed. A diverged run (validation loss not
+below the unigram entropy) counts capped at ln 256, never dropped. The lr is swept (every lr, every seed), not tuned;
+``extend_edges`` adds lrs past a grid edge holding a configuration's best.
 
     python benchmarks/attention_stability.py --quick              # tiny sweep (< 2 min here), 1 seed: claims untested
     python benchmarks/attention_stability.py --jobs 2             # full preset: 3 seeds, 1,000 steps
     python benchmarks/attention_stability.py --preset gpu --accelerator cuda --jobs 6
     python benchmarks/attention_stability.py --set steps=200 --set seeds=[0,1,2] --set configs=[mha,mha+qk_lr]
-
-Presets: ``benchmarks/presets/attention_stability/{quick,full,gpu}.yaml``; outputs ``results.json``,
-``report.md``, ``loss_vs_lr.png``, ``max_logit.png``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from typing import Any, Literal
@@ -31,11 +26,12 @@ from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result
 from pe_toolkit.bench.checks import distinct, positives
+from pe_toolkit.bench.config import ModelSize
 from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure, plot_intervals
-from pe_toolkit.bench.report import fairness_section, markdown_table
-from pe_toolkit.bench.summary import summarize_groups, summary_table
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.summary import group_rows, summarize_groups, summary_table
 from pe_toolkit.bench.tuning import extend_value
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
+from pe_toolkit.bench.verdict import claim_row, decide_claim, untested_claim
 from pe_toolkit.training.lm_text_module import train_language_model, validation_loss
 from pe_toolkit.training.qk_clip import QK_CLIP_MEASURES
 from pe_toolkit.training.qk_learning_rate import QK_NORMS
@@ -45,13 +41,10 @@ UNIFORM_LOSS = math.log(256)  # what a diverged run counts as in the statistics
 RUN_KEYS = ("model", "mla", "context", "batch_size", "steps", "max_bytes", "val_windows", "monitor_every",
             "qk_clip", "qk_lr")
 COMPETITIVE_MARGIN = 0.05  # 'competitive': not worse than QK-norm by more (nats/byte, ~2 % of the losses here)
-
-
-@dataclasses.dataclass
-class LMSize:
-    dim: PositiveInt
-    num_heads: PositiveInt
-    num_layers: PositiveInt
+COMPOSITE_REASONS = {"untested": "no swept lr to compare at",
+                     "reproduced": "reproduced at one or more lrs, contradicted at none",
+                     "contradicted": "contradicted at one or more lrs, reproduced at none",
+                     "inconclusive": "no lr reproduces it, or the lrs disagree"}
 
 
 @dataclasses.dataclass
@@ -78,7 +71,7 @@ class QKLearningRate:
 class Config:
     configs: list[Literal[CONFIGS]]
     seeds: list[NonNegativeInt]
-    model: LMSize
+    model: ModelSize
     mla: MLA
     context: PositiveInt
     batch_size: PositiveInt
@@ -92,23 +85,14 @@ class Config:
     qk_lr: QKLearningRate
 
 
-# ------------------------------------------------------------------------------------------------ one run
-_DATA: dict[str, Any] = {}
-
-
-def load_data(spec: dict[str, Any]):
-    """``(data module, validation windows, unigram entropy)`` for ``spec``, built once per process."""
+@functools.lru_cache(maxsize=1)
+def load_data(context: int, batch_size: int, steps: int, max_bytes: int, val_windows: int):
+    """``(data module, validation windows, unigram entropy)``, built once per process."""
     from pe_toolkit.data import ByteLMDataModule, sequential_windows, unigram_entropy
 
-    key = repr([spec[k] for k in ("context", "batch_size", "steps", "max_bytes", "val_windows")])
-    if key not in _DATA:
-        data = ByteLMDataModule(context=spec["context"], batch_size=spec["batch_size"],
-                                steps_per_epoch=spec["steps"], max_bytes=spec["max_bytes"], seed=0)
-        data.setup()
-        _DATA.clear()
-        _DATA[key] = (data, sequential_windows(data.val_bytes, spec["context"], spec["val_windows"]),
-                      unigram_entropy(data.train_bytes))
-    return _DATA[key]
+    data = ByteLMDataModule(context=context, batch_size=batch_size, steps_per_epoch=steps, max_bytes=max_bytes, seed=0)
+    data.setup()
+    return data, sequential_windows(data.val_bytes, context, val_windows), unigram_entropy(data.train_bytes)
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -119,21 +103,19 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from pe_toolkit.training.callbacks import AttentionLogitMonitor, QKClipCallback, QKLearningRateCallback
 
     name, lr, seed = spec["config"], spec["lr"], spec["seed"]
-    data, val_windows, unigram = load_data(spec)
+    data, val_windows, unigram = load_data(*(spec[k] for k in ("context", "batch_size", "steps", "max_bytes",
+                                                                 "val_windows")))
     torch.manual_seed(seed)  # the same initial weights for every learning rate of a (configuration, seed)
     mla = name.startswith("mla")
     model = pet.Transformer(pet.TransformerConfig(
         vocab_size=256, causal=True, encoding="rope", **spec["model"], qk_norm=name == "mha+qknorm",
-        attention="mla" if mla else "mha", latent_options=dict(spec["mla"]) if mla else {}))
+        attention="mla" if mla else "mha", latent_options=spec["mla"] if mla else {}))
     monitor = AttentionLogitMonitor(every_n_steps=spec["monitor_every"])
-    callbacks: list[Any] = [monitor]
-    clip = None
-    if name.endswith("qk_lr"):
-        callbacks.append(QKLearningRateCallback(norm=spec["qk_lr"]["norm"], granularity="matrix", factors="all",
-                                                every=spec["qk_lr"]["every"]))
-    if name.endswith("qk_clip"):
-        clip = QKClipCallback(spec["qk_clip"]["tau"], measure=spec["qk_clip"]["measure"])
-        callbacks.append(clip)
+    clip = QKClipCallback(spec["qk_clip"]["tau"], measure=spec["qk_clip"]["measure"]) if name.endswith("qk_clip") \
+        else None
+    rule = QKLearningRateCallback(norm=spec["qk_lr"]["norm"], granularity="matrix", factors="all",
+                                  every=spec["qk_lr"]["every"]) if name.endswith("qk_lr") else None
+    callbacks = [c for c in (monitor, rule, clip) if c is not None]
     start = time.perf_counter()
     module, losses = train_language_model(model, data, lr=lr, steps=spec["steps"], callbacks=callbacks, seed=seed,
                                           device=spec.get("device"))
@@ -154,67 +136,46 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------------------------------ statistics
 def capped_loss(value: float | None) -> float:
     """The loss a run counts with in the statistics: ``ln 256`` when diverged to non-finite or above it."""
     return UNIFORM_LOSS if value is None or not math.isfinite(value) else min(float(value), UNIFORM_LOSS)
 
 
 def summarize_lrs(rows: list[dict[str, Any]], unigram: float) -> list[dict[str, Any]]:
-    """Per (configuration, lr): the capped validation loss over seeds (``values`` in seed order), divergences."""
-    order = {name: i for i, name in enumerate(dict.fromkeys(r["config"] for r in rows))}
-    rows = sorted(rows, key=lambda r: (order[r["config"]], r["lr"], r["seed"]))
-    capped = [{"config": r["config"], "lr": r["lr"], "val_loss": capped_loss(r["val_loss"])} for r in rows]
-    out = summarize_groups(capped, ("config", "lr"), ("val_loss",))
-    for entry in out:
-        runs = [r for r in rows if (r["config"], r["lr"]) == (entry["config"], entry["lr"])]
-        entry.update(kind="lr_summary", seed_list=[r["seed"] for r in runs],
-                     diverged=sum(not (math.isfinite(r["val_loss"]) and r["val_loss"] < unigram) for r in runs))
-    return out
+    """Per (configuration, lr) over seeds: the capped validation loss, the fraction of runs that diverged (not below
+    the ``unigram`` entropy) and the peak attention logit."""
+    capped = [{**r, "val_loss": capped_loss(r["val_loss"]),
+               "diverged": float(not (math.isfinite(r["val_loss"]) and r["val_loss"] < unigram))} for r in rows]
+    return [{"kind": "summary", **entry} for entry in summarize_groups(
+        capped, AttentionStability.summary_by, list(AttentionStability.summary_metrics), bounds={"diverged": (0, 1)})]
 
 
 def summarize_configs(lr_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per configuration: best lr (lowest mean; flagged at a grid edge) and the highest stable lr (no seed
-    diverged there nor at any lower lr)."""
+    """Per configuration: the best lr (lowest mean; at a ``"low"`` / ``"high"`` edge of three or more lrs, or
+    ``None``) and the highest stable lr (no seed diverged there nor at any lower lr)."""
     out = []
-    for name in dict.fromkeys(r["config"] for r in lr_rows):
-        runs = sorted((r for r in lr_rows if r["config"] == name), key=lambda r: r["lr"])
-        best = min(runs, key=lambda r: r["val_loss"]["mean"])
-        at = runs.index(best)
-        edge = None if len(runs) < 3 else "lowest" if at == 0 else "highest" if at == len(runs) - 1 else None
-        stable = [r["lr"] for r in runs[:next((i for i, r in enumerate(runs) if r["diverged"]), len(runs))]]
-        out.append({"kind": "config_summary", "config": name, "best_lr": best["lr"], "best_val_loss": best["val_loss"],
-                    "best_lr_at_grid_edge": edge, "highest_stable_lr": stable[-1] if stable else None,
+    for (name,), runs in group_rows(lr_rows, ("config",)).items():
+        runs = sorted(runs, key=lambda r: r["lr"])
+        at = min(range(len(runs)), key=lambda i: runs[i]["val_loss"]["mean"])
+        edge = None if len(runs) < 3 else "low" if at == 0 else "high" if at == len(runs) - 1 else None
+        stable = next((i for i, r in enumerate(runs) if r["diverged"]["mean"] > 0), len(runs))
+        out.append({"kind": "config_summary", "config": name, "best_lr": runs[at]["lr"],
+                    "best_val_loss": runs[at]["val_loss"], "best_lr_at_grid_edge": edge,
+                    "highest_stable_lr": runs[stable - 1]["lr"] if stable else None,
                     "runs": min(r["runs"] for r in runs), "lrs": [r["lr"] for r in runs]})
     return out
 
 
-def edge_extensions(config_rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per configuration whose best lr is at a grid edge: the next lr beyond it, at the grid's ratio there."""
-    edges = {"highest": "high", "lowest": "low"}
-    return {r["config"]: extend_value(r["lrs"], edges[r["best_lr_at_grid_edge"]], "log")
-            for r in config_rows if r["best_lr_at_grid_edge"]}
-
-
-def _paired(lr_rows: list[dict[str, Any]], a: tuple[str, float], b: tuple[str, float]) -> tuple[list, list]:
-    """Per-seed capped losses of (config, lr) ``a`` and ``b`` over the seeds both have, in seed order."""
-    by = {(r["config"], r["lr"]): dict(zip(r["seed_list"], r["val_loss"]["values"])) for r in lr_rows}
-    seeds = sorted(set(by[a]) & set(by[b]))
-    return [by[a][s] for s in seeds], [by[b][s] for s in seeds]
-
-
-def claims(lr_rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min_seeds: int = 3) -> list[dict]:
-    """The paper's claims as ``decide_claim`` rows, paired per seed on the capped loss (lower is better):
-
-    1. "the rule allows a higher base lr" (MHA, MLA): one difference claim per swept lr above the baseline's
-       best; a ``claim_summary`` row is reproduced when one or more is and none contradicted (mirror case:
-       contradicted; else inconclusive);
-    2. "the rule is competitive with QK-norm": non-inferiority at each one's best lr, margin
-       :data:`COMPETITIVE_MARGIN`;
-    3. "the rule outperforms QK-clip" (MLA): a difference claim at the best lrs and one per lr above QK-clip's
-       best, summarised as in 1.
-    Fewer than ``min_seeds`` seeds or a configuration not run: untested.
-    """
+def claims(rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min_seeds: int = 3) -> list[dict]:
+    """The paper's claims, paired per seed on the capped loss of the runs ``rows`` (lower is better): "the rule
+    allows a higher base lr" (MHA, MLA; one difference claim per swept lr above the baseline's best); "it is
+    competitive with QK-norm" (non-inferiority at each one's best lr, margin :data:`COMPETITIVE_MARGIN`); "it
+    outperforms QK-clip" (MLA; at the best lrs and at each lr above QK-clip's best). A composite claim's
+    ``claim_summary`` row is reproduced when a part is and none contradicted (mirror case: contradicted; else
+    inconclusive). Fewer than ``min_seeds`` seeds or a configuration not run: untested."""
+    losses: dict[tuple, dict[int, float]] = {}
+    for r in rows:
+        losses.setdefault((r["config"], r["lr"]), {})[r["seed"]] = capped_loss(r["val_loss"])
     by = {r["config"]: r for r in config_rows}
     out: list[dict[str, Any]] = []
 
@@ -224,88 +185,77 @@ def claims(lr_rows: list[dict[str, Any]], config_rows: list[dict[str, Any]], min
         return f"configurations not run: {missing}" if missing else f"fewer than {min_seeds} seeds for {few}" if few \
             else None
 
+    def decide(a: tuple[str, float], b: tuple[str, float], name: str, why: str | None = None, **options: Any) -> dict:
+        """(config, lr) ``a`` against ``b``, paired on the seeds both ran."""
+        seeds = sorted(set(losses[a]) & set(losses[b]))
+        enough = (len(seeds) >= min_seeds, f"{len(seeds)} paired seed(s), fewer than {min_seeds}")
+        return decide_claim([losses[a][s] for s in seeds], [losses[b][s] for s in seeds], higher_is_better=False,
+                            paired=True, name=name, preconditions=[(why is None, why), enough], **options)
+
     def beats(rule: str, base: str, claim: str, at_best: bool) -> None:
-        """The composite claims 1 and 3: per-lr difference rows, then their summary row."""
         why, parts = gate(rule, base), []
         if not why:
-            start = by[base]["best_lr"]
-            if at_best:
-                a, b = _paired(lr_rows, (rule, by[rule]["best_lr"]), (base, start))
-                parts.append(claim_row(decide_claim(a, b, higher_is_better=False, paired=True, name=f"{rule} beats "
-                                                    f"{base} at the best lrs ({by[rule]['best_lr']:g} vs {start:g})"),
-                                       claim=claim))
-            for lr in sorted(r["lr"] for r in lr_rows if r["config"] == rule and r["lr"] > start
-                             and any(q["config"] == base and q["lr"] == r["lr"] for q in lr_rows)):
-                a, b = _paired(lr_rows, (rule, lr), (base, lr))
-                result = decide_claim(a, b, higher_is_better=False, paired=True,
-                                      name=f"{rule} beats {base} at lr {lr:g} (above {base}'s best lr {start:g})",
-                                      preconditions=[(len(a) >= min_seeds, f"{len(a)} paired seed(s), fewer than "
-                                                      f"{min_seeds}")])
-                parts.append(claim_row(result, claim=claim, lr=lr))
-        verdicts = {p["verdict"] for p in parts}
-        if why is not None or not parts:
-            verdict, reason = "untested", why or "no swept lr to compare at"
-        elif "reproduced" in verdicts and "contradicted" not in verdicts:
-            verdict, reason = "reproduced", "reproduced at one or more lrs, contradicted at none"
-        elif "contradicted" in verdicts and "reproduced" not in verdicts:
-            verdict, reason = "contradicted", "contradicted at one or more lrs, reproduced at none"
-        else:
-            verdict, reason = "inconclusive", "no lr reproduces it, or the lrs disagree"
-        out.extend([*parts, {"kind": "claim_summary", "claim": claim, "verdict": verdict, "reason": reason,
-                             "parts": [p["name"] for p in parts],
+            start, best = by[base]["best_lr"], by[rule]["best_lr"]
+            pairs = [(best, start, f"{rule} beats {base} at the best lrs ({best:g} vs {start:g})")] if at_best else []
+            pairs += [(lr, lr, f"{rule} beats {base} at lr {lr:g} (above {base}'s best lr {start:g})")
+                      for lr in by[rule]["lrs"] if lr > start and lr in by[base]["lrs"]]
+            parts = [claim_row(decide((rule, a), (base, b), name), claim=claim, lr=a) for a, b, name in pairs]
+        found = {p["verdict"] for p in parts}
+        verdict = ("untested" if why or not parts else "inconclusive" if {"reproduced", "contradicted"} <= found
+                   else "reproduced" if "reproduced" in found else "contradicted" if "contradicted" in found
+                   else "inconclusive")
+        out.extend([*parts, {"kind": "claim_summary", "claim": claim, "verdict": verdict,
+                             "reason": why or COMPOSITE_REASONS[verdict], "parts": [p["name"] for p in parts],
                              "evidence": "; ".join(f"{p['name']}: {p['verdict']}" for p in parts) or "-"}])
 
     beats("mha+qk_lr", "mha", "mha+qk_lr allows a higher base lr than mha", at_best=False)
     beats("mla+qk_lr", "mla", "mla+qk_lr allows a higher base lr than mla", at_best=False)
     name, why = "mha+qk_lr is competitive with mha+qknorm", gate("mha+qk_lr", "mha+qknorm")
-    sides: tuple[list, list] = ([], [])
+    common = dict(kind="noninferiority", margin=COMPETITIVE_MARGIN)
     if "mha+qk_lr" in by and "mha+qknorm" in by:  # both sides at their best lr (the record, if untested)
-        a_lr, b_lr = by["mha+qk_lr"]["best_lr"], by["mha+qknorm"]["best_lr"]
-        sides = _paired(lr_rows, ("mha+qk_lr", a_lr), ("mha+qknorm", b_lr))
-    common = dict(kind="noninferiority", margin=COMPETITIVE_MARGIN, higher_is_better=False, paired=True)
-    out.append(claim_row(untested_claim(name, why, *sides, **common) if why else decide_claim(
-        *sides, **common, name=f"{name}: best loss (lr {a_lr:g} vs {b_lr:g}) not worse by more than "
-        f"{COMPETITIVE_MARGIN} nats/byte"), claim=name))
+        a, b = ("mha+qk_lr", by["mha+qk_lr"]["best_lr"]), ("mha+qknorm", by["mha+qknorm"]["best_lr"])
+        out.append(claim_row(decide(a, b, why=why, **common, name=name if why else f"{name}: best loss (lr {a[1]:g} "
+                                    f"vs {b[1]:g}) not worse by more than {COMPETITIVE_MARGIN} nats/byte"), claim=name))
+    else:
+        out.append(claim_row(untested_claim(name, why, higher_is_better=False, paired=True, **common), claim=name))
     beats("mla+qk_lr", "mla+qk_clip", "mla+qk_lr outperforms mla+qk_clip", at_best=True)
     return out
 
 
 def plot(rows: list[dict[str, Any]], lr_rows: list[dict[str, Any]], unigram: float) -> dict[str, Any]:
     """``{"loss_vs_lr.png": figure, "max_logit.png": figure}``."""
-    names = list(dict.fromkeys(r["config"] for r in lr_rows))
+    groups = group_rows(lr_rows, ("config",))
     fig, axes = new_figure(size=(7, 4.4))
     ax = axes[0][0]
-    for name in names:
-        runs = sorted((r for r in lr_rows if r["config"] == name), key=lambda r: r["lr"])
+    for (name,), runs in groups.items():
+        runs = sorted(runs, key=lambda r: r["lr"])
         plot_intervals(ax, [r["lr"] for r in runs], [r["val_loss"] for r in runs], label=name)
     ax.axhline(unigram, color="grey", linestyle=":", label="unigram entropy (diverged above)")
     ax.set(xscale="log", xlabel="base learning rate", ylabel="final validation loss (nats/byte), mean, 95 % interval")
     ax.set_title(f"Final loss vs. base learning rate (diverged runs count as ln 256 = {UNIFORM_LOSS:.2f})", fontsize=9)
     figures = {"loss_vs_lr.png": finish(fig, "final validation loss")}
 
-    lrs = sorted({r["lr"] for r in rows})[-2:]
-    seed = min(r["seed"] for r in rows)
+    lrs, seed = sorted({r["lr"] for r in rows})[-2:], min(r["seed"] for r in rows)
     fig, axes = new_figure(1, len(lrs), size=(6, 4))
     for ax, lr in zip(axes[0], lrs):
-        for run in (r for name in names for r in rows if (r["config"], r["lr"], r["seed"]) == (name, lr, seed)):
+        for run in (r for (name,) in groups for r in rows if (r["config"], r["lr"], r["seed"]) == (name, lr, seed)):
             peaks = [max((x for x in map(nan_if_missing, v) if math.isfinite(x)), default=float("nan"))
                      for v in run["max_logit_per_layer"]]
             ax.plot(run["max_logit_steps"], peaks, marker=".", label=run["config"])
-        ax.set(yscale="symlog", xlabel="step", ylabel="max attention logit over layers", title=f"base lr = {lr:g}, "
-               f"seed {seed}")
+        ax.set(yscale="symlog", xlabel="step", ylabel="max attention logit over layers",
+               title=f"base lr = {lr:g}, seed {seed}")
     figures["max_logit.png"] = finish(fig, "the max attention logit")
     return figures
 
 
-# ------------------------------------------------------------------------------------------------ benchmark
 class AttentionStability(Benchmark):
-    name = "attention_stability"
-    title = "Attention stability: base learning-rate sweep"
-    description = ("final loss and attention logits over a base learning-rate sweep: MHA, QK-norm, the Q/K "
-                   "learning-rate rule, MLA, QK-clip (Anson & Aitchison 2025; Kimi K2)")
-    Config = Config
-    key_fields = ("config", "lr", "seed")
-    run_one = staticmethod(run_one)
+    name, title = "attention_stability", "Attention stability: base learning-rate sweep"
+    Config, key_fields, run_one = Config, ("config", "lr", "seed"), staticmethod(run_one)
+    summary_by = ("config", "lr")
+    summary_metrics = {"val_loss": None, "diverged": (0, 1), "max_logit_peak": None}
+    run_columns = ("config", "lr", "seed", "val_loss", "nonfinite_steps", "max_logit_peak", "qk_clip_heads", "seconds")
+    held_out = "the validation loss is measured on held-out documents"
+    same_budget = "runs every lr of the sweep on every seed, from the same initial weights per seed"
 
     def __init__(self) -> None:
         self.extended: dict[str, list[float]] = {}  # lrs added beyond a grid edge, per configuration
@@ -313,7 +263,6 @@ class AttentionStability(Benchmark):
 
     def check(self, config: Config) -> None:
         distinct("configs", config.configs)
-        distinct("seeds", config.seeds)
         positives("lrs", config.lrs)
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
@@ -323,66 +272,36 @@ class AttentionStability(Benchmark):
 
     def extend(self, config: Config, result: Result) -> bool:
         """Up to ``extend_edges`` passes: a configuration whose best lr is at a grid edge gets the next lr beyond."""
-        beyond = edge_extensions(result.derived_of("config_summary")) if self.rounds < config.extend_edges else {}
-        if not beyond:
+        edges = [r for r in result.derived_of("config_summary") if r["best_lr_at_grid_edge"]]
+        if self.rounds >= config.extend_edges or not edges:
             return False
         self.rounds += 1
-        for name, lr in beyond.items():
-            self.extended.setdefault(name, []).append(lr)
-        print(f"attention_stability: edge extension {self.rounds} "
-              f"({', '.join(f'{c}: lr {lr:g}' for c, lr in beyond.items())})", flush=True)
+        for r in edges:
+            self.extended.setdefault(r["config"], []).append(extend_value(r["lrs"], r["best_lr_at_grid_edge"], "log"))
+        print(f"attention_stability: edge extension {self.rounds} {self.extended}", flush=True)
         return True
-
-    def progress_label(self, row: dict[str, Any]) -> str:
-        return (f"{row['config']} lr={row['lr']:g} seed {row['seed']}: val loss {row['val_loss']:.3f}, "
-                f"max logit {row['max_logit_final']}, {row['seconds']:.0f}s")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         lr_rows = summarize_lrs(result.rows, result.rows[0]["unigram_entropy"])  # the same training bytes in every run
         config_rows = summarize_configs(lr_rows)
-        for row in config_rows:
-            row["extended_lrs"] = self.extended.get(row["config"], [])
-        return lr_rows + config_rows + claims(lr_rows, config_rows)
+        return lr_rows + config_rows + claims(result.rows, config_rows)
 
     def plot(self, result: Result) -> dict[str, Any]:
-        return plot(result.rows, result.derived_of("lr_summary"), result.rows[0]["unigram_entropy"])
+        return plot(result.rows, result.derived_of("summary"), result.rows[0]["unigram_entropy"])
 
     def report(self, result: Result) -> str:
-        c, rows, unigram = result.config, result.rows, result.rows[0]["unigram_entropy"]
-        config_rows = result.derived_of("config_summary")
-        edges = [r["config"] for r in config_rows if r["best_lr_at_grid_edge"]]
-        return "\n".join([
-            f"Byte-level LM on standard-library text, {c.steps} steps per run (`train_language_model`: AdamW 0.9/0.95, "
-            "weight decay 0.1, warmup 10 %, cosine to 10 %, clipping 1.0), learning rates "
-            f"{sorted(c.lrs)} (plus up to {c.extend_edges} past an edge holding the best); the Q/K rule on every "
-            f"factor of the logit; the other settings in results.json. Unigram entropy of the training bytes: "
-            f"{unigram:.3f} nats (a run at or above it has diverged and counts as ln 256 = {UNIFORM_LOSS:.3f}).", "",
-            "## Paper claims", "",
-            markdown_table(result.derived_of("claim_summary"), ["claim", "verdict", "reason", "evidence"],
-                           {"verdict": lambda v: f"**{v}**"}),
-            claims_table(result.derived_of("claim")),
-            f"'Competitive' is non-inferiority with the margin {COMPETITIVE_MARGIN} nats/byte; a composite claim "
-            "sums up its per-lr rows.", "",
-            fairness_section(None, c.seeds, held_out="the validation loss is measured on held-out documents",
-                             notes=["The base learning rate is the measured variable: every lr runs every seed of "
-                                    "every configuration, with the same initial weights per seed."]),
-            "## Per configuration", "",
-            summary_table(config_rows, ["config", "best_lr", "best_lr_at_grid_edge", "extended_lrs",
-                                        "highest_stable_lr", "runs"], [("best_val_loss", "best val loss")],
-                          formats={"best_lr": "g", "highest_stable_lr": "g",
-                                   "best_lr_at_grid_edge": lambda v: f"**yes ({v})**" if v else "no",
-                                   "extended_lrs": lambda v: ", ".join(f"{x:g}" for x in v) or "-"}),
-            f"**Grid edge:** the best lr of {', '.join(edges)} is at an edge of the swept grid: extend `lrs` before "
-            "reading its verdicts.\n" if edges else "Every configuration's best lr lies inside the grid.\n",
-            "## Per configuration and learning rate", "",
-            summary_table(result.derived_of("lr_summary"), ["config", "lr", "runs", "diverged"],
-                          [("val_loss", "val loss")], formats={"lr": "g"}),
-            "## Every run", "",
-            markdown_table(rows, ["config", "lr", "seed", "val_loss", "train_loss_final", "nonfinite_steps",
-                                  "max_logit_final", "max_logit_peak", "qk_clip_heads", "seconds"],
-                           {"lr": "g", "val_loss": ".3f", "train_loss_final": ".3f", "max_logit_final": ".2f",
-                            "max_logit_peak": ".2f", "seconds": ".1f"}),
-            "![loss_vs_lr.png](loss_vs_lr.png)\n\n![max_logit.png](max_logit.png)"])
+        configs = result.derived_of("config_summary")
+        edges = [r["config"] for r in configs if r["best_lr_at_grid_edge"]]
+        return "\n\n".join([
+            f"Unigram entropy of the training bytes: {result.rows[0]['unigram_entropy']:.3f} nats; a run not below it "
+            f"has diverged. Losses count capped at ln 256 = {UNIFORM_LOSS:.3f}.",
+            "## Paper claims\n\n" + markdown_table(result.derived_of("claim_summary"), ["claim", "verdict", "reason",
+                                                                                       "evidence"]),
+            "## Per configuration\n\n" + summary_table(configs, ["config", "best_lr", "best_lr_at_grid_edge",
+                                                                 "highest_stable_lr", "runs"], ["best_val_loss"]),
+            *([f"**Grid edge:** the best lr of {', '.join(edges)} is at an edge of the swept grid: extend `lrs` before "
+               "reading its verdicts."] if edges else []),
+            super().report(result)])
 
 
 if __name__ == "__main__":

@@ -1,67 +1,57 @@
 """Faithfulness of PE-aware LRP (PA-LRP) against plain LRP, gradient x input and attention rollout.
 
 Bakish et al. 2025, "Revisiting LRP: Positional Attribution as the Missing Ingredient for Transformer
-Explainability", arXiv:2506.02138. Small decoder-only Transformers (``SequenceLMModule``) are trained per
-(task, encoding, seed) on the generated ``sentiment`` task (:mod:`pe_toolkit.explain.sentiment`; the polar
-word or its negator is the evidence) and on ``copy_random`` (the copied source symbol is the evidence); the
-model's own predictions are explained and tested by perturbation (MoRF / LeRF areas, top-1 hit) and
-conservation (:func:`pe_toolkit.explain.faithfulness.faithfulness`). Claims, per (task, encoding), from
-paired per-seed differences (both methods explain the same model) by
-:func:`pe_toolkit.bench.verdict.decide_claim`: PA-LRP is more faithful than plain LRP, and plain LRP loses
-the positional share (Lemma 3.1). The ledger identity is checked, the fraction of the logit reaching the
-inputs reported without a threshold (the paper states none). The learning rate is tuned per (task,
-encoding) by the runner on the first seed's final training loss. Details: ``docs/tutorials/explain.md``.
+Explainability", arXiv:2506.02138. Small decoder-only Transformers, one per (task, encoding, seed), trained on the
+generated ``sentiment`` and ``copy_random`` tasks, whose evidence is known; their own predictions are explained and
+tested by perturbation and conservation (:mod:`pe_toolkit.explain.faithfulness`). Claims per (task, encoding), on
+paired per-seed differences (both methods explain the same model): PA-LRP is more faithful than plain LRP, and plain
+LRP loses the positional share (Lemma 3.1). The lr is tuned per (task, encoding) on the first seed's final training
+loss. Details: ``docs/tutorials/explain.md``.
 
     python benchmarks/explain.py --quick          # pipeline check (< 5 minutes here); 1 seed: claims untested
     python benchmarks/explain.py --jobs 2         # full preset (3 seeds)
     python benchmarks/explain.py --preset gpu --accelerator cuda --threads 8
     python benchmarks/explain.py --set seeds=[0,1,2,3] --set lrs=[0.002] --set encodings=[rope,alibi]
-
-Presets: ``benchmarks/presets/explain/{quick,full,gpu}.yaml``; outputs ``results.json``, ``report.md``,
-``perturbation_auc.png`` and ``heatmap_<task>_<encoding>.png`` (one example of the first seed).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 import time
 from typing import Any, Literal
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
+import pe_toolkit.explain.sentiment  # noqa: F401  (registers the task explain_sentiment)
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct, positives
+from pe_toolkit.bench.config import ModelSize
 from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure
-from pe_toolkit.bench.report import fairness_section, markdown_table
-from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, untested_claim
-from pe_toolkit.explain.faithfulness import METHODS
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.summary import group_rows, summarize_groups, summary_table
+from pe_toolkit.bench.verdict import claim_row, decide_claim, summarize, untested_claim
+from pe_toolkit.explain.faithfulness import METHODS, evidence_examples, faithfulness
 
 TASKS = ("sentiment", "copy")
 ENCODINGS = ("nope", "rope", "learned", "alibi", "sinusoidal")
 TASK_NAMES = {"sentiment": "explain_sentiment", "copy": "copy_random"}
 MIN_SEEDS = 3
 IDENTITY_TOLERANCE = 1e-4  # float32 round-off of the ledger tokens + positions + absorbed = logit
-
-
-@dataclasses.dataclass
-class Model:
-    dim: PositiveInt
-    num_heads: PositiveInt
-    num_layers: PositiveInt
+AUCS = ("auc_morf", "auc_lerf", "top1_hit")
+CLAIMS = (("PA-LRP more faithful than plain LRP (MoRF AUC)", "auc_morf", False),
+          ("PA-LRP more faithful than plain LRP (LeRF AUC)", "auc_lerf", True),
+          ("plain LRP loses the positional share (Lemma 3.1): PA-LRP's input fraction is higher", "input_fraction",
+           True))
 
 
 @dataclasses.dataclass
 class Config:
-    """Per task: ``steps``, ``decay`` (steps of the cosine decay; 0 = a constant rate after warm-up: the sentiment
-    models sit on a loss plateau for a few hundred steps, and a decaying rate kept them there), ``task_options``.
-    ``lrs``: the grid of every (task, encoding); ``max_extensions``: values added past an edge choice."""
+    """``steps``, ``decay`` (steps of the cosine decay, 0: constant) and ``task_options`` are per task."""
 
     encodings: list[Literal[ENCODINGS]]
     tasks: list[Literal[TASKS]]
     seeds: list[NonNegativeInt]
-    model: Model
+    model: ModelSize
     steps: dict[str, PositiveInt]
     decay: dict[str, NonNegativeInt]
     task_options: dict[str, dict[str, Any]]
@@ -72,12 +62,10 @@ class Config:
     max_extensions: NonNegativeInt = 0
 
 
-# ------------------------------------------------------------------------------------------------ one run
 def train(spec: dict[str, Any]):
     """Train a decoder-only Transformer on the spec's task and encoding: ``(model on the CPU, data, final loss)``."""
     import lightning as L
 
-    import pe_toolkit.explain.sentiment  # noqa: F401  (registers explain_sentiment)
     from pe_toolkit.training import SequenceLMModule, TaskDataModule
 
     L.seed_everything(spec["seed"], verbose=False)
@@ -92,46 +80,13 @@ def train(spec: dict[str, Any]):
     return module.model.cpu().float().eval(), data, loss  # explained on the CPU in float32
 
 
-def make_task(task: str, options: dict[str, Any]):
-    """The task generator and its vocabulary (without Lightning); ``options``: the task's ``task_options``."""
-    import pe_toolkit.explain.sentiment  # noqa: F401  (registers explain_sentiment)
-    from pe_toolkit.tasks import Vocabulary, get_task
-
-    generator = get_task(TASK_NAMES[task], **{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})
-    return generator, Vocabulary(generator.vocabulary())
-
-
-def explain_set(task: str, generator, vocab, count: int, seed: int) -> list[dict[str, Any]]:
-    """The examples to explain (:mod:`pe_toolkit.explain.faithfulness`'s format), cut after the explained output.
-
-    Sentiment: the label after ``<sep>``; words replaced by the filler ``the``. Copy (``Copy : s.. ;``): one random
-    answer symbol per example (teacher forcing); prompt symbols replaced by ``<pad>``.
-    """
-    rng = random.Random(f"explain/{task}/{seed}")
-    items = []
-    for ex in generator.generate(count, "train", seed + 1000):
-        ids, answer_start = vocab.encode(ex)
-        if task == "sentiment":
-            index, removable = answer_start - 1, list(range(1, 1 + len(ex.prompt)))
-            truth, replacement = [1 + i for i in ex.meta["evidence"]], vocab.token_to_id("the")
-        else:
-            j = rng.randrange(len(ex.answer))
-            index, removable = answer_start - 1 + j, list(range(3, 3 + len(ex.answer)))
-            truth, replacement = [3 + j], vocab.pad_id
-        items.append({"ids": ids[: index + 1], "index": index, "removable": removable, "truth": truth,
-                      "replacement": replacement, "label": ids[index + 1]})
-    return items
-
-
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and evaluate one (task, encoding, seed): the model's row, its per-method rows under ``methods``."""
-    from pe_toolkit.explain.faithfulness import faithfulness
-
     task, encoding, seed = spec["task"], spec["encoding"], spec["seed"]
     t0 = time.perf_counter()
     model, data, loss = train(spec)
     train_s = time.perf_counter() - t0
-    results, summary = faithfulness(model, explain_set(task, data.task, data.vocab, spec["num_explain"], seed),
+    results, summary = faithfulness(model, evidence_examples(data.task, data.vocab, spec["num_explain"], seed),
                                     seed=seed)
     return {"kind": "model", "task": task, "encoding": encoding, "seed": seed, "lr": spec["lr"], "final_loss": loss,
             "train_s": train_s, "eval_s": time.perf_counter() - t0 - train_s, **summary,
@@ -139,80 +94,49 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                         for m, metrics in results.items()]}
 
 
-# ------------------------------------------------------------------------------------------------ analysis
-def compare(gain: float, tolerance: float = 1e-3) -> str:
-    """``"better"`` / ``"worse"`` / ``"tie"`` for a gain of PA-LRP over plain LRP (positive = better)."""
-    return "tie" if abs(gain) < tolerance else ("better" if gain > 0 else "worse")
+def method_rows(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-method rows of every model row, in order."""
+    return [row for model in models for row in model["methods"]]
 
 
-def winner_line(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per trained model (one seed): is PA-LRP more faithful than plain LRP (MoRF lower, LeRF higher)?"""
-    out = []
-    for model in sorted({(r["task"], r["encoding"], r.get("seed", 0)) for r in rows}):
-        by = {r["method"]: r for r in rows if (r["task"], r["encoding"], r.get("seed", 0)) == model}
-        morf, lerf = by["pa_lrp"]["auc_morf"] - by["lrp"]["auc_morf"], by["pa_lrp"]["auc_lerf"] - by["lrp"]["auc_lerf"]
-        out.append({"task": model[0], "encoding": model[1], "seed": model[2], "pa_minus_lrp_morf": morf,
-                    "pa_minus_lrp_lerf": lerf, "pa_vs_lrp_morf": compare(-morf), "pa_vs_lrp_lerf": compare(lerf),
-                    "best_morf": min(METHODS, key=lambda m: by[m]["auc_morf"])})
-    return out
-
-
-def method_summaries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (task, encoding, method): each AUC and the top-1 hit rate over seeds."""
-    rows = sorted(rows, key=lambda r: (r["task"], r["encoding"]))
-    return [{"kind": "method_summary", **entry} for entry in summarize_groups(
-        rows, ("task", "encoding", "method"), ("auc_morf", "auc_lerf", "top1_hit"), bounds={"top1_hit": (0, 1)})]
-
-
-def model_summaries(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (task, encoding): accuracy and conservation over seeds, and the largest ledger residual of both methods."""
-    keys = ("accuracy", "position_share", "input_fraction_pa_lrp", "input_fraction_lrp", "position_fraction_pa_lrp",
-            "token_fraction_pa_lrp", "token_fraction_lrp")
-    models = sorted(models, key=lambda m: (m["task"], m["encoding"]))
-    out = summarize_groups(models, ("task", "encoding"), keys, bounds={"accuracy": (0, 1)})
-    for entry in out:
-        mine = [m for m in models if (m["task"], m["encoding"]) == (entry["task"], entry["encoding"])]
-        residual = max(max(m["identity_residual_pa_lrp"], m["identity_residual_lrp"]) for m in mine)
-        entry.update(kind="model_summary", identity_residual_max=residual, holds=residual <= IDENTITY_TOLERANCE)
-    return out
-
-
-def claims(rows: list[dict[str, Any]], models: list[dict[str, Any]], min_seeds: int = MIN_SEEDS) -> list[dict]:
-    """Per (task, encoding) with a positional encoding (NoPE is a control), each a computed verdict on paired seeds:
-
-    * PA-LRP is more faithful than plain LRP, on MoRF (lower area) and on LeRF (higher area);
-    * plain LRP loses the positional share (Lemma 3.1): PA-LRP's input fraction exceeds plain LRP's; untested
-      for RoPE, where plain LRP credits the tables' share to queries and keys instead.
-    Fewer than ``min_seeds`` seeds: untested.
+def claims(models: list[dict[str, Any]], min_seeds: int = MIN_SEEDS) -> list[dict]:
+    """Per (task, encoding) with a positional encoding (NoPE is a control: the two methods coincide), computed
+    verdicts on paired seeds: PA-LRP is more faithful than plain LRP on MoRF (lower area) and on LeRF (higher area);
+    plain LRP loses the positional share (Lemma 3.1): PA-LRP's input fraction exceeds plain LRP's (untested for
+    RoPE, where plain LRP credits the tables' share to queries and keys instead). Fewer than ``min_seeds``: untested.
     """
     out = []
-    for task, encoding in sorted({(r["task"], r["encoding"]) for r in rows} - {(t, "nope") for t in TASKS}):
-        seeds = sorted({r.get("seed", 0) for r in rows if (r["task"], r["encoding"]) == (task, encoding)})
-        enough = (len(seeds) >= min_seeds, f"{len(seeds)} seed(s), fewer than {min_seeds}")
-        found = {(r["method"], r.get("seed", 0)): r for r in rows if (r["task"], r["encoding"]) == (task, encoding)}
-        for key, label, higher in (("auc_morf", "MoRF", False), ("auc_lerf", "LeRF", True)):
-            pa, plain = ([found[m, s][key] if (m, s) in found else None for s in seeds] for m in ("pa_lrp", "lrp"))
-            claim = decide_claim(pa, plain, higher_is_better=higher, paired=True, preconditions=[enough],
-                                 name=f"PA-LRP more faithful than plain LRP ({label} AUC)")
-            out.append(claim_row(claim, task=task, encoding=encoding, claim=claim.name))
-        mine = {m["seed"]: m for m in models if (m["task"], m["encoding"]) == (task, encoding)}
-        pa, plain = ([mine[s][f"input_fraction_{m}"] if s in mine else None for s in seeds] for m in ("pa_lrp", "lrp"))
-        name = "plain LRP loses the positional share (Lemma 3.1): PA-LRP's input fraction is higher"
-        claim = (untested_claim(name, "not applicable to RoPE: plain LRP hands the cos/sin tables' share to the "
-                                "queries and keys", pa, plain, paired=True) if encoding == "rope" else
-                 decide_claim(pa, plain, higher_is_better=True, paired=True, name=name, preconditions=[enough]))
-        out.append(claim_row(claim, task=task, encoding=encoding, claim=name))
+    for (task, encoding), mine in group_rows(sorted(models, key=lambda m: (m["task"], m["encoding"], m["seed"])),
+                                             ("task", "encoding")).items():
+        if encoding == "nope":
+            continue
+        enough = (len(mine) >= min_seeds, f"{len(mine)} seed(s), fewer than {min_seeds}")
+        methods = [{r["method"]: r for r in m["methods"]} for m in mine]
+        for claim, key, higher in CLAIMS:
+            pa, plain = ([m[f"{key}_{x}"] for m in mine] if key == "input_fraction" else [m[x][key] for m in methods]
+                         for x in ("pa_lrp", "lrp"))
+            name = f"{claim}: {task}, {encoding}"
+            out.append(claim_row(untested_claim(name, "not applicable to RoPE: plain LRP hands the cos/sin tables' "
+                                                "share to the queries and keys", pa, plain, paired=True)
+                                 if encoding == "rope" and key == "input_fraction" else
+                                 decide_claim(pa, plain, higher_is_better=higher, paired=True, name=name,
+                                              preconditions=[enough]), task=task, encoding=encoding, claim=claim))
     return out
 
 
 def conservation_checks(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (task, encoding): PA-LRP's ledger balances (``holds``: the largest relative residual of tokens +
     positions + absorbed = logit is at most :data:`IDENTITY_TOLERANCE`), beside the fraction reaching the inputs."""
-    return [{"kind": "check", "task": s["task"], "encoding": s["encoding"],
-             "check": "PA-LRP's ledger balances: tokens + positions + absorbed = logit",
-             "test": f"largest relative residual <= {IDENTITY_TOLERANCE:g} (float32)",
-             **{k: s[k] for k in ("identity_residual_max", "holds", "input_fraction_pa_lrp")}}
-            for s in model_summaries(models)]
+    out = []
+    for (task, encoding), mine in group_rows(sorted(models, key=lambda m: (m["task"], m["encoding"])),
+                                             ("task", "encoding")).items():
+        residual = max(max(m["identity_residual_pa_lrp"], m["identity_residual_lrp"]) for m in mine)
+        out.append({"kind": "check", "task": task, "encoding": encoding,
+                    "check": "PA-LRP's ledger balances: tokens + positions + absorbed = logit",
+                    "test": f"largest relative residual <= {IDENTITY_TOLERANCE:g} (float32)",
+                    "identity_residual_max": residual, "holds": residual <= IDENTITY_TOLERANCE,
+                    "input_fraction_pa_lrp": summarize([m["input_fraction_pa_lrp"] for m in mine]).as_dict()})
+    return out
 
 
 def plot_auc(rows: list[dict[str, Any]]) -> Any:
@@ -232,23 +156,22 @@ def plot_auc(rows: list[dict[str, Any]]) -> Any:
     return finish(fig, "the perturbation AUC", fontsize=7)
 
 
-def method_rows(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The per-method rows of every model row, in order."""
-    return [row for model in models for row in model["methods"]]
-
-
-# ------------------------------------------------------------------------------------------------ benchmark
 class Explain(Benchmark):
     name = "explain"
     title = "Explainability: PE-aware LRP perturbation test"
-    description = ("faithfulness of PE-aware LRP against plain LRP, gradient x input and rollout: perturbation "
-                   "AUCs and conservation (Bakish et al. 2025)")
     Config = Config
     key_fields = ("task", "encoding", "seed")
     run_one = staticmethod(run_one)
+    summary_by = ("task", "encoding")
+    summary_metrics = {"accuracy": (0, 1), "input_fraction_pa_lrp": None, "position_fraction_pa_lrp": None,
+                       "input_fraction_lrp": None, "position_share": None}
+    run_columns = ("task", "encoding", "seed", "lr", *summary_metrics)
+    number_format = ".4f"
+    held_out = ("no held-out target is involved: the claims compare two explanations of one model on the same "
+                "examples (new draws, seed + 1000, of the training distribution)")
+    same_budget = "trains the same steps on the same generated data"
 
     def check(self, config: Config) -> None:
-        distinct("seeds", config.seeds)
         distinct("encodings", config.encodings)
         distinct("tasks", config.tasks)
         positives("lrs", config.lrs)
@@ -269,19 +192,23 @@ class Explain(Benchmark):
         return Tuning(param="lr", values=[float(lr) for lr in config.lrs], metric="final_loss", maximize=False,
                       group="group", max_extensions=config.max_extensions)
 
-    def progress_label(self, row: dict[str, Any]) -> str:
-        by = {r["method"]: r for r in row["methods"]}
-        return (f"{row['task']} {row['encoding']} seed {row['seed']}: accuracy {row['accuracy']:.2f}, MoRF PA-LRP "
-                f"{by['pa_lrp']['auc_morf']:.3f} vs LRP {by['lrp']['auc_morf']:.3f} "
-                f"({row['train_s']:.0f}s + {row['eval_s']:.0f}s)")
+    def claims(self, result: Result) -> list[dict[str, Any]]:
+        return claims(result.rows) + conservation_checks(result.rows)
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        rows = method_rows(result.rows)
-        return ([{"kind": "comparison", **v} for v in winner_line(rows)] + method_summaries(rows)
-                + model_summaries(result.rows) + claims(rows, result.rows) + conservation_checks(result.rows))
+        methods = sorted(method_rows(result.rows), key=lambda r: (r["task"], r["encoding"]))
+        return [{"kind": "method_summary", **entry} for entry in summarize_groups(
+            methods, ("task", "encoding", "method"), AUCS, bounds={"top1_hit": (0, 1)})] + super().analyze(result)
+
+    def describe(self, result: Result) -> str:
+        return ("Perturbation test: prompt inputs replaced in order of score; the area under the probability of the "
+                "explained class over the removed fraction. MoRF (most relevant first): lower is more faithful; LeRF: "
+                "higher is more faithful. `top1_hit`: the top-scored input is the evidence. NoPE models are a control "
+                "(the two methods coincide) and carry no claim.")
 
     def plot(self, result: Result) -> dict[str, Any]:
         from pe_toolkit.plotting import plot_relevance
+        from pe_toolkit.training import TaskDataModule
 
         figures = {"perturbation_auc.png": plot_auc(method_rows(result.rows))}
         first = min(result.config.seeds)
@@ -291,43 +218,24 @@ class Explain(Benchmark):
             if ex["position_terms"]:
                 relevance["position (PA-LRP, signed)"] = [sum(v) for v in zip(*ex["position_terms"].values())]
             relevance.update({"token (plain LRP)": ex["plain"], "grad x input": ex["grad_x_input"]})
-            words = make_task(row["task"], result.config.task_options[row["task"]])[1].decode(ex["ids"])
+            vocab = TaskDataModule(TASK_NAMES[row["task"]], result.config.task_options[row["task"]]).vocab
             figures[f"heatmap_{row['task']}_{row['encoding']}.png"] = plot_relevance(
-                words, relevance, title=f"{row['task']}, {row['encoding']}, seed {first}")
+                vocab.decode(ex["ids"]), relevance, title=f"{row['task']}, {row['encoding']}, seed {first}")
         return figures
 
     def report(self, result: Result) -> str:
-        fmt = {k: ".3f" for k in ("auc_morf", "auc_lerf", "top1_hit", "final_loss", "accuracy", "position_share",
-                                  "input_fraction_pa_lrp", "input_fraction_lrp")}
-        fmt.update(train_s=".0f", eval_s=".0f", identity_residual_pa_lrp=".1e", identity_residual_max=".1e")
-        return "\n".join([
-            "Perturbation test: prompt inputs replaced in order of score; the area under the probability of the "
-            "explained class over the removed fraction. MoRF (most relevant first): lower is more faithful; LeRF: "
-            "higher is more faithful. `top1_hit`: the top-scored input is the evidence. Model "
-            f"{dataclasses.asdict(result.config.model)}.", "", "## Paper claims", "",
-            claims_table(result.derived_of("claim"), ".4f", extra=[("task", "task"), ("encoding", "encoding")]),
-            "NoPE models are a control (the two methods coincide) and carry no claim.", "",
-            fairness_section(self.tuning(result.config), result.config.seeds, held_out="no held-out target is "
-                             "involved: the claims compare two explanations of one model on the same examples (new "
-                             "draws, seed + 1000, of the training distribution)",
-                             same_budget="trains the same steps on the same generated data"),
-            "## Conservation (a property of the implementation, not a claim)", "",
-            summary_table(result.derived_of("model_summary"), ["task", "encoding", "runs", ("identity_residual_max",
-                          f"ledger residual (max; holds: <= {IDENTITY_TOLERANCE:g})"), "holds"],
-                          ["accuracy", ("input_fraction_pa_lrp", "reaches inputs, PA-LRP"), ("position_fraction_pa_lrp",
-                           "of it positions"), ("input_fraction_lrp", "reaches inputs, plain LRP")], formats=fmt),
-            "Ledger: |tokens + positions + absorbed - logit| / |logit|. Fractions: mean sum(relevance) / logit, "
-            "reported without a threshold (Bakish et al. state none); the rest is absorbed by the rules.", "",
-            "## Perturbation AUCs over seeds", "",
-            summary_table(result.derived_of("method_summary"), ["task", "encoding", "method", "runs"],
-                          [("auc_morf", "MoRF AUC"), ("auc_lerf", "LeRF AUC"), ("top1_hit", "top-1 hit")]),
-            "## Every trained model", "",
-            markdown_table(result.rows, ["task", "encoding", "seed", "lr", "accuracy", "examples", "final_loss",
-                                         "identity_residual_pa_lrp", "input_fraction_pa_lrp", "input_fraction_lrp",
-                                         "position_share", "train_s", "eval_s"], fmt),
-            "`position_share`: |sum position relevance| / (|sum token| + |sum position|) under PA-LRP.", "",
-            markdown_table(method_rows(result.rows), ["task", "encoding", "seed", "method", "auc_morf", "auc_lerf",
-                                                      "top1_hit"], fmt)])
+        return "\n\n".join([
+            super().report(result).rstrip(),
+            "## Conservation (a property of the implementation, not a claim)\n\n" + markdown_table(
+                result.derived_of("check"), ["task", "encoding", ("identity_residual_max", "largest ledger residual"),
+                                             "holds"], {"identity_residual_max": ".1e"}),
+            f"Ledger: |tokens + positions + absorbed - logit| / |logit|, holds at <= {IDENTITY_TOLERANCE:g}. Fractions "
+            "(the summary): mean sum(relevance) / logit, without a threshold (Bakish et al. state none); the rest is "
+            "absorbed by the rules. `position_share`: |sum position| / (|sum token| + |sum position|) under PA-LRP.",
+            "## Perturbation AUCs over seeds\n\n" + summary_table(result.derived_of("method_summary"),
+                                                                  ["task", "encoding", "method", "runs"], AUCS),
+            "## Every model's explanations\n\n" + markdown_table(method_rows(result.rows), [
+                "task", "encoding", "seed", "method", *AUCS], dict.fromkeys(AUCS, ".3f"))])
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ into a removed position; the same for every example of one length) and ``label``
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,13 +24,50 @@ from pe_toolkit.explain.baselines import gradient_x_input, rollout
 from pe_toolkit.explain.lrp import explain
 from pe_toolkit.explain.perturbation import area_under_curve, perturbation_curve
 
-__all__ = ["FRACTIONS", "METHODS", "faithfulness"]
+__all__ = ["EVIDENCE_TASKS", "FRACTIONS", "METHODS", "evidence_examples", "faithfulness"]
 
 METHODS = ("pa_lrp", "pa_lrp_token", "lrp", "grad_x_input", "rollout", "random")
 """PA-LRP's score (token relevance + |each positional term|), its token relevance alone, plain AttnLRP,
 gradient x input, attention rollout (Abnar & Zuidema 2020) and a seeded random order."""
 FRACTIONS = tuple(i / 10 for i in range(11))
 """The removed fractions of the removable inputs at which the curves are measured."""
+EVIDENCE_TASKS = {"explain_sentiment": "sentiment", "copy_random": "copy"}
+"""The generated tasks whose evidence :func:`evidence_examples` knows (task name: short name)."""
+
+
+def evidence_examples(generator: Any, vocab: Any, count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` examples of a generated task with known evidence, in this module's format.
+
+    New draws (seed ``seed + 1000``) of the task's train split, each cut after the explained output:
+
+    * ``explain_sentiment`` (:mod:`pe_toolkit.explain.sentiment`): the label after ``<sep>`` is explained; the
+      evidence is the polar words and their negators; a removed word becomes the filler ``the``;
+    * ``copy_random`` (``<bos> Copy : s.. <sep> s..``): one answer symbol per example, drawn with a seeded
+      ``random.Random``, is explained under teacher forcing; the evidence is the source symbol it copies; a
+      removed symbol becomes ``<pad>``.
+
+    Args:
+        generator: the task (``pe_toolkit.tasks.get_task(name, ...)``), one of :data:`EVIDENCE_TASKS`.
+        vocab: its :class:`~pe_toolkit.tasks.Vocabulary`.
+    """
+    name = getattr(generator, "name", None)
+    if name not in EVIDENCE_TASKS:
+        raise ValueError(f"generator must be one of the tasks {sorted(EVIDENCE_TASKS)}, got {name!r}")
+    kind = EVIDENCE_TASKS[name]
+    rng = random.Random(f"explain/{kind}/{seed}")
+    items = []
+    for ex in generator.generate(count, "train", seed + 1000):
+        ids, answer_start = vocab.encode(ex)
+        if kind == "sentiment":
+            index, removable = answer_start - 1, list(range(1, 1 + len(ex.prompt)))
+            truth, replacement = [1 + i for i in ex.meta["evidence"]], vocab.token_to_id("the")
+        else:
+            j = rng.randrange(len(ex.answer))
+            index, removable = answer_start - 1 + j, list(range(3, 3 + len(ex.answer)))
+            truth, replacement = [3 + j], vocab.pad_id
+        items.append({"ids": ids[: index + 1], "index": index, "removable": removable, "truth": truth,
+                      "replacement": replacement, "label": ids[index + 1]})
+    return items
 
 
 def faithfulness(model: torch.nn.Module, examples: Sequence[Mapping[str, Any]], *, seed: int = 0,

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
+from pe_toolkit.bench import Result
 from pe_toolkit.bench.config import load_config
-from pe_toolkit.bench.verdict import summarize
 from pe_toolkit.benchmarks import attention_stability as bench
 
 
@@ -69,42 +69,50 @@ def test_runs_cover_every_config_lr_and_seed_plus_the_edge_extensions():
     assert [s["lr"] for s in benchmark.runs(config) if s["config"] == "mla"] == [0.003, 0.003, 0.03, 0.03, 0.3, 0.3]
 
 
-def lr_row(config, lr, losses, diverged=0):
-    return {"kind": "lr_summary", "config": config, "lr": lr, "runs": len(losses), "diverged": diverged,
-            "val_loss": summarize(losses).as_dict(), "seed_list": list(range(len(losses)))}
+def runs(config, lr, losses):
+    """The run rows of one (configuration, lr): seed ``i`` has loss ``losses[i]``."""
+    return [{"config": config, "lr": lr, "seed": seed, "val_loss": loss} for seed, loss in enumerate(losses)]
+
+
+def analyzed(rows):
+    return bench.claims(rows, bench.summarize_configs(bench.summarize_lrs(rows, unigram=10.0)))
 
 
 def test_summaries_cap_diverged_runs_flag_grid_edges_and_find_the_stable_lr():
-    rows = [{"config": "mha", "lr": lr, "seed": s, "val_loss": v}
-            for lr, values in ((0.01, [2.0, 2.1, 2.05]), (0.1, [1.9, 1.95, 1.92]), (1.0, [float("nan"), 9.0, 2.5]))
-            for s, v in enumerate(values)]
+    rows = runs("mha", 0.01, [2.0, 2.1, 2.05]) + runs("mha", 0.1, [1.9, 1.95, 1.92]) + runs(
+        "mha", 1.0, [float("nan"), 9.0, 2.5])
     lr_rows = bench.summarize_lrs(rows, unigram=3.0)
     top = lr_rows[-1]
-    assert top["diverged"] == 2 and top["val_loss"]["n"] == 3  # nan and 9 count as ln 256, never dropped
-    assert top["val_loss"]["values"] == [math.log(256), math.log(256), 2.5] and top["seed_list"] == [0, 1, 2]
+    assert top["kind"] == "summary" and top["runs"] == 3
+    assert top["diverged"]["values"] == [1.0, 1.0, 0.0] and top["val_loss"]["n"] == 3  # nan and 9: ln 256, kept
+    assert top["val_loss"]["values"] == [math.log(256), math.log(256), 2.5]
     assert top["val_loss"]["mean"] == pytest.approx((2 * math.log(256) + 2.5) / 3)
     (summary,) = bench.summarize_configs(lr_rows)
     assert summary["best_lr"] == 0.1 and summary["best_lr_at_grid_edge"] is None
     assert summary["highest_stable_lr"] == 0.1
-    edge = bench.summarize_configs([lr_row("mla", 0.01, [1.0, 1.1, 1.05]), lr_row("mla", 0.1, [2.0, 2.1, 2.2]),
-                                    lr_row("mla", 1.0, [3.0, 3.1, 3.2])])
-    assert edge[0]["best_lr_at_grid_edge"] == "lowest"
-    assert bench.edge_extensions(edge) == {"mla": pytest.approx(0.001)}
+    edge_rows = runs("mla", 0.01, [1.0, 1.1, 1.05]) + runs("mla", 0.1, [2.0, 2.1, 2.2]) + runs("mla", 1.0, [3.0] * 3)
+    edge = bench.summarize_configs(bench.summarize_lrs(edge_rows, unigram=10.0))
+    assert edge[0]["best_lr_at_grid_edge"] == "low"
+    benchmark = bench.AttentionStability()
+    config, _ = load_config(benchmark, "quick", overrides=["extend_edges=1"])
+    result = Result(config=config, preset="quick", rows=edge_rows, derived=edge)
+    assert benchmark.extend(config, result) and benchmark.extended == {"mla": [pytest.approx(0.001)]}
+    assert not benchmark.extend(config, result)  # extend_edges passes at most
 
 
 def test_claims_are_paired_per_seed_and_competitive_is_non_inferiority():
     tight = lambda m: [m - 0.01, m, m + 0.02]  # noqa: E731  (the same seed effect in every configuration)
-    lr_rows = []
+    rows = []
     for lr, base, rule in ((0.01, 2.0, 2.0), (0.1, 1.8, 1.8), (1.0, 3.0, 2.0)):
-        lr_rows += [lr_row("mha", lr, tight(base)), lr_row("mha+qk_lr", lr, tight(rule))]
-    lr_rows += [lr_row("mha+qknorm", lr, tight(1.5)) for lr in (0.01, 0.1, 1.0)]
-    found = bench.claims(lr_rows, bench.summarize_configs(lr_rows))
+        rows += runs("mha", lr, tight(base)) + runs("mha+qk_lr", lr, tight(rule))
+    rows += [r for lr in (0.01, 0.1, 1.0) for r in runs("mha+qknorm", lr, tight(1.5))]
+    found = analyzed(rows)
     summaries = {c["claim"]: c for c in found if c["kind"] == "claim_summary"}
-    rows = {c["name"]: c for c in found if c["kind"] == "claim"}
+    by_name = {c["name"]: c for c in found if c["kind"] == "claim"}
     higher = "mha+qk_lr allows a higher base lr than mha"
     assert summaries[higher]["verdict"] == "reproduced"  # lower loss at lr 1, the only lr above mha's best
     assert summaries[higher]["parts"] == ["mha+qk_lr beats mha at lr 1 (above mha's best lr 0.1)"]
-    at_one = rows["mha+qk_lr beats mha at lr 1 (above mha's best lr 0.1)"]
+    at_one = by_name["mha+qk_lr beats mha at lr 1 (above mha's best lr 0.1)"]
     assert at_one["verdict"] == "reproduced" and at_one["paired"] and at_one["claim"] == higher
     assert at_one["difference"]["mean"] == pytest.approx(1.0) and at_one["a"]["n"] == 3
     competitive = next(c for c in found if c.get("claim") == "mha+qk_lr is competitive with mha+qknorm")
@@ -113,19 +121,23 @@ def test_claims_are_paired_per_seed_and_competitive_is_non_inferiority():
     assert summaries["mla+qk_lr allows a higher base lr than mla"]["verdict"] == "untested"  # not run
     assert summaries["mla+qk_lr allows a higher base lr than mla"]["reason"].startswith("configurations not run")
     # within the margin on every seed: competitive is reproduced
-    close = [lr_row(c, lr, tight(m)) for c, m in (("mha+qk_lr", 1.51), ("mha+qknorm", 1.5)) for lr in (0.1,)]
-    competitive = next(c for c in bench.claims(close, bench.summarize_configs(close)) if c["kind"] == "claim")
-    assert competitive["verdict"] == "reproduced"
+    close = runs("mha+qk_lr", 0.1, tight(1.51)) + runs("mha+qknorm", 0.1, tight(1.5))
+    assert next(c for c in analyzed(close) if c["kind"] == "claim")["verdict"] == "reproduced"
     # a spread that does not cancel by seed: inconclusive, never "not reproduced"
-    wide = [lr_row(c, lr, [1.0, 3.0, 2.0] if c == "mha" else [3.0, 1.0, 2.0]) for c in ("mha", "mha+qk_lr")
-            for lr in (0.01, 0.1, 1.0)]
-    by = {c["claim"]: c for c in bench.claims(wide, bench.summarize_configs(wide)) if c["kind"] == "claim_summary"}
+    wide = [r for c in ("mha", "mha+qk_lr") for lr in (0.01, 0.1, 1.0)
+            for r in runs(c, lr, [1.0, 3.0, 2.0] if c == "mha" else [3.0, 1.0, 2.0])]
+    by = {c["claim"]: c for c in analyzed(wide) if c["kind"] == "claim_summary"}
     assert by[higher]["verdict"] == "inconclusive"
+    # the lrs disagree (reproduced at one, contradicted at another): inconclusive
+    mixed = [r for lr, base, rule in ((0.01, 1.0, 1.0), (0.1, 2.0, 1.0), (1.0, 2.0, 3.0))
+             for r in runs("mha", lr, tight(base)) + runs("mha+qk_lr", lr, tight(rule))]
+    by = {c["claim"]: c for c in analyzed(mixed) if c["kind"] == "claim_summary"}
+    assert by[higher]["verdict"] == "inconclusive" and "reproduced" in by[higher]["evidence"]
     # one seed: untested
-    single = [lr_row(c, lr, [2.0]) for c in ("mha", "mha+qk_lr") for lr in (0.01, 0.1)]
-    by = {c["claim"]: c for c in bench.claims(single, bench.summarize_configs(single)) if c["kind"] == "claim_summary"}
+    single = [r for c in ("mha", "mha+qk_lr") for lr in (0.01, 0.1) for r in runs(c, lr, [2.0])]
+    by = {c["claim"]: c for c in analyzed(single) if c["kind"] == "claim_summary"}
     assert by[higher]["verdict"] == "untested"
-    assert {c["verdict"] for c in bench.claims(single, bench.summarize_configs(single))} == {"untested"}
+    assert {c["verdict"] for c in analyzed(single)} == {"untested"}
 
 
 def test_tiny_run_then_resume(tmp_path, monkeypatch):

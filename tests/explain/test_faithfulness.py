@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pe_toolkit as pet
-from pe_toolkit.explain.faithfulness import FRACTIONS, METHODS, faithfulness
+from pe_toolkit.explain.faithfulness import EVIDENCE_TASKS, FRACTIONS, METHODS, evidence_examples, faithfulness
 
 
 def model(encoding: str = "rope") -> pet.Transformer:
@@ -87,3 +87,27 @@ def test_relevance_heatmap(tmp_path):
         plot_relevance(["a"], {"token": [float("nan")]})
     with pytest.raises(ValueError, match="at least one row"):
         plot_relevance(["a"], {})
+
+
+@pytest.mark.parametrize("name", sorted(EVIDENCE_TASKS))
+def test_evidence_examples_mark_the_evidence_and_cut_after_the_explained_output(name):
+    from pe_toolkit.explain.sentiment import NEGATIVE, NEGATOR, POSITIVE  # (registers explain_sentiment)
+    from pe_toolkit.tasks import Vocabulary, get_task
+
+    options = {"train_lengths": (6, 7)} if name == "explain_sentiment" else {"train_lengths": (4, 8), "num_symbols": 20}
+    generator = get_task(name, **options)
+    vocab = Vocabulary(generator.vocabulary())
+    items = evidence_examples(generator, vocab, 4, seed=0)
+    assert len(items) == 4 and items == evidence_examples(generator, vocab, 4, seed=0)  # seeded
+    for item in items:
+        assert item["index"] == len(item["ids"]) - 1
+        assert set(item["truth"]) <= set(item["removable"]) and 0 not in item["removable"]
+        words = vocab.decode(item["ids"])
+        if name == "copy_random":  # the explained output copies the truth's symbol
+            assert words[:3] == ["<bos>", "Copy", ":"] and vocab.id_to_token(item["label"]) == words[item["truth"][0]]
+            assert item["replacement"] == vocab.pad_id
+        else:
+            assert words[-1] == "<sep>" and item["replacement"] == vocab.token_to_id("the")
+            assert all(words[t] in (NEGATOR, *POSITIVE, *NEGATIVE) for t in item["truth"])
+    with pytest.raises(ValueError, match=r"generator must be one of the tasks .*, got 'copy_repeat'"):
+        evidence_examples(get_task("copy_repeat"), vocab, 1, seed=0)
