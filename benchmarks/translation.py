@@ -23,10 +23,11 @@ import json
 import time
 from typing import Any, Literal
 
-from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt, restricted_number_type
+from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct
+from pe_toolkit.bench.config import Dropout
 from pe_toolkit.bench.plots import finish, interval_errors, new_figure
 from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim
 
@@ -41,7 +42,6 @@ BLEU_BOUNDS = (0.0, 100.0)
 METRICS = {"bleu": ".2f", "exact_match": ".3f", "val_bleu": ".2f", "bleu_agree": ".2f", "bleu_differ": ".2f",
            "exact_match_differ": ".3f"}
 # the same type as length_generalization's (jsonargparse refuses one restriction registered under two names)
-Dropout = restricted_number_type("Dropout", float, [(">=", 0.0), ("<", 1.0)])
 
 
 @dataclasses.dataclass

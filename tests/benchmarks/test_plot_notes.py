@@ -131,6 +131,14 @@ def test_recsys_plot_with_one_metric_has_no_note():
     plt.close(figure)
 
 
+def _summaries(cls, rows) -> list[dict]:
+    """The benchmark's default summary rows (its declared groups and metrics) of ``rows``."""
+    from pe_toolkit.bench.summary import summarize_groups
+
+    return summarize_groups(rows, cls.summary_by, list(cls.summary_metrics), bounds=dict(cls.summary_metrics),
+                            keep=cls.summary_keep)
+
+
 def _empty() -> dict:
     from pe_toolkit.bench.verdict import summarize
 
@@ -185,7 +193,7 @@ def test_detection_map_with_no_map(tmp_path):
     from pe_toolkit.benchmarks import detection
 
     rows = [{"variant": v, "seed": s, "parameters": 1000, "map": None} for v in ("a", "b") for s in (0, 1)]
-    figure = detection.plot_map(detection.summarize_rows(rows))
+    figure = detection.plot_map(_summaries(detection.Detection, rows))
     assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes)
     save_figure(figure, tmp_path / "map.png", quick=True)
     assert (tmp_path / "map.png").stat().st_size > 0
@@ -211,7 +219,7 @@ def test_crossmodal_scores_all_nan(tmp_path):
 
     rows = [{"variant": v, "gamma": g, "seed": s, "av_align": None, "floor": None}
             for v in ("none", "cmc_pe") for g in (1.0, 1.5) for s in (0, 1)]
-    figure = crossmodal.plot_scores(crossmodal.summarize_rows(rows), {"real": 0.8, "shuffled": 0.4})
+    figure = crossmodal.plot_scores(_summaries(crossmodal.CrossModal, rows), {"real": 0.8, "shuffled": 0.4})
     assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes)
     save_figure(figure, tmp_path / "scores.png", quick=True)
     assert (tmp_path / "scores.png").stat().st_size > 0
@@ -230,7 +238,7 @@ def test_multirobot_metrics_all_none(tmp_path):
     from pe_toolkit.benchmarks import multirobot
 
     rows = [{"method": m, "seed": s} for m in ("a", "b") for s in (0, 1)]  # every metric missing
-    figure = multirobot.plot_metrics(multirobot.summarize_rows(rows))
+    figure = multirobot.plot_metrics(_summaries(multirobot.MultiRobot, rows))
     assert figure.axes and all(len(_notes(a)) == 1 for a in figure.axes)
     save_figure(figure, tmp_path / "metrics.png", quick=True)
     assert (tmp_path / "metrics.png").stat().st_size > 0
