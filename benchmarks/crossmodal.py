@@ -17,13 +17,13 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Any, Literal
+from typing import Any
 
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct, positives
-from pe_toolkit.bench.config import ModelSize
+from pe_toolkit.bench.config import ModelSize, TrainingGrid
 from pe_toolkit.bench.plots import finish, nan_if_missing, new_figure, plot_intervals
 from pe_toolkit.bench.verdict import claim_row, decide_claim
 
@@ -50,13 +50,6 @@ class Model(ModelSize):
     num_steps: PositiveInt
 
 
-@dataclasses.dataclass
-class Training:
-    steps: PositiveInt
-    batch_size: PositiveInt
-    lrs: list[float]  # the tuning grid every variant gets, extended past an edge choice by at most max_extensions
-    max_extensions: NonNegativeInt = 0
-    scale: Literal["log", "linear"] = "log"
 
 
 @dataclasses.dataclass
@@ -71,7 +64,7 @@ class Config:
     variants: list[str]
     data: Data
     model: Model
-    training: Training
+    training: TrainingGrid
     sampling: Sampling
 
 
@@ -241,9 +234,7 @@ class CrossModal(Benchmark):
                 for s in config.seeds for v in config.variants]
 
     def tuning(self, config: Config) -> Tuning:
-        training = config.training
-        return Tuning(param="lr", values=training.lrs, metric="val_loss", maximize=False, group="variant",
-                      scale=training.scale, max_extensions=training.max_extensions)
+        return config.training.lr_tuning(metric="val_loss", maximize=False, group="variant")
 
     def expand(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per gamma (the run's drawn clip, if any, on the first)."""

@@ -20,10 +20,11 @@ import time
 import typing
 from typing import Any, Literal
 
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct, positives
+from pe_toolkit.bench.config import TrainingGrid
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.verdict import claim_row, decide_claim, untested_claim
@@ -83,13 +84,6 @@ class Model:
     backbone_channels: list[PositiveInt]
 
 
-@dataclasses.dataclass
-class Training:
-    steps: PositiveInt
-    batch_size: PositiveInt
-    lrs: list[float]  # the tuning grid every variant gets, extended past an edge choice by at most max_extensions
-    max_extensions: NonNegativeInt = 0
-    scale: Literal["log", "linear"] = "log"
 
 
 @dataclasses.dataclass
@@ -98,7 +92,7 @@ class Config:
     variants: list[Variant]
     data: Data
     model: Model
-    training: Training
+    training: TrainingGrid
 
 
 @functools.lru_cache(maxsize=2)
@@ -223,9 +217,7 @@ class Detection(Benchmark):
                 for s in config.seeds for v in config.variants]
 
     def tuning(self, config: Config) -> Tuning:
-        training = config.training
-        return Tuning(param="lr", values=training.lrs, metric="val_map", maximize=True, group="variant",
-                      scale=training.scale, max_extensions=training.max_extensions)
+        return config.training.lr_tuning(metric="val_map", maximize=True, group="variant")
 
     def claims(self, result: Result) -> list[dict[str, Any]]:
         return claims(result.rows)

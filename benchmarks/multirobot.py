@@ -20,10 +20,11 @@ import math
 import time
 from typing import Any, Literal
 
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result, Tuning, quiet_trainer
 from pe_toolkit.bench.checks import distinct, positives
+from pe_toolkit.bench.config import TrainingGrid
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.verdict import claim_row, decide_claim
@@ -50,13 +51,6 @@ class Model:
     cross_layers: PositiveInt
 
 
-@dataclasses.dataclass
-class Training:
-    steps: PositiveInt
-    batch_size: PositiveInt
-    lrs: list[float]  # NOPE's grid, tuned per object PE on the first seed by val_score (harness Tuning)
-    max_extensions: NonNegativeInt = 0
-    scale: Literal["log", "linear"] = "log"
 
 
 @dataclasses.dataclass
@@ -72,7 +66,7 @@ class Config:
     pes: list[Literal["fourier", "rope2d", "none"]]
     data: Data
     model: Model
-    training: Training
+    training: TrainingGrid
     tuning: TuningGrid
     train_eval_pairs: PositiveInt  # training pairs scored too: each pose source's fit of its own training pairs
     raw_frames: PositiveInt
@@ -289,9 +283,7 @@ class MultiRobot(Benchmark):
 
     def tuning(self, config: Config) -> Tuning:
         """NOPE's learning rate per object PE (the specs with a ``pe``; the baseline has none to tune)."""
-        training = config.training
-        return Tuning(param="lr", values=training.lrs, metric="val_score", maximize=True, group="pe",
-                      scale=training.scale, max_extensions=training.max_extensions)
+        return config.training.lr_tuning(metric="val_score", maximize=True, group="pe")
 
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
         out = run_nope(spec) if "pe" in spec else {

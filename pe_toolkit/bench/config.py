@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ACCELERATORS", "PRECISIONS", "Dropout", "ModelSize", "RunOptions", "load_config", "merge", "parse_override",
-           "quiet_trainer", "read_yaml", "to_dataclass", "trainer_options"]
+__all__ = ["ACCELERATORS", "PRECISIONS", "Dropout", "ModelSize", "RunOptions", "TrainingGrid", "load_config", "merge",
+           "parse_override", "quiet_trainer", "read_yaml", "to_dataclass", "trainer_options"]
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true")
@@ -30,12 +30,12 @@ EXECUTORS = ("local", "ray")
 
 
 try:  # a core dependency; a --no-deps install gets _require_config_libraries' message when it loads a preset
-    from jsonargparse.typing import PositiveInt, restricted_number_type
+    from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_type
 
     Dropout = restricted_number_type("Dropout", float, [(">=", 0.0), ("<", 1.0)], join="and")
     """A dropout probability in [0, 1). Defined once: jsonargparse refuses a second type with the same bounds."""
 except ImportError:  # pragma: no cover
-    PositiveInt, Dropout = int, float
+    PositiveInt, NonNegativeInt, Dropout = int, int, float
 
 
 @dataclasses.dataclass
@@ -45,6 +45,28 @@ class ModelSize:
     dim: PositiveInt
     num_heads: PositiveInt
     num_layers: PositiveInt
+
+
+@dataclasses.dataclass
+class TrainingGrid:
+    """A ``training:`` section whose learning rate the runner tunes: steps, batch size and the lr grid.
+
+    ``lrs`` is the grid every method gets on the first seed; an edge choice is extended past the edge by at most
+    ``max_extensions`` values on ``scale`` (:class:`~pe_toolkit.bench.Tuning`).
+    """
+
+    steps: PositiveInt
+    batch_size: PositiveInt
+    lrs: list[float]  # checked by the benchmark (checks.positives names the key)
+    max_extensions: NonNegativeInt = 0
+    scale: typing.Literal["log", "linear"] = "log"
+
+    def lr_tuning(self, *, metric: str, maximize: bool, group: str) -> Any:
+        """The :class:`~pe_toolkit.bench.Tuning` of ``lr`` over this grid, per ``group``, scored by ``metric``."""
+        from pe_toolkit.bench.protocol import Tuning
+
+        return Tuning(param="lr", values=list(self.lrs), metric=metric, maximize=maximize, group=group,
+                      scale=self.scale, max_extensions=self.max_extensions)
 
 
 @dataclasses.dataclass

@@ -129,3 +129,15 @@ def test_dropout_type_is_in_zero_one():
     for bad in (1.0, -0.1):
         with pytest.raises(ValueError, match="(?s)config.dropout.*Dropout"):
             to_dataclass(Model, {"dropout": bad})
+
+
+def test_training_grid_builds_the_lr_tuning():
+    from pe_toolkit.bench.config import TrainingGrid, to_dataclass
+
+    grid = to_dataclass(TrainingGrid, {"steps": 10, "batch_size": 4, "lrs": [0.001, 0.003], "max_extensions": 2})
+    tuning = grid.lr_tuning(metric="val_loss", maximize=False, group="variant")
+    assert (tuning.param, list(tuning.values), tuning.metric, tuning.maximize, tuning.group) == (
+        "lr", [0.001, 0.003], "val_loss", False, "variant")
+    assert (tuning.max_extensions, tuning.scale) == (2, "log")
+    with pytest.raises(ValueError, match="(?s)config.scale"):
+        to_dataclass(TrainingGrid, {"steps": 10, "batch_size": 4, "lrs": [0.001], "scale": "exp"})
