@@ -375,8 +375,8 @@ def test_a_tiny_run_writes_intervals_and_a_resumed_rerun_reuses_every_run(tmp_pa
     assert main(argv, name="length_generalization") == 0
     out = tmp_path / "length_generalization"
     report = (out / "report.md").read_text()
-    assert "| copy_repeat | nope | 2 |" in report and "(n=2)" in report and "Against the papers' claims" in report
-    assert "| copy_repeat | decoder |" in report  # the trunk's size per task, not one row's
+    assert "| copy_repeat | nope | 2 |" in report and "(n=2)" in report and "## Claims" in report
+    assert "trunk parameters without the PE: copy_repeat " in report  # the trunk's size per task, not one row's
     document = json.loads((out / "results.json").read_text())
     runs = [r for r in document["rows"] if r["kind"] == "run"]
     assert [(r["encoding"], r["seed"]) for r in runs] == [("nope", 0), ("nope", 1)]
