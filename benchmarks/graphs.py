@@ -97,6 +97,7 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
 
 LAP_K = 8  # CSL's circulant graphs have repeated eigenvalues: LapPE is expected to be weak there
 RW_STEPS = 16
+RFP_REFERENCE = {"features": 64, "steps": 16}  # Eliasof et al.'s sizes (the reference implementation's defaults)
 PE_NAMES = ("none", "random_features", "lap_pe", "rwse", "rfp")
 
 
@@ -524,8 +525,12 @@ class Graphs(Benchmark):
         """One ``decide_claim`` row per (claim, task, model) with both PEs measured: Welch's t on the per-replicate test
         accuracies (CSL folds, SBM seeds) within [0, 1]; untested when the cell is not learned (:data:`LEARNED`, from
         every PE of the cell), a replicate is not finite, or a side has < 2 replicates."""
+        rfp = dataclasses.asdict(result.config.rfp) if result.config else RFP_REFERENCE
+        smaller = any(rfp[k] != v for k, v in RFP_REFERENCE.items())
         out = []
         for claim, a, b, tasks in CLAIMS:
+            departure = (f" (RFP {rfp['features']} x {rfp['steps']}, not the reference's 64 x 16)"
+                         if smaller and "rfp" in (a, b) else "")
             for task, model in itertools.product(tasks, MODELS):
                 cell = sorted((r for r in result.rows if r["task"] == task and r["model"] == model),
                               key=lambda r: (r.get("fold") or 0, r["seed"]))
@@ -540,7 +545,7 @@ class Graphs(Benchmark):
                            f"{100 * best:.1f} % ({best_pe}) < {100 * LEARNED[task]:.1f} % (halfway from chance "
                            f"{100 * CHANCE[task]:.1f} % to 100 %)")
                 decided = decide_claim(first, second, higher_is_better=True, bounds=(0.0, 1.0),
-                                       name=f"{claim}: {task}, {model}", preconditions=[learned])
+                                       name=f"{claim}: {task}, {model}{departure}", preconditions=[learned])
                 out.append(claim_row(decided, claim=claim, task=task, model=model, first_pe=a, second_pe=b))
         return out
 
@@ -563,7 +568,7 @@ class Graphs(Benchmark):
                         "learned: its claims are *untested*.",
                         "Departures from the papers: CPU-sized models and datasets (not 14,000 / 12,000 SBM graphs), "
                         "LapPE k = 8 on CSL (Benchmarking GNNs uses 20)"
-                        + ("" if (rfp.features, rfp.steps) == (64, 16) else
+                        + ("" if (rfp.features, rfp.steps) == tuple(RFP_REFERENCE.values()) else
                            f", RFP {rfp.features} channels x {rfp.steps} steps (the reference: 64 x 16)") + "."]))
 
     def plot(self, result: Result) -> dict[str, Any]:

@@ -1,12 +1,9 @@
 """Length generalization of positional encodings on synthetic tasks (Kazemnejad et al. 2023; CoPE; Golkar et al.).
 
-Trains the same ``Transformer`` trunk once per (task, encoder, seed), only the positional encoding differing,
-then decodes greedily (KV cache) a fixed number of test examples at every evaluated length of the
-in-distribution (IID: the training split) and out-of-distribution (OOD: the test split: longer inputs, more
-regions, another density) splits. Reports exact match per length, IID / OOD seed means with 95 % intervals, the
-encoders' mean reciprocal rank across tasks, and every paper claim decided by ``decide_claim`` (untested where a
-side did not learn the task in distribution). Protocol, presets, sizes and results:
-``docs/tutorials/length_generalization.md``.
+The same ``Transformer`` trunk per (task, encoder, seed), only the PE differing; greedy decoding of a fixed number
+of examples per length of the in-distribution (IID: training) and out-of-distribution (OOD: longer, more regions,
+another density) splits; exact match per length, seed means with 95 % intervals, the encoders' mean reciprocal
+rank, and the papers' claims from ``decide_claim``. Protocol and results: ``docs/tutorials/length_generalization.md``.
 
     pe-toolkit bench length_generalization --quick        # pipeline check, < 2 minutes
     pe-toolkit bench length_generalization                # full CPU preset: Kazemnejad's copy family and SCAN
@@ -34,12 +31,9 @@ from pe_toolkit.bench.summary import summarize_groups
 from pe_toolkit.bench.verdict import claim_row, decide_claim, format_side, summarize
 
 DECODER = "decoder"
-# Encoder options of the papers' code. Kazemnejad et al. 2023 (custom_t5_decoder_only.py): rotary on the
-# first 25 % of each head's dims. CoPE (Golovneva et al. 2024): npos = block_size + 1, so contextual
-# positions never clamp inside the training context; CONTEXT stands for that (each run sets it to its
-# longest training sequence + 1). Their relative PE baseline (projects/cope/src/models/relative_position.py,
-# RelPosEmb): a learned vector per distance, one table shared by the heads, N(0, 1/head_dim), logits q . e[i - j]
-# up to the context: the registry's ``music_relative`` with share_heads and max_distance = the training context.
+# Encoder options of the papers' code: Kazemnejad et al. 2023 rotate the first 25 % of each head's dims; CoPE's
+# npos = block_size + 1 (CONTEXT: each run's longest training sequence + 1); CoPE's relative baseline (RelPosEmb: a
+# learned vector per distance, shared by the heads, up to the context) is ``music_relative`` with share_heads.
 CONTEXT = "context"
 ENCODING_OPTIONS: dict[str, dict[str, Any]] = {
     "rope": {"rotary_fraction": 0.25},
