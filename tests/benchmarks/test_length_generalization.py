@@ -127,7 +127,8 @@ def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
 def test_the_gpu_preset_is_bigger_than_the_cpu_one():
     full, gpu = config_of("full"), config_of("gpu")
     assert gpu.model.dim * gpu.model.num_layers > full.model.dim * full.model.num_layers
-    assert len(gpu.seeds) > len(full.seeds) and gpu.training.num_train > full.training.num_train
+    assert gpu.training.num_train > full.training.num_train and len(gpu.seeds) == len(full.seeds) == 3
+    assert len(gpu.run_tasks) > len(full.run_tasks)  # every task family (the CPU presets split them)
 
 
 def test_overrides_and_task_entries_reach_every_spec():
