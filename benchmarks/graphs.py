@@ -568,8 +568,8 @@ class Graphs(Benchmark):
                         "learned: its claims are *untested*.",
                         "Departures from the papers: CPU-sized models and datasets (not 14,000 / 12,000 SBM graphs), "
                         "LapPE k = 8 on CSL (Benchmarking GNNs uses 20)"
-                        + ("" if (rfp.features, rfp.steps) == tuple(RFP_REFERENCE.values()) else
-                           f", RFP {rfp.features} channels x {rfp.steps} steps (the reference: 64 x 16)") + "."]))
+                        + ("" if "rfp" not in config.pes or dataclasses.asdict(rfp).items() >= RFP_REFERENCE.items()
+                           else f", RFP {rfp.features} channels x {rfp.steps} steps (the reference: 64 x 16)") + "."]))
 
     def plot(self, result: Result) -> dict[str, Any]:
         summary, figures = result.derived_of("summary"), {}
