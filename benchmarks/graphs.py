@@ -1,17 +1,11 @@
-"""Graph positional encodings: CSL and SBM (PATTERN / CLUSTER) accuracy per PE x model, and a scale table.
+"""Graph positional encodings: CSL and PATTERN / CLUSTER accuracy per PE x model, and a scale table against PyG.
 
 Claims: LapPE (Dwivedi et al. 2023) and RWSE (Rampasek et al. 2022) lift a message-passing GNN above chance on
-CSL; RFP (Eliasof et al. 2023) beats random features and LapPE. Sections (``sections``):
-
-* ``csl``: 5-fold stratified CV on Circular Skip Links (Murphy et al. 2019), test accuracy per PE x model.
-* ``sbm``: CPU-sized PATTERN and CLUSTER, weighted accuracy over ``sbm_seeds`` on one split.
-* ``precompute``: RWSE and LapPE against PyG's transforms on random sparse graphs and whole datasets, each
-  measurement in a forked child, repeats alternating between the libraries; a run holds the data folder's
-  timing lock exclusively, training runs share it (:func:`_data_lock`), so no training shares the cores.
-
-The learning rate is tuned per (task, PE, model) from ``lrs``; claims are decided by ``decide_claim``, untested
-on a (task, model) that is not learned (:data:`LEARNED`). Protocol and measured numbers:
-``docs/tutorials/graphs.md``.
+CSL (5-fold CV); RFP (Eliasof et al. 2023) beats random features and LapPE (CSL, CPU-sized PATTERN / CLUSTER).
+The learning rate is tuned per (task, PE, model); a claim on a (task, model) not learned is untested
+(:data:`LEARNED`). The ``precompute`` section times RWSE / LapPE / RFP against PyG's transforms, each measurement
+in a forked child that holds the data folder's timing lock exclusively (:func:`_data_lock`). Protocol and
+measured numbers: ``docs/tutorials/graphs.md``.
 
     pe-toolkit bench graphs --quick                                  # pipeline check, < 2 minutes
     pe-toolkit bench graphs --jobs 2                                 # full CPU preset
@@ -25,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import math
 import statistics
 import time
@@ -40,8 +35,8 @@ from pe_toolkit.bench.config import quiet_trainer
 from pe_toolkit.bench.memory import peak_memory_in_subprocess
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
 from pe_toolkit.bench.report import fairness_section, markdown_table
-from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim
+from pe_toolkit.bench.summary import summarize_groups
+from pe_toolkit.bench.verdict import claim_row, decide_claim
 
 
 # ------------------------------------------------------------------------------------------------ config
@@ -72,6 +67,13 @@ class Precompute:
 
 
 @dataclasses.dataclass
+class RFP:  # Eliasof et al. 2023: random channels per start, propagation steps, independent starts
+    features: PositiveInt
+    steps: PositiveInt
+    inits: PositiveInt
+
+
+@dataclasses.dataclass
 class Config:
     sections: list[Literal["csl", "sbm", "precompute"]]
     folds: Literal[1, 2, 3, 4, 5]
@@ -83,6 +85,7 @@ class Config:
     sbm_seeds: list[NonNegativeInt]
     sbm_fractions: list[OpenUnitInterval]
     precompute: Precompute
+    rfp: RFP
     lrs: list[PositiveFloat]  # the learning-rate grid, the same for every (task, pe, model)
     max_extensions: NonNegativeInt = 0  # learning rates added past an edge choice (log scale)
     data_root: str | None = None  # dataset cache; None: the toolkit's ($PE_TOOLKIT_CACHE/graphs)
@@ -92,24 +95,26 @@ class Config:
 MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "gin": ("GINModel", {}), "gps": ("GPSModel", {"heads": 2}), "graph_mamba": ("GraphMambaModel", {})}
 
-# PE name -> its transform (None: nothing precomputed; random features are drawn in the model). "per_access": the
-# transform runs on every access in the data module (RFP's starts are redrawn every epoch), else once as the
-# dataset's pre_transform. Part of every run's spec, so a change here invalidates stored runs.
 LAP_K = 8  # CSL's circulant graphs have repeated eigenvalues: LapPE is expected to be weak there
 RW_STEPS = 16
-RFP_FEATURES, RFP_STEPS, RFP_INITS = 8, 8, 4
-PES: dict[str, dict[str, Any] | None] = {
-    "none": None,
-    "random_features": None,
-    "lap_pe": {"transform": "LaplacianEigenvectorPE", "options": {"k": LAP_K}},
-    "rwse": {"transform": "RandomWalkPE", "options": {"walk_length": RW_STEPS}},
-    "rfp": {"transform": "RandomFeaturePropagation", "per_access": True,
-            "options": {"num_features": RFP_FEATURES, "steps": RFP_STEPS, "num_inits": RFP_INITS,
-                        "normalization": "qr"}},
-}
-PE_OPTIONS = {"none": None, "random_features": {"num_features": 16}, "lap_pe": {"in_features": LAP_K},
-              "rwse": {"in_features": RW_STEPS},
-              "rfp": {"in_features": RFP_INITS * (RFP_STEPS + 1) * RFP_FEATURES, "num_inits": RFP_INITS}}
+RFP_REFERENCE = {"features": 64, "steps": 16}  # Eliasof et al.'s sizes (the reference implementation's defaults)
+PE_NAMES = ("none", "random_features", "lap_pe", "rwse", "rfp")
+
+
+def pe_settings(pe: str, rfp: dict[str, int]) -> dict[str, Any]:
+    """How a run computes PE ``pe`` (part of its spec): the transform in :mod:`pe_toolkit.domains.graphs.transforms`
+    and its options (none: nothing precomputed; random features are drawn in the model), ``per_access`` (run on
+    every access: RFP's starts are redrawn every epoch; else once, as the dataset's pre_transform), and the model's
+    ``pe_options``. ``rfp``: the config's ``{features, steps, inits}``."""
+    features, steps, inits = rfp["features"], rfp["steps"], rfp["inits"]
+    return {"none": {"model": None}, "random_features": {"model": {"num_features": 16}},
+            "lap_pe": {"transform": "LaplacianEigenvectorPE", "options": {"k": LAP_K}, "model": {"in_features": LAP_K}},
+            "rwse": {"transform": "RandomWalkPE", "options": {"walk_length": RW_STEPS},
+                     "model": {"in_features": RW_STEPS}},
+            "rfp": {"transform": "RandomFeaturePropagation", "per_access": True,
+                    "options": {"num_features": features, "steps": steps, "num_inits": inits, "normalization": "qr"},
+                    "model": {"in_features": inits * (steps + 1) * features, "num_inits": inits}}}[pe]
+
 
 SBM_TASKS = ("pattern", "cluster")
 PRECOMPUTE_METHODS = ("rwse", "pyg_rwse", "lap_pe", "pyg_lap_pe", "rfp")
@@ -136,14 +141,13 @@ it, its claims are untested (a model that learns the task with no PE cannot say 
 
 
 # ------------------------------------------------------------------------------------------ data
-def make_transform(pe: str, *, per_access: bool):
-    """The PE's transform (:mod:`pe_toolkit.domains.graphs.transforms`) if it runs per access / once, else None."""
-    spec = PES[pe]
-    if spec is None or bool(spec.get("per_access")) != per_access:
+def make_transform(settings: dict[str, Any], *, per_access: bool):
+    """The transform of :func:`pe_settings` ``settings`` if it runs per access / once, else None."""
+    if "transform" not in settings or bool(settings.get("per_access")) != per_access:
         return None
     from pe_toolkit.domains.graphs import transforms
 
-    return getattr(transforms, spec["transform"])(**spec["options"])
+    return getattr(transforms, settings["transform"])(**settings["options"])
 
 
 def load_dataset(task: str, root: Path, num_graphs: int | None = None, pre_transform: Any = None):
@@ -186,10 +190,10 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
     from pe_toolkit.domains.graphs.lightning_module import GraphClassificationModule, GraphDataModule
 
     start = time.perf_counter()
-    task, pe, model_name, hp = spec["task"], spec["pe"], spec["model"], spec["training"]
+    task, pe, model_name, hp, settings = spec["task"], spec["pe"], spec["model"], spec["training"], spec["pe_settings"]
     root = data_root(spec)
     with _data_lock(root, "build", exclusive=True):
-        dataset = load_dataset(task, root, spec.get("num_graphs"), make_transform(pe, per_access=False))
+        dataset = load_dataset(task, root, spec.get("num_graphs"), make_transform(settings, per_access=False))
     if task == "csl":
         splits, inputs, num_classes, model_task, metric = (graphs.csl_folds(dataset, 5, seed=0)[spec["fold"]],
                                                            {"in_features": 1}, 10, "graph", "acc")
@@ -200,9 +204,10 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
     L.seed_everything(spec["seed"] + spec.get("fold", 0), verbose=False)
     cls, extra = MODELS[model_name]
     model = getattr(graphs, cls)(num_classes=num_classes, hidden=hp["hidden"], layers=hp["layers"], task=model_task,
-                                 pe=None if pe == "none" else pe, pe_options=PE_OPTIONS[pe], **inputs, **extra)
+                                 pe=None if pe == "none" else pe, pe_options=settings["model"], **inputs, **extra)
     # RFP: a per-access transform, its starts redrawn per graph and per epoch (the data module sets both)
-    data = GraphDataModule(dataset, splits, batch_size=hp["batch_size"], transform=make_transform(pe, per_access=True))
+    transform = make_transform(settings, per_access=True)
+    data = GraphDataModule(dataset, splits, batch_size=hp["batch_size"], transform=transform)
     steps = hp["epochs"] * math.ceil(len(splits[0]) / hp["batch_size"])
     module = GraphClassificationModule(model, num_classes=num_classes, lr=spec["lr"],
                                        warmup_steps=max(1, steps // 20), max_steps=steps)
@@ -220,33 +225,6 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
             "test_graphs": len(splits[2]), "threads": spec["threads"], "seconds": time.perf_counter() - start}
 
 
-def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One ``decide_claim`` row per (claim, task, model) with both PEs measured: Welch's t on the per-replicate test
-    accuracies (CSL folds, SBM seeds), per-side intervals within [0, 1]; untested when the cell is not learned
-    (:data:`LEARNED`, from every PE of the cell), a replicate is not finite, or a side has < 2 replicates."""
-    out = []
-    for claim, a, b, tasks in CLAIMS:
-        for task in tasks:
-            for model in MODELS:
-                cell = sorted((r for r in rows if r["task"] == task and r["model"] == model),
-                              key=lambda r: (r.get("fold") or 0, r["seed"]))
-                first, second = ([r["test_metric"] for r in cell if r["pe"] == pe] for pe in (a, b))
-                if not first or not second:
-                    continue
-                means = {e["pe"]: e["test_metric"]["mean"] for e in summarize_groups(cell, ("pe",), ("test_metric",))
-                         if e["test_metric"]["n"]}  # the finite replicates' mean
-                best_pe = max(means, key=means.get) if means else None
-                best = means.get(best_pe, math.nan)
-                learned = (best >= LEARNED[task],
-                           f"{task.upper()} not learned by {model}: best mean test accuracy {100 * best:.1f} % "
-                           f"({best_pe}) < {100 * LEARNED[task]:.1f} % (halfway from chance "
-                           f"{100 * CHANCE[task]:.1f} % to 100 %)")
-                result = decide_claim(first, second, higher_is_better=True, bounds=(0.0, 1.0),
-                                      name=f"{claim}: {task}, {model}", preconditions=[learned])
-                out.append(claim_row(result, claim=claim, task=task, model=model, first_pe=a, second_pe=b))
-    return out
-
-
 def plot_accuracy(summary: list[dict[str, Any]], tasks: list[str], ylabel: str) -> Any:
     """One panel per task: mean test accuracy and its 95 % interval per PE, one series per model."""
     from matplotlib.ticker import PercentFormatter
@@ -254,7 +232,7 @@ def plot_accuracy(summary: list[dict[str, Any]], tasks: list[str], ylabel: str) 
     fig, axes = new_figure(1, len(tasks), size=(6, 4))
     for ax, task in zip(axes[0], tasks):
         rows = [r for r in summary if r["task"] == task]
-        pes = [p for p in PES if any(r["pe"] == p for r in rows)]
+        pes = [p for p in PE_NAMES if any(r["pe"] == p for r in rows)]
         models = [m for m in MODELS if any(r["model"] == m for r in rows)]
         for j, model in enumerate(models):
             hits = {r["pe"]: r["test_metric"] for r in rows if r["model"] == model}
@@ -302,7 +280,7 @@ def pyg_skip_reason(method: str, num_nodes: int, memory_bytes: int | None = None
     return None
 
 
-def precompute_transform(method: str, *, walk_length: int, k: int) -> tuple[Any, str]:
+def precompute_transform(method: str, *, walk_length: int, k: int, rfp: dict[str, int]) -> tuple[Any, str]:
     """The transform measured for ``method`` (one of :data:`PRECOMPUTE_METHODS`), and a short description."""
     from torch_geometric import transforms as pyg
 
@@ -313,8 +291,9 @@ def precompute_transform(method: str, *, walk_length: int, k: int) -> tuple[Any,
             "lap_pe": lambda: (graphs.LaplacianEigenvectorPE(k), f"LaplacianEigenvectorPE(k={k})"),
             "pyg_lap_pe": lambda: (pyg.AddLaplacianEigenvectorPE(k, is_undirected=True),
                                    f"PyG AddLaplacianEigenvectorPE(k={k})"),
-            "rfp": lambda: (graphs.RandomFeaturePropagation(RFP_FEATURES, RFP_STEPS, num_inits=RFP_INITS),
-                            f"RandomFeaturePropagation({RFP_FEATURES} features, {RFP_STEPS} steps, {RFP_INITS} inits)"),
+            "rfp": lambda: (graphs.RandomFeaturePropagation(rfp["features"], rfp["steps"], num_inits=rfp["inits"]),
+                            f"RandomFeaturePropagation({rfp['features']} features, {rfp['steps']} steps, "
+                            f"{rfp['inits']} inits)"),
             }[method]()
 
 
@@ -338,7 +317,8 @@ def _measure(method: str, graph: str | int, threads: int, options: dict[str, Any
     from pe_toolkit.domains.graphs import laplacian_residual, random_sparse_graph
 
     torch.set_num_threads(threads)
-    transform, description = precompute_transform(method, walk_length=options["walk_length"], k=options["k"])
+    transform, description = precompute_transform(method, walk_length=options["walk_length"], k=options["k"],
+                                                  rfp=options["rfp"])
     if warmup:
         for size in (60, 600):
             transform(random_sparse_graph(size, seed=1))
@@ -367,7 +347,7 @@ def measure_input(spec: dict[str, Any]) -> dict[str, Any]:
     cap_bytes = int(float(settings["memory_cap_gib"]) * 2**30)
     root = data_root(spec)
     options = {"walk_length": int(settings["walk_length"]), "k": int(settings["k"]), "data_root": str(root),
-               "pattern_graphs": int(settings["pattern_graphs"])}
+               "pattern_graphs": int(settings["pattern_graphs"]), "rfp": spec["rfp"]}
     memory = psutil.virtual_memory().available
     limit = min(int(MEMORY_FRACTION * memory), 2 * cap_bytes)
     # import (no compute) once here, so that every forked child has the modules instead of importing them
@@ -468,6 +448,10 @@ def plot_precompute(rows: list[dict[str, Any]]) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ benchmark
+def _training(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["section"] != "precompute"]
+
+
 def _measurements(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [cell for r in rows if r["section"] == "precompute" for cell in r["measurements"]]
 
@@ -480,10 +464,12 @@ def _shown(cell: dict[str, Any]) -> str:
 class Graphs(Benchmark):
     name = "graphs"
     title = "Graph positional encodings: accuracy and scale"
-    description = ("CSL and PATTERN / CLUSTER accuracy per graph PE x model, and RWSE / LapPE precompute time "
-                   "against PyG")
     Config = Config
     key_fields = ("run",)
+    summary_by = ("task", "model", "pe")
+    summary_metrics = {"test_metric": (0.0, 1.0), "seconds": None}
+    summary_keep = ("metric",)
+    run_columns = ("task", "model", "pe", "fold", "seed", "lr", ("test_metric", "test accuracy"), "seconds")
 
     def check(self, config: Config) -> None:
         distinct("sbm_seeds", config.sbm_seeds)
@@ -492,17 +478,17 @@ class Graphs(Benchmark):
         # The scale table first (its children are forked: no torch compute may run in a process before; with
         # --jobs N every worker takes its scale-table runs first), then CSL fold 0 and the SBM runs, then the
         # other CSL folds, so that a run stopped early has every cell with as many folds as possible.
-        base, sections = {"data_root": config.data_root}, config.sections
+        base, sections, rfp = {"data_root": config.data_root}, config.sections, dataclasses.asdict(config.rfp)
         specs = [{**base, "run": f"precompute__{graph}", "section": "precompute", "input": graph,
-                  "precompute": dataclasses.asdict(config.precompute)}
+                  "precompute": dataclasses.asdict(config.precompute), "rfp": rfp}
                  for graph in [*config.precompute.sizes, *config.precompute.datasets] if "precompute" in sections]
         train = [{**base, "section": "csl", "task": "csl", "pe": pe, "model": m, "fold": f, "seed": 0,
-                  "training": dataclasses.asdict(config.csl), "pe_settings": PES[pe]}
+                  "training": dataclasses.asdict(config.csl), "pe_settings": pe_settings(pe, rfp)}
                  for f in range(config.folds) for pe in config.pes for m in config.models if "csl" in sections]
         # every SBM seed trains on the same split (seeded initialisation and batches): the interval's replicates
         train[len(config.pes) * len(config.models):len(config.pes) * len(config.models)] = [
             {**base, "section": "sbm", "task": t, "pe": pe, "model": m, "fold": 0, "seed": seed,
-             "training": dataclasses.asdict(config.sbm), "pe_settings": PES[pe],
+             "training": dataclasses.asdict(config.sbm), "pe_settings": pe_settings(pe, rfp),
              "num_graphs": getattr(config.sbm_num_graphs, t), "fractions": config.sbm_fractions}
             for seed in config.sbm_seeds for t in SBM_TASKS for pe in config.pes for m in config.models
             if "sbm" in sections]
@@ -530,13 +516,60 @@ class Graphs(Benchmark):
                 f"{row['metric']} {row['test_metric']:.3f} ({row['seconds']:.0f}s)")
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
-        train = [r for r in result.rows if r["section"] in ("csl", "sbm")]
-        order = {key: i for i, key in enumerate([*PES, *MODELS])}
-        summary = summarize_groups(train, ("task", "pe", "model"), ("test_metric", "seconds"),
-                                   bounds={"test_metric": (0.0, 1.0), "seconds": None}, keep=("metric",))
-        summary.sort(key=lambda r: (r["task"], order[r["model"]], order[r["pe"]]))
-        return ([{**s, "kind": "summary"} for s in summary] + claims(train)
-                + [{**s, "kind": "speedup"} for s in speedups(_measurements(result.rows))])
+        order = {key: i for i, key in enumerate([*PE_NAMES, *MODELS])}
+        train = sorted(_training(result.rows), key=lambda r: (r["task"], order[r["model"]], order[r["pe"]]))
+        return (super().analyze(dataclasses.replace(result, rows=train))
+                + [{"kind": "speedup", **s} for s in speedups(_measurements(result.rows))])
+
+    def claims(self, result: Result) -> list[dict[str, Any]]:
+        """One ``decide_claim`` row per (claim, task, model) with both PEs measured: Welch's t on the per-replicate test
+        accuracies (CSL folds, SBM seeds) within [0, 1]; untested when the cell is not learned (:data:`LEARNED`, from
+        every PE of the cell), a replicate is not finite, or a side has < 2 replicates."""
+        rfp = dataclasses.asdict(result.config.rfp) if result.config else RFP_REFERENCE
+        smaller = any(rfp[k] != v for k, v in RFP_REFERENCE.items())
+        out = []
+        for claim, a, b, tasks in CLAIMS:
+            departure = (f" (RFP {rfp['features']} x {rfp['steps']}, not the reference's 64 x 16)"
+                         if smaller and "rfp" in (a, b) else "")
+            for task, model in itertools.product(tasks, MODELS):
+                cell = sorted((r for r in result.rows if r["task"] == task and r["model"] == model),
+                              key=lambda r: (r.get("fold") or 0, r["seed"]))
+                first, second = ([r["test_metric"] for r in cell if r["pe"] == pe] for pe in (a, b))
+                if not first or not second:
+                    continue
+                means = {e["pe"]: e["test_metric"]["mean"] for e in summarize_groups(cell, ("pe",), ("test_metric",))
+                         if e["test_metric"]["n"]}  # the finite replicates' mean
+                best_pe = max(means, key=means.get) if means else None
+                best = means.get(best_pe, math.nan)
+                learned = (best >= LEARNED[task], f"{task.upper()} not learned by {model}: best mean test accuracy "
+                           f"{100 * best:.1f} % ({best_pe}) < {100 * LEARNED[task]:.1f} % (halfway from chance "
+                           f"{100 * CHANCE[task]:.1f} % to 100 %)")
+                decided = decide_claim(first, second, higher_is_better=True, bounds=(0.0, 1.0),
+                                       name=f"{claim}: {task}, {model}{departure}", preconditions=[learned])
+                out.append(claim_row(decided, claim=claim, task=task, model=model, first_pe=a, second_pe=b))
+        return out
+
+    def describe(self, result: Result) -> str:
+        # the fairness section is written here: the replicates are the SBM seeds and CSL's folds, not `seeds`
+        config, rfp = result.config, result.config.rfp
+        learned = ", ".join(f"{t.upper()} {v:.1%}" for t, v in LEARNED.items())
+        return (f"Models {', '.join(config.models)}; PEs {', '.join(config.pes)} (LapPE k = {LAP_K}, RWSE {RW_STEPS} "
+                f"steps, RFP {rfp.inits} inits x {rfp.features} features x {rfp.steps} steps, random features 16). "
+                f"CSL: test accuracy over {config.folds} of 5 folds (chance 10 %); PATTERN / CLUSTER: weighted "
+                f"accuracy (mean per-class recall) over the SBM seeds, on one split. Device {result.device}.\n\n"
+                + fairness_section(
+                    self.tuning(config), config.sbm_seeds if "sbm" in config.sections else [0],
+                    held_out="the PEs are functions of the graph alone (RFP's starts are seeded random draws); test "
+                    "accuracy is read once, after the last epoch", same_budget="the same hyperparameters, splits and "
+                    "epochs", notes=[
+                        f"Replicates: the SBM seeds and CSL's {config.folds} fold(s) (every fold runs seed 0, so CSL's "
+                        "learning rate is chosen on the mean over the folds).",
+                        f"A (task, model) whose best PE stays below halfway from chance to 100 % ({learned}) is not "
+                        "learned: its claims are *untested*.",
+                        "Departures from the papers: CPU-sized models and datasets (not 14,000 / 12,000 SBM graphs), "
+                        "LapPE k = 8 on CSL (Benchmarking GNNs uses 20)"
+                        + ("" if "rfp" not in config.pes or dataclasses.asdict(rfp).items() >= RFP_REFERENCE.items()
+                           else f", RFP {rfp.features} channels x {rfp.steps} steps (the reference: 64 x 16)") + "."]))
 
     def plot(self, result: Result) -> dict[str, Any]:
         summary, figures = result.derived_of("summary"), {}
@@ -549,66 +582,28 @@ class Graphs(Benchmark):
         return figures
 
     def report(self, result: Result) -> str:
-        config, summary, asdict = result.config, result.derived_of("summary"), dataclasses.asdict
-        speed, cells, threads = result.derived_of("speedup"), _measurements(result.rows), result.rows[0]["threads"]
-        body = [f"Preset: {result.preset}. Sections: {', '.join(config.sections)}. Models: {', '.join(config.models)}. "
-                f"PEs: {', '.join(config.pes)} (LapPE k = {LAP_K}, RWSE {RW_STEPS} steps, RFP {RFP_INITS} inits x "
-                f"{RFP_FEATURES} features x {RFP_STEPS} steps, random features 16). Torch threads per process: "
-                f"{threads}; device {result.device}.\n"]
-        table = functools.partial(summary_table, fmt=".1%", formats={"seconds": lambda s: f"{s['mean']:.0f}"})
-        if csl := [r for r in summary if r["task"] == "csl"]:
-            body.append(f"\n## CSL test accuracy, {config.folds} of 5 folds\n\nTraining: {asdict(config.csl)}. Mean "
-                        "[95 % Student-t interval within [0, 1]] over the folds; chance is 10 %.\n\n"
-                        + table(csl, ["model", "pe", ("seconds", "s / run")], [("test_metric", "accuracy [95 %]")])
-                        + "\n![CSL accuracy](csl_accuracy.png)\n")
-        if sbm := [r for r in summary if r["task"] in SBM_TASKS]:
-            body.append(f"\n## PATTERN / CLUSTER weighted test accuracy\n\nGraphs: {asdict(config.sbm_num_graphs)}, "
-                        f"split {config.sbm_fractions}; training: {asdict(config.sbm)}. Weighted accuracy = mean "
-                        "per-class recall; mean [95 % interval] over the seeds, on one split.\n\n"
-                        + table(sbm, ["task", "model", "pe", ("seconds", "s / run")],
-                                [("test_metric", "weighted accuracy [95 %]")])
-                        + "\n![SBM accuracy](sbm_accuracy.png)\n")
-        if summary:
-            learned = ", ".join(f"{t.upper()} {v:.1%}" for t, v in LEARNED.items())
-            seeds = config.sbm_seeds if "sbm" in config.sections else [0]
-            body.append("\n" + fairness_section(
-                self.tuning(config), seeds, held_out="the PEs are functions of the graph alone (RFP's "
-                "starts are seeded random draws); test accuracy is read once, after the last epoch",
-                same_budget="the same hyperparameters, splits and epochs", notes=[
-                    f"Replicates: the SBM seeds above and CSL's {config.folds} fold(s) (each its own split and seed; "
-                    "every fold runs seed 0, so CSL's learning rate is chosen on the mean over the folds).",
-                    f"A (task, model) whose best PE stays below halfway from chance to 100 % ({learned}) is not "
-                    "learned: its claims are *untested*.",
-                    "Departures from the papers: CPU-sized models and datasets (not 14,000 / 12,000 SBM graphs), and "
-                    "LapPE k = 8 on CSL (Benchmarking GNNs uses 20)."])
-                + "\n## The papers' claims, as measured\n\n"
-                + (claims_table(claims) if (claims := result.derived_of("claim"))
-                   else "No claim has both of its PEs in this run.\n"))
-        if cells:
-            scale, bar = config.precompute, rwse_bar(cells)
-            sides = [(f"{side}_{key}", f"{name} {header}") for key, (_, header, _) in SPEED_FIELDS.items()
-                     for side, name in (("toolkit", "toolkit"), ("pyg", "PyG"))]
-            formats = {f"{side}_{key}": fmt for key, (_, _, fmt) in SPEED_FIELDS.items() for side in ("toolkit", "pyg")}
-            body.append(
-                f"\n## Scale: RWSE and LapPE against PyG\n\nRWSE walk length {scale.walk_length}, LapPE k = {scale.k}, "
-                f"RFP {RFP_INITS} x {RFP_FEATURES} x {RFP_STEPS}, on random sparse graphs and whole datasets (CSL's "
-                f"150, PATTERN's first {scale.pattern_graphs}). One forked child per measurement, {threads} thread(s), "
-                f"timeout {scale.timeout_s:.0f} s; up to {scale.repeats} alternating repeats; seconds = the minimum "
-                "over the repeats (wall and CPU), peak = resident-memory growth. PyG is skipped above "
-                f"{MEMORY_FRACTION:.0%} of available memory or {scale.memory_cap_gib:.1f} GiB (estimated). Residual: "
-                "largest `|L v - lambda v|`, float64.\n\n"
-                + (markdown_table(speed, ["encoding", "input", ("cpu_speedup", "PyG / toolkit (CPU)"),
-                                          ("speedup", "PyG / toolkit (wall)"), *sides, "note"],
-                                  {"speedup": ".2f", "cpu_speedup": ".2f", **formats}) if speed
-                   else "No input with both measured.\n")
-                + (f"\n{bar}\n" if bar else "")
-                + "\n### Every measurement\n\n"
-                + markdown_table(cells, ["method", "input", ("min_s", "min s"), ("median_s", "median s"),
-                                         ("cpu_min_s", "min CPU s"), "repeats", ("peak_mib", "peak MiB"), "status",
-                                         "note"],
-                                 {"min_s": ".4f", "median_s": ".4f", "cpu_min_s": ".4f", "peak_mib": ".0f"})
-                + "\n![precompute time](precompute_time.png)\n")
-        return "".join(body) + f"\nTotal wall time {result.seconds:.0f} s.\n"
+        train, cells = _training(result.rows), _measurements(result.rows)
+        body = super().report(dataclasses.replace(result, rows=train)) if train else ""
+        if not cells:
+            return body
+        scale, speed, bar = result.config.precompute, result.derived_of("speedup"), rwse_bar(cells)
+        sides = [(f"{side}_{key}", f"{name} {header}") for key, (_, header, _) in SPEED_FIELDS.items()
+                 for side, name in (("toolkit", "toolkit"), ("pyg", "PyG"))]
+        formats = {f"{side}_{key}": fmt for key, (_, _, fmt) in SPEED_FIELDS.items() for side in ("toolkit", "pyg")}
+        return body + (
+            f"\n## Scale: RWSE and LapPE against PyG\n\nRWSE walk length {scale.walk_length}, LapPE k = {scale.k}; one "
+            f"forked child per measurement ({result.rows[0]['threads']} thread(s)); seconds = the minimum over up to "
+            f"{scale.repeats} alternating repeats; peak = resident-memory growth; residual = largest "
+            "`|L v - lambda v|` (float64); PyG skipped where its estimated need exceeds the memory cap.\n\n"
+            + (markdown_table(speed, ["encoding", "input", ("cpu_speedup", "PyG / toolkit (CPU)"),
+                                      ("speedup", "PyG / toolkit (wall)"), *sides, "note"],
+                              {"speedup": ".2f", "cpu_speedup": ".2f", **formats}) if speed
+               else "No input with both measured.\n")
+            + (f"\n{bar}\n" if bar else "")
+            + "\n### Every measurement\n\n"
+            + markdown_table(cells, ["method", "input", ("min_s", "min s"), ("median_s", "median s"),
+                                     ("cpu_min_s", "min CPU s"), "repeats", ("peak_mib", "peak MiB"), "status", "note"],
+                             {"min_s": ".4f", "median_s": ".4f", "cpu_min_s": ".4f", "peak_mib": ".0f"}))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,9 @@
 """Length generalization of positional encodings on synthetic tasks (Kazemnejad et al. 2023; CoPE; Golkar et al.).
 
-Trains the same ``Transformer`` trunk once per (task, encoder, seed), only the positional encoding differing,
-then decodes greedily (KV cache) a fixed number of test examples at every evaluated length of the
-in-distribution (IID: the training split) and out-of-distribution (OOD: the test split: longer inputs, more
-regions, another density) splits. Reports exact match per length, IID / OOD seed means with 95 % intervals, the
-encoders' mean reciprocal rank across tasks, and every paper claim decided by ``decide_claim`` (untested where a
-side did not learn the task in distribution). Protocol, presets, sizes and results:
-``docs/tutorials/length_generalization.md``.
+The same ``Transformer`` trunk per (task, encoder, seed), only the PE differing; greedy decoding of a fixed number
+of examples per length of the in-distribution (IID: training) and out-of-distribution (OOD: longer, more regions,
+another density) splits; exact match per length, seed means with 95 % intervals, the encoders' mean reciprocal
+rank, and the papers' claims from ``decide_claim``. Protocol and results: ``docs/tutorials/length_generalization.md``.
 
     pe-toolkit bench length_generalization --quick        # pipeline check, < 2 minutes
     pe-toolkit bench length_generalization                # full CPU preset: Kazemnejad's copy family and SCAN
@@ -27,20 +24,16 @@ from jsonargparse.typing import NonNegativeInt, OpenUnitInterval, PositiveFloat,
 
 from pe_toolkit.bench import Benchmark, Result, trainer_options
 from pe_toolkit.bench.checks import distinct
-from pe_toolkit.bench.config import quiet_trainer
+from pe_toolkit.bench.config import ModelSize, quiet_trainer
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
-from pe_toolkit.bench.report import fairness_section, markdown_table
-from pe_toolkit.bench.store import jsonable
-from pe_toolkit.bench.summary import summarize_groups, summary_table
-from pe_toolkit.bench.verdict import claim_row, claims_table, decide_claim, format_side, summarize
+from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.summary import summarize_groups
+from pe_toolkit.bench.verdict import claim_row, decide_claim, format_side, summarize
 
 DECODER = "decoder"
-# Encoder options of the papers' code. Kazemnejad et al. 2023 (custom_t5_decoder_only.py): rotary on the
-# first 25 % of each head's dims. CoPE (Golovneva et al. 2024): npos = block_size + 1, so contextual
-# positions never clamp inside the training context; CONTEXT stands for that (each run sets it to its
-# longest training sequence + 1). Their relative PE baseline (projects/cope/src/models/relative_position.py,
-# RelPosEmb): a learned vector per distance, one table shared by the heads, N(0, 1/head_dim), logits q . e[i - j]
-# up to the context: the registry's ``music_relative`` with share_heads and max_distance = the training context.
+# Encoder options of the papers' code: Kazemnejad et al. 2023 rotate the first 25 % of each head's dims; CoPE's
+# npos = block_size + 1 (CONTEXT: each run's longest training sequence + 1); CoPE's relative baseline (RelPosEmb: a
+# learned vector per distance, shared by the heads, up to the context) is ``music_relative`` with share_heads.
 CONTEXT = "context"
 ENCODING_OPTIONS: dict[str, dict[str, Any]] = {
     "rope": {"rotary_fraction": 0.25},
@@ -49,6 +42,7 @@ ENCODING_OPTIONS: dict[str, dict[str, Any]] = {
 }
 LEARNED_IID = 0.9  # in-distribution exact match below this: the task was not learned, its OOD says nothing
 ACCURACY = (0.0, 1.0)
+METRICS = {"iid_accuracy": ACCURACY, "ood_accuracy": ACCURACY, "seconds": None}
 # The wrong-answer outcomes of pe_toolkit.training.exact_match.OUTCOMES (all but "correct"), spelled out so
 # that this module does not import Lightning in the parent process.
 FAILURES = ("stopped_early", "ran_over", "wrong_tokens")
@@ -57,10 +51,7 @@ Dropout = restricted_number_type("Dropout", float, [(">=", 0.0), ("<", 1.0)])
 
 # ------------------------------------------------------------------------------------------- config
 @dataclasses.dataclass
-class Model:
-    dim: PositiveInt
-    num_heads: PositiveInt
-    num_layers: PositiveInt  # encoder-decoder: num_layers - 1 encoder layers and 1 decoder layer
+class Model(ModelSize):  # encoder-decoder: num_layers - 1 encoder layers and 1 decoder layer
     dropout: Dropout = 0.0
     scale_embeddings: bool = True  # N(0, 1/dim) times sqrt(dim); false: GPT-2's N(0, 0.02)
 
@@ -202,7 +193,7 @@ def build_specs(config: Config) -> list[dict[str, Any]]:
                         **({} if arch == DECODER else {"architecture": arch}),
                     }
                     specs.append({"case": case_name(spec), **spec})
-    return jsonable(specs)  # plain JSON types (jsonargparse's PositiveInt, ...), as the store compares them
+    return specs
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -279,11 +270,10 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------- summaries
 def summarize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (task, encoder): IID / OOD accuracy and seconds over seeds (mean, 95 % t interval within [0, 1], n;
-    a missing value is counted in ``n_nonfinite``, never dropped), in the rows' order."""
-    keyed = [{**row, "task": task_key(row)} for row in rows]
-    return summarize_groups(keyed, ("task", "encoding"), ("iid_accuracy", "ood_accuracy", "seconds"),
-                            bounds={"iid_accuracy": ACCURACY, "ood_accuracy": ACCURACY, "seconds": None})
+    """Per (task as :func:`task_key` names it, encoder): :data:`METRICS` over seeds (mean, 95 % t interval, n; a
+    missing value is counted in ``n_nonfinite``, never dropped), in the rows' order."""
+    return summarize_groups([{**row, "task": task_key(row)} for row in rows], ("task", "encoding"), list(METRICS),
+                            bounds=METRICS)
 
 
 def mean_reciprocal_rank(summary: list[dict[str, Any]], metric: str = "ood_accuracy") -> dict[str, float]:
@@ -395,43 +385,32 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------- report
 def counting_section(rows: list[dict[str, Any]], config: Config) -> str:
-    """CoPE counting: the validation learning curves, whether the target was reached, and the paper's budget."""
+    """CoPE counting: the validation error during training, per run whether it reached the target, and the time the
+    paper's budget (:data:`PAPER_COUNTING_BUDGET`) would take at the run's seconds per step."""
     counting = sorted((r for r in rows if r["task"] == "cope_counting" and r.get("validation_curve")),
                       key=lambda r: (r["encoding"], r["seed"]))
     if not counting:
         return ""
-    entry = task_entry(config, "cope_counting")
-    early_stop, paper = entry["early_stop"], PAPER_COUNTING_BUDGET
-    target, batch, budget = early_stop["target_error"], entry["training"]["batch_size"], entry["training"]["steps"]
+    entry, paper = task_entry(config, "cope_counting"), PAPER_COUNTING_BUDGET
+    target, batch = entry["early_stop"]["target_error"], entry["training"]["batch_size"]
     encodings = sorted({r["encoding"] for r in counting})
     curves = []
     for step in sorted({s for r in counting for s, _ in r["validation_curve"]}):
         errors = {enc: [e for r in counting if r["encoding"] == enc for s, e in r["validation_curve"] if s == step]
                   for enc in encodings}
         curves.append({"step": step, **{e: format_side(summarize(v)) if v else "stopped" for e, v in errors.items()}})
-    per_step = [r["train_seconds"] / max(1, r["steps_done"]) for r in counting]
     runs = [{**r, "reached": "no" if r["target_reached"] is None else "yes", "last_error": r["validation_curve"][-1][1],
-             "programs": r["steps_done"] * batch, "s_per_step": s, "paper_hours": paper["programs"] / batch * s / 3600}
-            for r, s in zip(counting, per_step)]
-    stopping = (f"a run stops once it is below {target:.0%} or after the preset's budget of {budget} steps of batch "
-                f"{batch} ('stopped' = every run of that encoder had stopped; an early stop truncates the final error, "
-                "so the claims on it compare runs stopped at different errors)" if early_stop.get("stop", True) else
-                f"every run trains the whole budget of {budget} steps of batch {batch} (no early stop: the final "
-                f"error is the metric the claims compare); 'reached' = the first step below {target:.0%}")
+             "paper_hours": paper["programs"] / batch * r["train_seconds"] / max(1, r["steps_done"]) / 3600}
+            for r in counting]
     return (
-        "\n## CoPE counting: the in-distribution validation error during training\n\n"
-        "Validation exact-match error on in-distribution programs (mean [95 % interval] over seeds) every "
-        f"{early_stop['every_n_steps']} steps; {stopping}.\n\n"
+        "\n## CoPE counting: in-distribution validation error during training\n\n"
+        f"Mean [95 % interval] over seeds ('stopped': every run of the encoder had stopped early). The paper trains "
+        f"{paper['programs']:,} programs (batch {paper['batch_size']}, up to {paper['max_statements']} statements).\n\n"
         + markdown_table(curves, ["step", *encodings]) + "\n"
         + markdown_table(runs, ["encoding", "seed", ("steps_done", "steps trained"),
                                 ("reached", f"error < {target:.0%}"), ("last_error", "last val error"),
-                                ("programs", "programs seen"), ("s_per_step", "s / step"),
-                                ("paper_hours", "paper's budget here (h)")],
-                         {"last_error": ".3f", "s_per_step": ".3f", "paper_hours": ".1f"})
-        + f"\nThe paper trains {paper['programs']:,} programs (batch {paper['batch_size']}) of up to "
-        f"{paper['max_statements']} statements with a 4-layer, 256-wide model; 'paper's budget here' is the time that "
-        "many programs would take at this run's seconds per step.\n"
-    )
+                                ("paper_hours", "the paper's budget here (h)")],
+                         {"last_error": ".3f", "paper_hours": ".1f"}))
 
 
 def plot(rows: list[dict[str, Any]]) -> Any:
@@ -461,75 +440,22 @@ def plot(rows: list[dict[str, Any]]) -> Any:
     return finish(fig, "exact-match accuracy", fontsize=7, loc="best")
 
 
-def report_body(result: Result) -> str:
-    config, rows, summary, verdicts = result.config, result.rows, *map(result.derived_of, ("summary", "claim"))
-    counts = {v: sum(r["verdict"] == v for r in verdicts) for v in ("reproduced", "contradicted", "inconclusive",
-                                                                   "untested")}
-    sizes: dict[tuple[str, str], set[int]] = {}
-    for row in rows:
-        sizes.setdefault((task_key(row), row.get("architecture", DECODER)), set()).add(row["parameters_without_pe"])
-    per_task = "; ".join(f"{t}: {task_entry(config, parse_task(t)[0])['training']['steps']} steps"
-                         for t in config.run_tasks)
-    mrr = sorted(({"encoding": k, "mrr": v, "tasks": sum(s["encoding"] == k for s in summary)}
-                  for k, v in mean_reciprocal_rank(summary).items()), key=lambda r: -r["mrr"])
-    failing = failure_summary(rows)
-    head, rotary = config.model.dim // config.model.num_heads, ENCODING_OPTIONS["rope"]["rotary_fraction"]
-    return (
-        f"Preset `{result.preset}`. Model: {dataclasses.asdict(config.model)} (head size {head}: RoPE rotates "
-        f"{rotary:.0%} of it, {int(head * rotary) // 2} frequencies; the same trunk for every encoder), batch "
-        f"{config.training.batch_size}, AdamW lr {config.training.lr}; {per_task}. Device {result.device}. Encoder "
-        f"options: {ENCODING_OPTIONS} ({CONTEXT!r} = the run's longest training sequence + 1; the rest use their "
-        f"defaults). Accuracy is exact match of greedy decoding on {config.evaluation.per_length} examples per "
-        "evaluated length and split (unless a task's evaluation says otherwise); IID = the training split, OOD = the "
-        "test split (longer inputs; more regions for contextual counting; another density for selective copy and "
-        "flip-flop).\n\n"
-        + fairness_section(None, config.seeds, same_budget="trains the same trunk for the same steps on the same data",
-                           held_out="the test sets are drawn from their own seeded streams, at the test split's "
-                           "lengths, regions or density, none of which training sees", notes=[
-                               f"A claim on out-of-distribution accuracy is untested when a side did not learn the "
-                               f"task in distribution (seed-mean IID exact match below {LEARNED_IID}).",
-                               "Kazemnejad et al.'s claims are every pair of encoders whose paper means differ by >= "
-                               f"{PAPER_GAP} (their reverse numbers are for `reverse_x2`, compared only with it)."])
-        + "\nTrunk parameters without the PE, per task (the embedding and output layers follow the task's "
-        "vocabulary):\n\n"
-        + markdown_table([{"task": t, "architecture": a, "parameters": " / ".join(f"{c:,}" for c in sorted(n))}
-                          for (t, a), n in sizes.items()],
-                         ["task", "architecture", ("parameters", "parameters without the PE")])
-        + "\n## Accuracy per task and encoder (mean [95 % Student-t interval] over seeds)\n\n"
-        + summary_table(summary, ["task", "encoding", ("runs", "seeds")], [
-            ("iid_accuracy", "IID exact match"), ("ood_accuracy", "OOD exact match"), ("seconds", "s / run")],
-            {"iid_accuracy": ".3f", "ood_accuracy": ".3f", "seconds": ".0f"})
-        + "\n## Mean reciprocal rank across tasks (by seed-mean OOD accuracy)\n\n"
-        "Each encoder is ranked only on the tasks it has runs for: compare MRRs over the same tasks.\n\n"
-        + markdown_table(mrr, ["encoding", ("mrr", "MRR"), ("tasks", "tasks ranked on")], {"mrr": ".3f"})
-        + "\n## How out-of-distribution answers fail\n\nShares of the OOD answers, summed over seeds.\n\n"
-        + (markdown_table(failing, ["task", "encoding", ("answers", "OOD answers"), ("stopped_early", "stopped early"),
-                                    ("ran_over", "ran over"), ("wrong_tokens", "wrong token")],
-                          dict.fromkeys(FAILURES, ".3f")) if failing else "No run recorded its answers' outcomes.\n")
-        + counting_section(rows, config)
-        + "\n## Against the papers' claims\n\nCounts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".\n\n"
-        + claims_table(verdicts)
-        + "\n![accuracy vs length](accuracy_vs_length.png)\n"
-        + f"\nTotal wall time {result.seconds:.0f} s ({sum(r['seconds'] for r in rows):.0f} s of run time).\n"
-    )
-
-
 # ------------------------------------------------------------------------------------------- benchmark
 class LengthGeneralization(Benchmark):
     name = "length_generalization"
     title = "Length generalization of positional encodings"
-    description = ("exact match in and beyond the training lengths per encoder on synthetic tasks: copy, SCAN, "
-                   "counting, selective copy (Kazemnejad et al. 2023; CoPE; Golkar et al. 2024)")
     Config = Config
     key_fields = ("case", "seed")
+    summary_by, summary_metrics = ("task", "encoding"), METRICS
+    held_out = ("the test sets are drawn from their own seeded streams, at the test split's lengths, regions or "
+                "density, none of which training sees")
+    same_budget = "trains the same trunk for the same steps on the same data"
     runs = staticmethod(build_specs)
     run_one = staticmethod(run_one)
-    report = staticmethod(report_body)
 
     def check(self, config: Config) -> None:
         import pe_toolkit as pet
 
-        distinct("seeds", config.seeds)
         distinct("run_tasks", config.run_tasks)
         for key, encoders in [("encoders", config.encoders), *((f"tasks.{name}.encoders", entry.encoders)
                                                               for name, entry in config.tasks.items())]:
@@ -545,6 +471,42 @@ class LengthGeneralization(Benchmark):
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         result.rows.sort(key=lambda r: (task_key(r), r["encoding"], r["seed"]))
         return [{**s, "kind": "summary"} for s in summarize_runs(result.rows)] + claims(result.rows)
+
+    def describe(self, result: Result) -> str:
+        config = result.config
+        sizes: dict[str, set[int]] = {}
+        for row in result.rows:
+            sizes.setdefault(task_key(row), set()).add(row["parameters_without_pe"])
+        head, rotary = config.model.dim // config.model.num_heads, ENCODING_OPTIONS["rope"]["rotary_fraction"]
+        steps = "; ".join(f"{t} {task_entry(config, parse_task(t)[0])['training']['steps']}" for t in config.run_tasks)
+        return (
+            f"Model {dataclasses.asdict(config.model)}, the same trunk for every encoder (head size {head}: RoPE "
+            f"rotates {rotary:.0%} of it, {int(head * rotary) // 2} frequencies); trunk parameters without the PE: "
+            + "; ".join(f"{t} {' / '.join(f'{n:,}' for n in sorted(v))}" for t, v in sizes.items())
+            + f". Batch {config.training.batch_size}, AdamW lr {config.training.lr}; steps: {steps}. Device "
+            f"{result.device}. Encoder options {ENCODING_OPTIONS} ({CONTEXT!r}: the longest training sequence + 1). "
+            f"Accuracy: exact match of greedy decoding, {config.evaluation.per_length} examples per evaluated length; "
+            "IID = the training split, OOD = the test split (longer inputs; more regions for contextual counting; "
+            "another density for selective copy and flip-flop).")
+
+    def fairness_notes(self, result: Result) -> list[str]:
+        return [f"A claim on OOD accuracy is untested when a side did not learn the task in distribution (seed-mean "
+                f"IID exact match below {LEARNED_IID}).", f"Kazemnejad et al.'s claims: every pair of encoders whose "
+                f"paper means differ by >= {PAPER_GAP} (their reverse numbers are `reverse_x2`'s)."]
+
+    def report(self, result: Result) -> str:
+        summary = result.derived_of("summary")
+        mrr = sorted(({"encoding": k, "mrr": v, "tasks": sum(s["encoding"] == k for s in summary)}
+                      for k, v in mean_reciprocal_rank(summary).items()), key=lambda r: -r["mrr"])
+        failing = failure_summary(result.rows)
+        return (
+            super().report(result)
+            + "\n## Mean reciprocal rank across tasks (by seed-mean OOD accuracy; compare over the same tasks)\n\n"
+            + markdown_table(mrr, ["encoding", ("mrr", "MRR"), ("tasks", "tasks ranked on")], {"mrr": ".3f"})
+            + "\n## How out-of-distribution answers fail (shares of the OOD answers, summed over seeds)\n\n"
+            + (markdown_table(failing, ["task", "encoding", ("answers", "OOD answers"), *FAILURES],
+                              dict.fromkeys(FAILURES, ".3f")) if failing else "No run recorded the outcomes.\n")
+            + counting_section(result.rows, result.config))
 
     def plot(self, result: Result) -> dict[str, Any]:
         return {"accuracy_vs_length.png": plot(result.rows)}

@@ -44,7 +44,8 @@ def test_claims_are_decided_on_the_difference_and_untested_where_the_task_is_not
             + _runs("csl", "gps", "rwse", [0.9]) + _runs("pattern", "gin", "rfp", [0.80, 0.81, 0.79])
             + _runs("pattern", "gin", "lap_pe", [0.85, 0.86, 0.84]) + _runs("cluster", "gin", "rfp", [0.30, 0.34, 0.23])
             + _runs("cluster", "gin", "random_features", [0.25, 0.24, 0.26]))
-    found = {(r["claim"].split(" (")[0], r["task"], r["model"]): r for r in graphs.claims(rows)}
+    decided = graphs.Graphs().claims(Result(None, "full", rows))
+    found = {(r["claim"].split(" (")[0], r["task"], r["model"]): r for r in decided}
     assert {k: r["verdict"] for k, r in found.items()} == {
         ("LapPE beats no PE", "csl", "gin"): "reproduced",
         ("RWSE beats no PE", "csl", "gin"): "inconclusive",  # the difference's interval contains 0
@@ -62,7 +63,7 @@ def test_claims_are_decided_on_the_difference_and_untested_where_the_task_is_not
     assert found[("RWSE beats no PE", "csl", "gps")]["reason"].startswith("fewer than 2 replicates")
     # a diverged fold is counted, never dropped: the claim is untested
     nan = _runs("csl", "gin", "none", [0.1, float("nan"), 0.1]) + _runs("csl", "gin", "lap_pe", [0.6, 0.65, 0.7])
-    (claim,) = [r for r in graphs.claims(nan) if r["claim"].startswith("LapPE")]
+    (claim,) = [r for r in graphs.Graphs().claims(Result(None, "full", nan)) if r["claim"].startswith("LapPE")]
     assert claim["verdict"] == "untested" and claim["reason"].startswith("non-finite runs")
 
 
@@ -116,7 +117,7 @@ def test_presets_are_yaml_files_with_the_same_keys():
     assert keys["quick"] == keys["full"] == keys["gpu"]
     assert {name: run for name, (_, run) in loaded.items()} == {"quick": {"jobs": 2, "threads": 1},
                                                                 "full": {"jobs": 2, "threads": 1},
-                                                                "gpu": {"jobs": 4, "threads": 2}}
+                                                                "gpu": {"jobs": 8, "threads": 2}}
     full = loaded["full"][0].precompute
     assert full.sizes == [1_000, 10_000, 100_000] and full.walk_length == 8 and full.k == 8
     assert set(full.datasets) == {"csl", "pattern"}
@@ -153,8 +154,32 @@ def test_every_model_and_pe_of_the_config_has_an_entry():
 
     config, _ = load_config(graphs.Graphs(), "full")
     assert all(hasattr(domain, graphs.MODELS[m][0]) for m in config.models)
-    assert set(config.pes) == set(graphs.PES) == set(graphs.PE_OPTIONS)
-    assert graphs.PE_OPTIONS["rfp"]["in_features"] == graphs.make_transform("rfp", per_access=True).out_features
+    assert set(config.pes) == set(graphs.PE_NAMES)
+    rfp = graphs.pe_settings("rfp", dataclasses.asdict(config.rfp))
+    assert rfp["model"]["in_features"] == graphs.make_transform(rfp, per_access=True).out_features
+
+
+@pytest.mark.parametrize("preset, sizes", [("quick", (8, 8, 4)), ("full", (8, 8, 4)), ("gpu", (64, 16, 4))])
+def test_rfp_runs_at_the_references_sizes_in_gpu(preset, sizes):
+    # Eliasof et al.'s reference sizes: 64 random channels, 16 propagation steps (CPU presets: 8 x 8, too costly)
+    config, _ = load_config(graphs.Graphs(), preset, overrides=["pes=[rfp]", "sections=[csl, sbm, precompute]"])
+    specs = graphs.Graphs().runs(config)
+    features, steps, inits = sizes
+    train = [s for s in specs if s["section"] != "precompute"]
+    assert train and all(s["pe_settings"]["options"] == {"num_features": features, "steps": steps, "num_inits": inits,
+                                                          "normalization": "qr"} for s in train)
+    assert all(s["pe_settings"]["model"]["in_features"] == inits * (steps + 1) * features for s in train)
+    assert all(s["rfp"] == {"features": features, "steps": steps, "inits": inits}
+               for s in specs if s["section"] == "precompute")
+
+
+def test_rfp_claims_state_a_departure_from_the_references_sizes():
+    rows = _runs("csl", "gin", "rfp", [0.6, 0.65, 0.7]) + _runs("csl", "gin", "random_features", [0.1, 0.1, 0.12])
+    for preset, departure in (("full", True), ("gpu", False)):
+        config, _ = load_config(graphs.Graphs(), preset)
+        (claim,) = graphs.Graphs().claims(Result(config, preset, rows))
+        assert ("RFP 8 x 8, not the reference's 64 x 16" in claim["name"]) is departure, claim["name"]
+        assert departure is ("RFP 8 channels x 8 steps" in graphs.Graphs().describe(Result(config, preset, rows)))
 
 
 def test_precompute_section_in_subprocess(tmp_path):
@@ -213,7 +238,7 @@ def test_csl_section_tiny_run_and_resume(tmp_path):
     assert spec["device"] == {"accelerator": "auto", "devices": 1, "precision": "32-true"}  # --accelerator
     assert (out / "csl_accuracy.png").stat().st_size > 0
     report = (out / "report.md").read_text()
-    assert "CSL test accuracy" in report and "| gin | rwse | " in report and "(n=1)" in report
+    assert "| csl | gin | rwse | acc | 1 | " in report and "(n=1)" in report
     assert "## How the fairness rule is met" in report and "## Tuning" in report
     assert "| RWSE beats no PE (Rampasek et al.): csl, gin |" in report and "**untested** (" in report
     # the stored runs are reused, row for row

@@ -127,7 +127,8 @@ def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
 def test_the_gpu_preset_is_bigger_than_the_cpu_one():
     full, gpu = config_of("full"), config_of("gpu")
     assert gpu.model.dim * gpu.model.num_layers > full.model.dim * full.model.num_layers
-    assert len(gpu.seeds) > len(full.seeds) and gpu.training.num_train > full.training.num_train
+    assert gpu.training.num_train > full.training.num_train and len(gpu.seeds) == len(full.seeds) == 3
+    assert len(gpu.run_tasks) > len(full.run_tasks)  # every task family (the CPU presets split them)
 
 
 def test_overrides_and_task_entries_reach_every_spec():
@@ -375,8 +376,8 @@ def test_a_tiny_run_writes_intervals_and_a_resumed_rerun_reuses_every_run(tmp_pa
     assert main(argv, name="length_generalization") == 0
     out = tmp_path / "length_generalization"
     report = (out / "report.md").read_text()
-    assert "| copy_repeat | nope | 2 |" in report and "(n=2)" in report and "Against the papers' claims" in report
-    assert "| copy_repeat | decoder |" in report  # the trunk's size per task, not one row's
+    assert "| copy_repeat | nope | 2 |" in report and "(n=2)" in report and "## Claims" in report
+    assert "trunk parameters without the PE: copy_repeat " in report  # the trunk's size per task, not one row's
     document = json.loads((out / "results.json").read_text())
     runs = [r for r in document["rows"] if r["kind"] == "run"]
     assert [(r["encoding"], r["seed"]) for r in runs] == [("nope", 0), ("nope", 1)]
