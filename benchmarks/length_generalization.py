@@ -20,11 +20,11 @@ import math
 import time
 from typing import Any, Literal, TypedDict
 
-from jsonargparse.typing import NonNegativeInt, OpenUnitInterval, PositiveFloat, PositiveInt, restricted_number_type
+from jsonargparse.typing import NonNegativeInt, OpenUnitInterval, PositiveFloat, PositiveInt
 
 from pe_toolkit.bench import Benchmark, Result, trainer_options
 from pe_toolkit.bench.checks import distinct
-from pe_toolkit.bench.config import ModelSize, quiet_trainer
+from pe_toolkit.bench.config import Dropout, ModelSize, quiet_trainer
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.summary import summarize_groups
@@ -46,7 +46,6 @@ METRICS = {"iid_accuracy": ACCURACY, "ood_accuracy": ACCURACY, "seconds": None}
 # The wrong-answer outcomes of pe_toolkit.training.exact_match.OUTCOMES (all but "correct"), spelled out so
 # that this module does not import Lightning in the parent process.
 FAILURES = ("stopped_early", "ran_over", "wrong_tokens")
-Dropout = restricted_number_type("Dropout", float, [(">=", 0.0), ("<", 1.0)])
 
 
 # ------------------------------------------------------------------------------------------- config
