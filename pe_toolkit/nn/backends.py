@@ -54,6 +54,17 @@ TILE_BUDGET = 1 << 22
 FLEX_MIN_PAIRS_CPU = 4096 * 4096
 """``"auto"`` uses FlexAttention on the CPU (inference) from this many query-key pairs per head."""
 
+TILED_MIN_PAIRS_CPU = 2048 * 2048
+"""``"auto"`` trains a pointwise bias on the CPU with ``"tiled"`` from this many query-key pairs per head.
+
+Measured on 2 CPU cores (one causal layer, dim 256, 4 heads, B = 1, fp32, forward + backward over
+NoPE's SDPA, interleaved rounds in one process, 2026-12-04): at 2,048 tokens tiled / dense ALiBi 1.80 /
+2.92x, T5 2.28 / 4.90x, KERPLE 2.26 / 3.29x, sandwich 1.70 / 2.00x, BAM 2.02 / 4.12x, FIRE 3.28 / 8.13x;
+at 8,192 ALiBi 2.09 / 2.98x, T5 2.76 / 4.68x, FIRE 5.15 / 16.9x; at 1,024 ALiBi 1.76 / 2.13x, at 512
+equal (1.49 / 1.50x). The first tiled call compiles its tile steps (5-20 s per encoder), which a step
+saving 15-50 ms at 1,024 tokens repays only after 250-900 steps, at 2,048 after about 100.
+"""
+
 FLEX_CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """Input dtypes of PyTorch's CPU FlexAttention kernel (no float64)."""
 
@@ -73,6 +84,11 @@ def flex_supported(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
     return type(encoding).bias is PositionalEncoding.bias or encoding.bias_function(q, k, q_pos, k_pos) is not None
 
 
+def tiled_supported(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
+    """Whether ``"tiled"`` can run this encoder: no bias, or a pointwise one."""
+    return flex_supported(encoding, q, k, q_pos, k_pos)
+
+
 def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    mask: AttentionMask, *, tile: int | None, dropout: float) -> str:
     """The rule of ``backend="auto"``.
@@ -82,16 +98,13 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
        dropout, and either the tensors are on CUDA or no gradient is needed and the call has at least
        :data:`FLEX_MIN_PAIRS_CPU` query-key pairs per head (its compile time pays off from there) in
        one of :data:`FLEX_CPU_DTYPES`.
-    3. When the dense bias or mask would exceed :data:`DENSE_BUDGET` elements: ``"tiled"`` on the CPU when
-       a gradient is needed, the encoder has a pointwise bias, there is no dropout and the call is not
-       being traced by ``torch.compile``; ``"blocked"`` otherwise. Above the budget the tiles train in
-       linear memory (ALiBi at 16,384 tokens: 289 MiB of RSS growth) where ``"blocked"`` was 5x NoPE's
-       time. Below it the rule keeps dense SDPA: on one thread the tiles were faster at 2,048 tokens
-       (ALiBi 1.71x NoPE's SDPA against 2.49x dense), with two threads on a shared machine slower
-       (4.5-11x, against 1.7x dense); see ``docs/concepts.md``. The tiled first call compiles its tile steps (22-27 s),
-       which a training run pays once and a single forward never pays back (without a gradient this
-       rule never picks it).
-    4. ``"sdpa"`` otherwise.
+    3. ``"tiled"`` on the CPU when a gradient is needed, the encoder has a tiled path
+       (:func:`tiled_supported`), there is no dropout, the call is not being traced by ``torch.compile``
+       and it has at least :data:`TILED_MIN_PAIRS_CPU` query-key pairs per head: faster than the dense
+       bias there (1.2-2.5x per step, see that constant) and linear in memory. Its first call compiles the tile
+       steps (5-20 s), which a training run repays; a forward alone or inference never picks it.
+    4. ``"blocked"`` when the dense bias or mask would exceed :data:`DENSE_BUDGET` elements.
+    5. ``"sdpa"`` otherwise.
     """
     if tile is not None:
         return "blocked"
@@ -102,18 +115,16 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
     if dropout == 0.0 and (q.is_cuda or cpu_ok):
         if flex_supported(encoding, q, k, q_pos, k_pos):
             return "flex"
+    if (has_bias and not q.is_cuda and dropout == 0.0 and not tracing() and pairs >= TILED_MIN_PAIRS_CPU
+            and _needs_grad(q, k, encoding) and tiled_supported(encoding, q, k, q_pos, k_pos)):
+        return "tiled"
     if has_bias:
         materialised = q.shape[0] * q.shape[1] * pairs  # the float (B, H, Lq, Lk) bias and mask
     elif mask.is_empty or mask.is_plain_causal:
         materialised = 0  # SDPA's own kernels
     else:
         materialised = q.shape[0] * pairs  # a bool (B, 1, Lq, Lk) mask
-    if materialised <= DENSE_BUDGET:
-        return "sdpa"
-    if (has_bias and not q.is_cuda and dropout == 0.0 and not tracing() and _needs_grad(q, k, encoding)
-            and flex_supported(encoding, q, k, q_pos, k_pos)):
-        return "tiled"
-    return "blocked"
+    return "sdpa" if materialised <= DENSE_BUDGET else "blocked"
 
 
 def _needs_grad(q: Tensor, k: Tensor, encoding: PositionalEncoding, v: Tensor | None = None) -> bool:

@@ -232,21 +232,30 @@ def test_layer_on_tiles_compiles_in_one_graph(name):
 
 # ------------------------------------------------------------------------------ the auto rule and errors
 def test_auto_picks_tiled_for_training_a_pointwise_bias_on_the_cpu():
-    """Where the dense bias would exceed DENSE_BUDGET (4 heads x 8192^2 > 2^26), training on the CPU."""
+    """From TILED_MIN_PAIRS_CPU (2,048^2 pairs per head), training on the CPU; dense below, blocked above the budget
+    for what the tiles cannot run."""
     q = torch.zeros(1, 4, 8, 16)
     trainable = q.clone().requires_grad_(True)
     pos = torch.arange(8)
     alibi, cope, rope = (pet.get_encoder(n, 64, 4) for n in ("alibi", "cope", "rope"))
-    big, short = AttentionMask(8192, 8192, causal=True), AttentionMask(4096, 4096, causal=True)
-    assert 4 * 8192**2 > backends.DENSE_BUDGET >= 4 * 4096**2
+    big, at, below = (AttentionMask(n, n, causal=True) for n in (8192, 2048, 2047))
+    assert backends.TILED_MIN_PAIRS_CPU == 2048**2 and 4 * 8192**2 > backends.DENSE_BUDGET
+    assert choose_backend(alibi, trainable, q, pos, pos, at, tile=None, dropout=0.0) == "tiled"
     assert choose_backend(alibi, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "tiled"
+    assert choose_backend(alibi, trainable, q, pos, pos, below, tile=None, dropout=0.0) == "sdpa"  # compile not repaid
+    assert choose_backend(alibi, trainable, q, pos, pos, AttentionMask(1024, 4096, causal=False), tile=None,
+                          dropout=0.0) == "tiled"  # pairs, not the length
     assert choose_backend(cope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "blocked"  # not pointwise
+    assert choose_backend(cope, trainable, q, pos, pos, at, tile=None, dropout=0.0) == "sdpa"
     assert choose_backend(rope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "sdpa"  # SDPA's kernel
-    assert choose_backend(alibi, trainable, q, pos, pos, big, tile=None, dropout=0.1) == "blocked"  # no dropout
+    assert choose_backend(alibi, trainable, q, pos, pos, at, tile=None, dropout=0.1) == "sdpa"  # no dropout
+    assert choose_backend(alibi, trainable, q, pos, pos, big, tile=None, dropout=0.1) == "blocked"
     assert choose_backend(alibi, trainable, q, pos, pos, big, tile=8, dropout=0.0) == "blocked"  # a tile size given
-    assert choose_backend(alibi, trainable, q, pos, pos, short, tile=None, dropout=0.0) == "sdpa"  # dense fits
     with torch.no_grad():  # a forward alone never pays the tile steps' compile
         assert choose_backend(alibi, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "flex"
+        assert choose_backend(alibi, trainable, q, pos, pos, at, tile=None, dropout=0.0) == "sdpa"
+    frozen = pet.get_encoder("alibi", 64, 4)
+    assert choose_backend(frozen, q, q, pos, pos, at, tile=None, dropout=0.0) == "sdpa"  # nothing needs a gradient
 
 
 def test_tiled_errors():
