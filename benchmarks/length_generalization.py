@@ -22,7 +22,7 @@ from typing import Any, Literal, TypedDict
 
 from jsonargparse.typing import NonNegativeInt, OpenUnitInterval, PositiveFloat, PositiveInt
 
-from pe_toolkit.bench import Benchmark, Result, trainer_options
+from pe_toolkit.bench import Benchmark, Result, Tuning, trainer_options
 from pe_toolkit.bench.checks import distinct
 from pe_toolkit.bench.config import Dropout, ModelSize, quiet_trainer
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
@@ -61,6 +61,12 @@ class Training:
     batch_size: PositiveInt
     lr: PositiveFloat
     num_train: PositiveInt
+
+
+@dataclasses.dataclass
+class LrTuning:  # the learning rate per encoder, on the first seed of the first run task (the same task for all)
+    lrs: list[PositiveFloat]  # the starting grid; the first value wins ties (IID accuracy saturates at 1)
+    max_extensions: NonNegativeInt = 2
 
 
 @dataclasses.dataclass
@@ -108,6 +114,7 @@ class Config:
     training: Training
     evaluation: Evaluation
     tasks: dict[str, TaskEntry] = dataclasses.field(default_factory=dict)
+    lr_tuning: LrTuning | None = None  # None: training.lr for every run
 
 
 # ------------------------------------------------------------------------------------------- runs
@@ -460,7 +467,28 @@ class LengthGeneralization(Benchmark):
                                                               for name, entry in config.tasks.items())]:
             if encoders is not None:
                 distinct(key, encoders, allowed=pet.list_encoders())
-        build_specs(config)  # unknown tasks and scratchpads: ValueError naming them
+        specs = build_specs(config)  # unknown tasks and scratchpads: ValueError naming them
+        if config.lr_tuning is not None:
+            distinct("lr_tuning.lrs", config.lr_tuning.lrs)
+            first_task = {}
+            for spec in specs:
+                first_task.setdefault(spec["encoding"], spec["task"])
+            if len(set(first_task.values())) > 1:
+                raise ValueError(f"lr_tuning tunes every encoder on one task, but their first tasks differ: "
+                                 f"{first_task}; put a task that every encoder runs first in run_tasks")
+            own = [name for name, entry in config.tasks.items()
+                   if name in {s["task"] for s in specs} and entry.training and "lr" in entry.training]
+            if own:
+                raise ValueError(f"lr_tuning chooses the learning rate, but tasks {own} set their own "
+                                 "training.lr; remove it or set lr_tuning: null")
+
+    def tuning(self, config: Config) -> Tuning | None:
+        """The learning rate per encoder by in-distribution exact match (never the OOD target) on the first seed of
+        the first run task, the same task and grid for every encoder; ``None`` without ``lr_tuning``."""
+        if config.lr_tuning is None:
+            return None
+        return Tuning(param="training.lr", values=list(config.lr_tuning.lrs), metric="iid_accuracy", maximize=True,
+                      group="encoding", max_extensions=config.lr_tuning.max_extensions, trials_on="task")
 
     def progress_label(self, row: dict[str, Any]) -> str:
         ood = "n/a" if row["ood_accuracy"] is None else f"{row['ood_accuracy']:.3f}"

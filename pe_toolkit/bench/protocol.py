@@ -59,6 +59,9 @@ class Tuning:
         max_extensions: the most values added past the grid per group (0: the grid as given; an edge
             choice is then flagged, not extended).
         limits: values outside ``[low, high]`` are never tried (an extension that would leave them is a cap hit).
+        trials_on: a spec field (e.g. ``"task"``): only the first-seed specs with the group's first value of
+            it are trials, and the chosen value serves the group's other specs too (tuning on one task of
+            many). ``param`` and ``trials_on`` may name nested fields with dots (``"training.lr"``).
     """
 
     param: str
@@ -69,6 +72,7 @@ class Tuning:
     scale: str = "log"
     max_extensions: int = 0
     limits: tuple[float, float] = (-math.inf, math.inf)
+    trials_on: str | None = None
 
     def __post_init__(self) -> None:
         if not self.values:

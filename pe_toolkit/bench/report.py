@@ -170,9 +170,10 @@ def fairness_section(tuning: Any, seeds: Sequence[Any], *, held_out: str, same_b
         grid = "one setting for every method (nothing is tuned)"
     else:
         direction = "highest" if tuning.maximize else "lowest"
-        grid = (f"the same `{tuning.param}` grid {list(tuning.values)} per `{tuning.group}`, tried on the first seed "
-                f"and chosen by the {direction} `{tuning.metric}`, extended past an edge choice by at most "
-                f"{tuning.max_extensions} value(s) (the Tuning section); the other seeds reuse the choice")
+        on = f" and its first `{tuning.trials_on}`" if tuning.trials_on else ""
+        grid = (f"the same `{tuning.param}` grid {list(tuning.values)} per `{tuning.group}`, tried on the first "
+                f"seed{on} and chosen by the {direction} `{tuning.metric}`, extended past an edge choice by at most "
+                f"{tuning.max_extensions} value(s) (the Tuning section); the other runs reuse the choice")
     lines = ["## How the fairness rule is met", "",
              f"* Same budget for every method: {grid}" + (f"; {budget}" if budget else "") + ".",
              f"* Nothing from the test target reaches a model: {held_out.rstrip('.')}.",

@@ -67,10 +67,15 @@ class Progress:
 def run_key(benchmark: Benchmark, spec: dict[str, Any], tuned: str | None) -> str:
     """The run's file name in the store: its key fields (and tuned value), e.g. ``encoding=rope__seed=0__lr=0.003``."""
     fields = list(benchmark.key_fields) + ([tuned] if tuned and tuned not in benchmark.key_fields else [])
-    missing = [f for f in fields if f not in spec]
+    values, missing = {}, []
+    for f in fields:
+        try:
+            values[f] = spec_value(spec, f)
+        except (KeyError, TypeError):
+            missing.append(f)
     if missing:
         raise ValueError(f"{benchmark.name}: run spec lacks key field(s) {missing}; it has {sorted(spec)}")
-    text = "__".join(f"{f}={spec[f]:g}" if isinstance(spec[f], float) else f"{f}={spec[f]}" for f in fields)
+    text = "__".join(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}" for f, v in values.items())
     return re.sub(r"[^A-Za-z0-9_.=+-]", "-", text)
 
 
@@ -116,41 +121,64 @@ def run_specs(benchmark: Benchmark, specs: list[dict[str, Any]], store: RunStore
     return [rows[i] for i in range(len(specs))]
 
 
+def spec_value(spec: dict[str, Any], field: str) -> Any:
+    """``spec[field]``; a dotted ``field`` reads a nested value (``"training.lr"``: ``spec["training"]["lr"]``)."""
+    value = spec
+    for part in field.split("."):
+        value = value[part]
+    return value
+
+
+def with_value(spec: dict[str, Any], field: str, value: Any) -> dict[str, Any]:
+    """A copy of ``spec`` with ``field`` (dotted: nested) set to ``value``; the other entries are shared."""
+    head, _, rest = field.partition(".")
+    return {**spec, head: with_value(spec[head], rest, value) if rest else value}
+
+
 def _tune(benchmark: Benchmark, specs: list[dict[str, Any]], tuning: Any, store: RunStore, executor: Any
           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, dict[str, Any]]]:
     """Every first-seed spec once per grid value; per group the value with the best mean metric over the
     group's first-seed trials, the grid extended past an edge choice up to ``tuning.max_extensions``
     values (:class:`~pe_toolkit.bench.tuning.GridSearch`, one per group; each round's values of every
-    group run as one batch through the store); the other seeds with the chosen value.
+    group run as one batch through the store); the other specs with the chosen value.
 
-    The first seed is per group (the seed of the group's first spec). A spec without the ``tuning.group``
-    field is not tuned: it runs once, before the tuning trials (e.g. a timing run beside the trainings).
+    The first seed is per group (the seed of the group's first spec); with ``tuning.trials_on`` only the
+    first-seed specs that share the group's first spec's value of that field are trials (e.g. its first
+    task), and the chosen value serves the group's other first-seed specs too. A spec without the
+    ``tuning.group`` field is not tuned: it runs once, before the tuning trials (e.g. a timing run).
 
     Returns the rows in the order of ``specs``, every trial, ``{group: chosen}`` and per group the search's
     record (grid, tried values, scores, extensions, cap hit and edge).
     """
+    group_of, param = (lambda s: s[tuning.group]), tuning.param
     untuned = [s for s in specs if tuning.group not in s]
     untuned_rows = iter(run_specs(benchmark, untuned, store, executor, "runs") if untuned else [])
-    first_seed: dict[Any, Any] = {}
+    leader: dict[Any, dict[str, Any]] = {}  # each group's first spec
     for s in specs:
         if tuning.group in s:
-            first_seed.setdefault(s[tuning.group], s["seed"])
-    first = [s for s in specs if tuning.group in s and s["seed"] == first_seed[s[tuning.group]]]
-    searches = {group: tuning.search() for group in dict.fromkeys(s[tuning.group] for s in first)}
+            leader.setdefault(group_of(s), s)
+
+    def is_trial(s: dict[str, Any]) -> bool:
+        lead = leader[group_of(s)]
+        return s["seed"] == lead["seed"] and (tuning.trials_on is None
+                                              or spec_value(s, tuning.trials_on) == spec_value(lead, tuning.trials_on))
+
+    first = [s for s in specs if tuning.group in s and is_trial(s)]
+    searches = {group: tuning.search() for group in leader}
     trial_specs: list[dict[str, Any]] = []
     trials: list[dict[str, Any]] = []
     round_ = 0
     while not all(search.done for search in searches.values()):
         pending = {group: search.pending() for group, search in searches.items()}
-        batch = [{**s, tuning.param: value} for s in first for value in pending[s[tuning.group]]]
-        label = tuning.param if round_ == 0 else f"{tuning.param} extension {round_}"
-        rows = run_specs(benchmark, batch, store, executor, label, tuning.param)
+        batch = [with_value(s, param, value) for s in first for value in pending[group_of(s)]]
+        label = param if round_ == 0 else f"{param} extension {round_}"
+        rows = run_specs(benchmark, batch, store, executor, label, param)
         trial_specs += batch
         trials += rows
         for group, values in pending.items():
             for value in values:
                 scores = [_score(t, tuning) for t, s in zip(rows, batch)
-                          if s[tuning.group] == group and s[tuning.param] == value]
+                          if group_of(s) == group and spec_value(s, param) == value]
                 searches[group].record(value, sum(scores) / len(scores))
         round_ += 1
     chosen = {group: search.result().chosen for group, search in searches.items()}
@@ -161,13 +189,12 @@ def _tune(benchmark: Benchmark, specs: list[dict[str, Any]], tuning: Any, store:
                          "scores": [outcome.scores[v] for v in outcome.values], "chosen": outcome.chosen,
                          "extensions": outcome.extensions, "max_extensions": tuning.max_extensions,
                          "cap_hit": outcome.cap_hit, "edge": outcome.edge}
-    rest_specs = [{**s, tuning.param: chosen[s[tuning.group]]} for s in specs
-                  if tuning.group in s and s["seed"] != first_seed[s[tuning.group]]]
-    rest = iter(run_specs(benchmark, rest_specs, store, executor, "seeds", tuning.param))
+    rest_specs = [with_value(s, param, chosen[group_of(s)]) for s in specs if tuning.group in s and not is_trial(s)]
+    rest = iter(run_specs(benchmark, rest_specs, store, executor, "seeds", param))
     by_spec = {json.dumps(s, sort_keys=True, default=str): t for t, s in zip(trials, trial_specs)}
     rows = [next(untuned_rows) if tuning.group not in s
-            else by_spec[json.dumps({**s, tuning.param: chosen[s[tuning.group]]}, sort_keys=True, default=str)]
-            if s["seed"] == first_seed[s[tuning.group]] else next(rest) for s in specs]
+            else by_spec[json.dumps(with_value(s, param, chosen[group_of(s)]), sort_keys=True, default=str)]
+            if is_trial(s) else next(rest) for s in specs]
     return rows, trials, chosen, record
 
 
@@ -181,8 +208,9 @@ def _score(row: dict[str, Any], tuning: Any) -> float:
 def tuning_section(tuning: Any, record: dict[str, dict[str, Any]]) -> str:
     """The report's "Tuning" section: per group the values tried, the choice, and a flag at a cap hit."""
     direction = "highest" if tuning.maximize else "lowest"
+    on = f" and its first `{tuning.trials_on}`" if tuning.trials_on else ""
     lines = [f"## Tuning\n\n`{tuning.param}` per `{tuning.group}`: the {direction} `{tuning.metric}` on the "
-             f"first seed; the grid extends past an edge choice ({tuning.scale} scale) by at most "
+             f"first seed{on}; the grid extends past an edge choice ({tuning.scale} scale) by at most "
              f"{tuning.max_extensions} value(s), the same for every group.\n"]
     rows = []
     for group, entry in record.items():

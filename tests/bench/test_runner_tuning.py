@@ -173,3 +173,54 @@ def test_specs_without_a_group_run_untuned_and_each_group_tunes_on_its_own_first
     assert [(r["method"], r["seed"], r["lr"]) for r in result.rows[2:]] == [
         ("near", 0, 1e-3), ("near", 1, 1e-3), ("far", 5, 1e-3), ("far", 6, 1e-3)]
     assert sorted((t["method"], t["seed"]) for t in result.trials) == [("far", 5)] * 2 + [("near", 0)] * 2
+
+
+# ------------------------------------------------------------------ a nested parameter, tuned on one task of many
+class Tasks(Parabola):
+    """Two tasks per method; the learning rate lives in ``spec["training"]["lr"]``; the trials are the first task's."""
+
+    name = "tasks"
+    key_fields = ("method", "task", "seed")
+
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        return [{"method": m, "task": t, "seed": s, "training": {"lr": 1.0, "steps": 5}, "log": config.log}
+                for m in config.methods for t in ("first", "second") for s in config.seeds]
+
+    def tuning(self, config: Config) -> Tuning:
+        return Tuning(param="training.lr", values=config.lrs, metric="val_loss", maximize=False, group="method",
+                      max_extensions=config.max_extensions, trials_on="task")
+
+    def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
+        lr = spec["training"]["lr"]
+        with open(spec["log"], "a") as handle:
+            handle.write(f"{spec['method']} {spec['task']} {spec['seed']} {lr!r}\n")
+        assert spec["training"]["steps"] == 5  # the rest of the nested dict is kept
+        loss = (math.log10(lr) - math.log10(OPTIMA[spec["method"]])) ** 2 + spec["seed"] / 100
+        return {"method": spec["method"], "task": spec["task"], "seed": spec["seed"], "lr": lr, "val_loss": loss}
+
+
+def test_a_nested_parameter_tuned_on_the_first_task_serves_every_task(tmp_path):
+    config = Config(methods=["near"], seeds=[0, 1], lrs=[1e-3, 1e-2, 1e-1], max_extensions=2,
+                    log=str(tmp_path / "executed.log"))
+    result = run(Tasks(), config, RunOptions(), preset="full", out=tmp_path / "out", command="t")
+    assert result.chosen == {"near": 1e-2}  # 3e-2 lies between 1e-2 and 1e-1; 1e-2 is nearer on the log scale
+    executed = _executed(tmp_path)
+    # trials: the first task, first seed, every grid value; then the rest once with the choice
+    assert sorted(executed) == sorted(["near first 0 0.001", "near first 0 0.01", "near first 0 0.1",
+                                       "near first 1 0.01", "near second 0 0.01", "near second 1 0.01"])
+    assert [(r["task"], r["seed"], r["lr"]) for r in result.rows] == [
+        ("first", 0, 1e-2), ("first", 1, 1e-2), ("second", 0, 1e-2), ("second", 1, 1e-2)]
+    assert sorted(p.name for p in (tmp_path / "out" / "tasks" / "runs" / "full").glob("*.json"))[0] == \
+        "method=near__task=first__seed=0__training.lr=0.001.json"
+
+
+def test_a_missing_nested_key_field_is_named(tmp_path):
+    class Broken(Tasks):
+        key_fields = ("method", "task", "seed", "training.steps")
+
+        def runs(self, config):
+            return [{"method": "near", "task": "first", "seed": 0, "training": {"lr": 1.0}, "log": config.log}]
+
+    config = Config(methods=["near"], seeds=[0], lrs=[1e-2], max_extensions=0, log=str(tmp_path / "x.log"))
+    with pytest.raises(ValueError, match=r"tasks: run spec lacks key field\(s\) \['training.steps'\]"):
+        run(Broken(), config, RunOptions(), preset="full", out=tmp_path / "out", command="t")

@@ -113,7 +113,12 @@ def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
 
 def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
     config = config_of("full")
-    assert config.run_tasks == ["copy_repeat", "copy_replace", "copy_random", "copy_repeat_x2", "scan_length"]
+    assert config.run_tasks == ["copy_random", "copy_repeat", "copy_replace", "copy_repeat_x2", "scan_length"]
+    tuning = BENCHMARK.tuning(config)  # the lr per encoder on copy_random (the first task), by IID accuracy
+    assert (tuning.param, tuning.group, tuning.trials_on, tuning.metric, tuning.maximize) == (
+        "training.lr", "encoding", "task", "iid_accuracy", True)
+    assert tuning.values[0] == config.training.lr and tuning.max_extensions >= 1  # the old lr wins ties
+    assert BENCHMARK.tuning(config_of("families")) is None and BENCHMARK.tuning(config_of("gpu")) is None
     assert config.encoders == ["nope", "t5", "alibi", "rope", "sinusoidal"] and len(config.seeds) == 3
     assert config.model.num_layers >= 4
     head = config.model.dim // config.model.num_heads
@@ -124,6 +129,16 @@ def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
     assert lg.task_entry(families, "cope_counting")["early_stop"]["stop"] is False  # no truncated metric
 
 
+@pytest.mark.parametrize("settings, message", [
+    (["run_tasks=[copy_random, cope_counting]"], "lr_tuning tunes every encoder on one task, but their first tasks"),
+    (["tasks.copy_random.training={lr: 0.01}"], r"tasks \['copy_random'\] set their own training.lr"),
+    (["lr_tuning.lrs=[0.002, 0.002]"], "lr_tuning.lrs"),
+])
+def test_lr_tuning_errors(settings, message):
+    with pytest.raises(ValueError, match=message):
+        BENCHMARK.check(config_of("full", *settings))
+
+
 def test_the_gpu_preset_is_bigger_than_the_cpu_one():
     full, gpu = config_of("full"), config_of("gpu")
     assert gpu.model.dim * gpu.model.num_layers > full.model.dim * full.model.num_layers
@@ -132,7 +147,8 @@ def test_the_gpu_preset_is_bigger_than_the_cpu_one():
 
 
 def test_overrides_and_task_entries_reach_every_spec():
-    config = config_of("full", "training.steps=7", "seeds=[4, 5]", "run_tasks=[reverse, cope_counting]")
+    config = config_of("full", "training.steps=7", "seeds=[4, 5]", "run_tasks=[reverse, cope_counting]",
+                       "lr_tuning=null")  # the two tasks' encoders share no first task to tune on
     specs = BENCHMARK.runs(config)
     copy = [s for s in specs if s["task"] == "reverse"]
     assert {s["training"]["steps"] for s in copy} == {7} and {s["seed"] for s in specs} == {4, 5}
