@@ -283,10 +283,14 @@ def _blocked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, enco
 # ------------------------------------------------------------------------------------------ tiled
 def _tiled(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, encoding: PositionalEncoding,
            mask: AttentionMask, tile: int | None, dropout: float) -> Tensor:
+    from pe_toolkit.encoders.contextual import CoPE
     from pe_toolkit.nn.tiled_attention import tiled_attention
+    from pe_toolkit.nn.tiled_cope import tiled_cope
 
     if dropout > 0:
         raise ValueError("backend 'tiled' has no attention dropout; use 'sdpa' or 'blocked' (or dropout=0)")
+    if isinstance(encoding, CoPE):  # gate sums over keys: its own tile loop with carried positions
+        return tiled_cope(q, k, v, q_pos, k_pos, encoding.pos_emb, mask, tile=tile)
     bias_fn = None
     if type(encoding).bias is not PositionalEncoding.bias:
         bias_fn = encoding.bias_function(q, k, q_pos, k_pos)
