@@ -20,7 +20,8 @@ Every backend computes ``softmax(q k^T / sqrt(d) + bias, masked) v`` for the sam
   softmax, custom autograd function that saves only the output and the log-sum-exp and recomputes
   tiles in the backward pass) with the encoder's pointwise ``bias_function`` per tile, compiled per
   tile step; skips tiles the mask hides. Forward and backward on every device; memory linear in L.
-  Encoders without a pointwise bias (CoPE) and attention dropout cannot use it.
+  CoPE runs through its own tile loop (:func:`pe_toolkit.nn.tiled_cope.tiled_cope`: gate sums of
+  later key tiles carried); other encoders without a pointwise bias and attention dropout cannot use it.
 * ``"auto"``: :func:`choose_backend`.
 
 Under bfloat16 / float16 a bias is added in float32: the dense and tiled paths run the attention of
