@@ -372,9 +372,9 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bias_fn: BiasFunction | Non
 
 
 # ------------------------------------------------------------------------------------ shared with tiled_cope
-def tile_size(mask: AttentionMask, tile: int | None) -> int:
-    """``tile``, or by default :data:`TILE` (the longer length rounded up to 8 when shorter)."""
-    return min(TILE, -(-max(mask.q_len, mask.k_len) // 8) * 8) if tile is None else tile
+def tile_size(mask: AttentionMask, tile: int | None, default: int = TILE) -> int:
+    """``tile``, or ``default`` (the longer length rounded up to 8 when shorter)."""
+    return min(default, -(-max(mask.q_len, mask.k_len) // 8) * 8) if tile is None else tile
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
