@@ -89,9 +89,10 @@ def _scores(q: Tensor, k: Tensor, i: Tensor, j: Tensor, key_valid: Tensor, bias_
 
 def _forward_tile(q: Tensor, k: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor, i: Tensor, j: Tensor,
                   key_valid: Tensor, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
-                  scale: float, groups: int) -> tuple[Tensor, Tensor, Tensor]:
-    """One online-softmax step: the running max ``m``, sum ``l`` and output ``acc`` after this key tile."""
-    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, None, scale, groups)
+                  scale: float, groups: int, bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """One online-softmax step: the running max ``m``, sum ``l`` and output ``acc`` after this key tile.
+    ``bias``: a tensor broadcastable to the tile's scores, in place of ``bias_fn``."""
+    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups)
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)  # rows without a visible key yet
     p = torch.exp(s - m_safe.unsqueeze(-1))

@@ -25,6 +25,14 @@ carry + in-tile cumsum``; then through the sigmoid into the same score gradient 
 ``dq = (dS + dg g (1 - g) counted) k / sqrt(d)`` (and ``dk``), one matmul each. After the key tiles,
 ``dq += dz E / sqrt(d)`` and ``dE += dz^T q / sqrt(d)``.
 
+Clamped tiles: positions only grow towards earlier keys, so once the carry of every row of a query tile
+has reached ``npos_max - 1``, every position of the remaining (earlier) key tiles is clamped: their bias
+is ``z[npos_max - 1]`` per row and no position gradient flows (the dense path's clamp and the zero step
+at the last position). Those tiles run as plain biased tiles (:mod:`~pe_toolkit.nn.tiled_attention`'s
+steps with that bias, ``dz[npos_max - 1] += sum(dS)``): no gates, sums or gathers. With the default 64
+positions and gates near 1/2 this is every key tile but the last one or two of each query tile at long L.
+(One host read per computed tile decides it; inside a traced graph every tile takes the full step.)
+
 Why the saved carries rather than one saved row total (``carry = total - prefix``, recomputed): gate sums
 reach the length L (positions are clamped only after the sum), so a difference of two float32 sums is off by
 up to ``L * 6e-8`` (``1e-3`` at 16k) from the forward's carry, and the recomputed probabilities
@@ -140,27 +148,36 @@ def _backward_tile(q: Tensor, k: Tensor, v: Tensor, z: Tensor, dout: Tensor, lse
 
 # ------------------------------------------------------------------------------------ forward / backward
 def _forward(plan: _Plan, q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, q_pos: Tensor, k_pos: Tensor
-             ) -> tuple[Tensor, Tensor, list[Tensor]]:
-    """Output ``(B, H_kv, rows, d)``, log-sum-exp ``(B, H_kv, rows)`` and the carry of every tile pair (plan order)."""
+             ) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+    """Output ``(B, H_kv, rows, d)``, log-sum-exp ``(B, H_kv, rows)`` and the carry of every tile pair (plan
+    order; ``None`` where every position of the tile was clamped)."""
     t, r = plan.tile, plan.tile * plan.groups
     step = _step(_forward_tile, plan.compiled and not tracing())
+    clamped_step = _step(tiled_attention._forward_tile, plan.compiled and not tracing())
     emb_t = pos_emb.transpose(0, 1) * plan.scale
+    last = pos_emb.shape[0] - 1
     outputs, lses, carries = [], [], []
     for qt, keys in plan.pairs:
-        q_tile = q[:, :, qt * r:(qt + 1) * r]
+        q_tile, qs, i = q[:, :, qt * r:(qt + 1) * r], slice(qt * r, (qt + 1) * r), plan.q_index[qt * t:(qt + 1) * t]
         z = torch.matmul(q_tile, emb_t)
         m = q_tile.new_full(q_tile.shape[:-1], float("-inf"))
         l = q_tile.new_zeros(q_tile.shape[:-1])
         acc = q_tile.new_zeros(q_tile.shape[:-1] + (v.shape[-1],))
         carry = q_tile.new_zeros(q_tile.shape[:-1])
-        tile_carries = []
+        tile_carries, clamped = [], False
         for kt, masked in reversed(keys):  # later keys first: the carry holds their gate sums
             ks = slice(kt * t, (kt + 1) * t)
+            mask_fn = plan.mask_fn if masked else None
+            if clamped:  # every position here is npos_max - 1: the bias is z[npos_max - 1], no gate is needed
+                tile_carries.append(None)
+                m, l, acc = clamped_step(q_tile, k[:, :, ks], v[:, :, ks], m, l, acc, i, plan.k_index[ks],
+                                         plan.key_valid[ks], None, mask_fn, plan.scale, plan.groups, z[..., last:])
+                continue
             tile_carries.append(carry)
-            m, l, acc, carry = step(q_tile, k[:, :, ks], v[:, :, ks], z, m, l, acc, carry,
-                                    plan.q_index[qt * t:(qt + 1) * t], plan.k_index[ks], plan.key_valid[ks],
-                                    q_pos[:, :, qt * r:(qt + 1) * r], k_pos[..., ks],
-                                    plan.mask_fn if masked else None, plan.scale, plan.groups)
+            m, l, acc, carry = step(q_tile, k[:, :, ks], v[:, :, ks], z, m, l, acc, carry, i, plan.k_index[ks],
+                                    plan.key_valid[ks], q_pos[:, :, qs], k_pos[..., ks], mask_fn, plan.scale,
+                                    plan.groups)
+            clamped = not tracing() and bool((carry >= last).all())  # positions only grow towards earlier keys
         carries += reversed(tile_carries)
         seen = l > 0
         outputs.append(acc / torch.where(seen, l, 1.0).unsqueeze(-1))
@@ -176,7 +193,9 @@ class _TiledCoPE(torch.autograd.Function):
                 k_pos: Tensor) -> Tensor:
         out, lse, carries = _forward(plan, q, k, v, pos_emb, q_pos, k_pos)
         ctx.plan = plan
-        stacked = torch.stack(carries) if carries else lse.new_zeros(0)
+        ctx.clamped = [c is None for c in carries]
+        kept = [c for c in carries if c is not None]
+        stacked = torch.stack(kept) if kept else lse.new_zeros(0)
         ctx.save_for_backward(q, k, v, pos_emb, q_pos, k_pos, out, lse, stacked)
         return out
 
@@ -190,8 +209,10 @@ class _TiledCoPE(torch.autograd.Function):
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         demb = torch.zeros_like(pos_emb)
         emb_t = pos_emb.transpose(0, 1) * plan.scale
+        last = pos_emb.shape[0] - 1
         step = _step(_backward_tile, plan.compiled)
-        pair = 0
+        clamped_step = _step(tiled_attention._backward_tile, plan.compiled)
+        pair, kept = 0, 0
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
             for qt, keys in plan.pairs:
                 qs = slice(qt * r, (qt + 1) * r)
@@ -202,15 +223,24 @@ class _TiledCoPE(torch.autograd.Function):
                 dq_tile = dq[:, :, qs]
                 for kt, masked in keys:  # earlier keys first: dcarry holds their prefix sums of dp
                     ks = slice(kt * t, (kt + 1) * t)
-                    dq_t, dk_t, dv_t, dz_t, dcarry = step(
-                        q_tile, k[:, :, ks], v[:, :, ks], z, dout[:, :, qs], lse[:, :, qs], delta[:, :, qs],
-                        carries[pair], dcarry, i, plan.k_index[ks], plan.key_valid[ks], q_pos[:, :, qs],
-                        k_pos[..., ks], plan.mask_fn if masked else None, plan.scale, plan.groups)
+                    mask_fn = plan.mask_fn if masked else None
+                    if ctx.clamped[pair]:  # bias z[npos_max - 1]; dp = 0 (clamped), so dcarry stays as it is
+                        dq_t, dk_t, dv_t, ds = clamped_step(
+                            q_tile, k[:, :, ks], v[:, :, ks], dout[:, :, qs], lse[:, :, qs], delta[:, :, qs], i,
+                            plan.k_index[ks], plan.key_valid[ks], None, mask_fn, z[..., last:], plan.scale,
+                            plan.groups)
+                        dz[..., last] += ds.sum(-1)
+                    else:
+                        dq_t, dk_t, dv_t, dz_t, dcarry = step(
+                            q_tile, k[:, :, ks], v[:, :, ks], z, dout[:, :, qs], lse[:, :, qs], delta[:, :, qs],
+                            carries[kept], dcarry, i, plan.k_index[ks], plan.key_valid[ks], q_pos[:, :, qs],
+                            k_pos[..., ks], mask_fn, plan.scale, plan.groups)
+                        dz += dz_t
+                        kept += 1
                     pair += 1
                     dq_tile += dq_t
                     dk[:, :, ks] += dk_t
                     dv[:, :, ks] += dv_t
-                    dz += dz_t
                 dq_tile += torch.matmul(dz, pos_emb) * plan.scale
                 demb += torch.einsum("bhrn,bhrd->nd", dz, q_tile) * plan.scale
         return None, dq, dk, dv, demb, None, None

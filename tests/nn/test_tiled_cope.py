@@ -87,6 +87,31 @@ def test_tiled_cope_equals_dense(case, npos_max, length, tile):
     assert_same(reference, tiled, x, rows, **kwargs)
 
 
+@pytest.mark.parametrize("npos_max", [4, 64], ids=["clamped", "unclamped"])
+def test_clamped_tiles_skip_the_gates(npos_max, monkeypatch):
+    """Key tiles before which every row's position already reached npos_max - 1 run as a plain biased tile
+    (bias z[npos_max - 1]; forward and backward); with positions below the clamp none does."""
+    calls = {"forward": 0, "backward": 0}
+
+    def counted(name):
+        original = getattr(tiled_attention, f"_{name}_tile")
+
+        def step(*args, **kwargs):
+            calls[name] += 1
+            return original(*args, **kwargs)
+        monkeypatch.setattr(tiled_attention, f"_{name}_tile", step)
+
+    counted("forward")
+    counted("backward")
+    torch.manual_seed(5)
+    reference, tiled = pair(npos_max=npos_max, tile=8)
+    assert_same(reference, tiled, torch.randn(2, 40, 32))
+    if npos_max == 4:
+        assert calls["forward"] == calls["backward"] > 0
+    else:
+        assert calls == {"forward": 0, "backward": 0}
+
+
 def test_key_positions_are_read_per_tile():
     """Positions that are not the causal order (row 1 runs backwards): a key counts iff ``k_pos <= q_pos``,
     evaluated per tile, also in tiles the mask needs no evaluation on."""
