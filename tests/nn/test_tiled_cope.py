@@ -157,6 +157,18 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda *t: tiled_cope(*t[:3], pos, pos, t[3], mask, tile=3), (q, k, v, emb))
 
 
+def test_half_precision_is_computed_in_float32():
+    """bfloat16 inputs: the float32 computation of the same values, cast back (the dense path's convention)."""
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(1, 4, 11, 8).bfloat16() for _ in range(3))
+    emb = torch.randn(5, 8).bfloat16()
+    pos, mask = torch.arange(11), AttentionMask(11, 11, causal=True)
+    out = tiled_cope(q, k, v, pos, pos, emb, mask, tile=4)
+    assert out.dtype == torch.bfloat16
+    want = tiled_cope(q.float(), k.float(), v.float(), pos, pos, emb.float(), mask, tile=4).bfloat16()
+    assert torch.equal(out, want)
+
+
 def test_backward_saves_no_score_tile():
     """Saved: q, k, v, E, positions, output, log-sum-exp and one (B, H_kv, rows) carry per tile pair, L^2 / tile."""
     largest = 0
