@@ -312,7 +312,7 @@ def test_packed_documents_on_every_backend(name, backend, monkeypatch):
     """The document mask and restarted positions on the memory-bounded, FlexAttention and tiled paths."""
     from pe_toolkit.nn import backends, tiled_attention
 
-    if backend in ("flex", "tiled") and name == "cope":
+    if backend == "flex" and name == "cope":
         pytest.skip("cope has no pointwise bias")
     monkeypatch.setattr(backends, "FLEX_COMPILE", False)
     monkeypatch.setattr(tiled_attention, "TILED_COMPILE", False)  # compiled tiles: tests/nn/test_tiled_attention.py
@@ -411,11 +411,12 @@ def test_compiled_layer_equals_eager(name, fresh_dynamo):
     _assert_same_outputs_and_gradients(compiled, module, (x, torch.arange(9)), [x, *module.parameters()])
 
 
-@pytest.mark.parametrize("name", [n for n in SEQUENCE_ENCODERS if n != "cope"])
+@pytest.mark.parametrize("name", SEQUENCE_ENCODERS)
 def test_compiled_tiled_layer_equals_eager(name, fresh_dynamo, monkeypatch):
     """The same with ``backend="tiled"``: the tile loop traces into one graph (with ordinary autograd, see
-    pe_toolkit.nn.tiled_attention) and equals the eager custom autograd function. One tile (tracing many costs
-    a minute per encoder; tests/nn/test_tiled_attention.py traces 3 x 3 tiles for two encoders)."""
+    pe_toolkit.nn.tiled_attention and pe_toolkit.nn.tiled_cope) and equals the eager custom autograd function. One
+    tile (tracing many costs a minute per encoder; tests/nn/test_tiled_attention.py traces 3 x 3 tiles for two
+    encoders)."""
     from pe_toolkit.nn import tiled_attention
 
     monkeypatch.setattr(tiled_attention, "TILED_COMPILE", False)  # eager side: the tile steps uncompiled

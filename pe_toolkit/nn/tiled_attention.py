@@ -89,9 +89,10 @@ def _scores(q: Tensor, k: Tensor, i: Tensor, j: Tensor, key_valid: Tensor, bias_
 
 def _forward_tile(q: Tensor, k: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor, i: Tensor, j: Tensor,
                   key_valid: Tensor, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
-                  scale: float, groups: int) -> tuple[Tensor, Tensor, Tensor]:
-    """One online-softmax step: the running max ``m``, sum ``l`` and output ``acc`` after this key tile."""
-    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, None, scale, groups)
+                  scale: float, groups: int, bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """One online-softmax step: the running max ``m``, sum ``l`` and output ``acc`` after this key tile.
+    ``bias``: a tensor broadcastable to the tile's scores, in place of ``bias_fn``."""
+    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups)
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)  # rows without a visible key yet
     p = torch.exp(s - m_safe.unsqueeze(-1))
@@ -360,31 +361,44 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bias_fn: BiasFunction | Non
     float16 / bfloat16 inputs are computed in float32 and the output cast back.
     """
     compiled = TILED_COMPILE if compiled is None else compiled
-    longest = max(mask.q_len, mask.k_len)
-    tile = min(TILE, -(-longest // 8) * 8) if tile is None else tile
-    dtype = q.dtype
-    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    batch, heads, q_len, head_dim = q.shape
-    kv_heads = k.shape[1]
-    plan = _plan(q, k, mask, bias_fn, tile, compiled)
-    q_pad = len(plan.q_index) - q_len
-    k_pad = len(plan.k_index) - k.shape[-2]
-
-    def prepare(x: Tensor, pad: int) -> Tensor:
-        x = x.to(compute)
-        if pad:
-            x = torch.nn.functional.pad(x, (0, 0, 0, pad))
-        return x.contiguous()
-
-    groups, rows = heads // kv_heads, q_len + q_pad
-    # (B, H, L, d) -> (B, H_kv, L * G, d), row i * G + g: query i of head kv_head * G + g
-    q_rows = prepare(q, q_pad).view(batch, kv_heads, groups, rows, head_dim).transpose(2, 3)
-    q_rows = q_rows.reshape(batch, kv_heads, rows * groups, head_dim)
-    k4, v4 = prepare(k, k_pad), prepare(v, k_pad)
+    plan = _plan(q, k, mask, bias_fn, tile_size(mask, tile), compiled)
+    q_rows = to_rows(q, len(plan.q_index), plan.groups)
+    k4, v4 = to_rows(k, len(plan.k_index), 1), to_rows(v, len(plan.k_index), 1)
     if tracing():
         out, _ = _forward(plan, q_rows, k4, v4)  # traced with ordinary autograd (see the module docstring)
     else:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
             out = _TiledAttention.apply(plan, q_rows, k4, v4, *plan.leaves)
-    out = out.view(batch, kv_heads, rows, groups, v.shape[-1]).transpose(2, 3).reshape(batch, heads, rows, -1)
-    return out[:, :, :q_len].to(dtype)
+    return from_rows(out, plan.groups, mask.q_len).to(q.dtype)
+
+
+# ------------------------------------------------------------------------------------ shared with tiled_cope
+def tile_size(mask: AttentionMask, tile: int | None, default: int = TILE) -> int:
+    """``tile``, or ``default`` (the longer length rounded up to 8 when shorter)."""
+    return min(default, -(-max(mask.q_len, mask.k_len) // 8) * 8) if tile is None else tile
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float16 / bfloat16 inputs are computed in float32; float32 and float64 in themselves."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def to_rows(x: Tensor, length: int, groups: int) -> Tensor:
+    """``(B, H, L, d)`` -> ``(B, H / groups, length * groups, d)`` in the compute dtype, zero-padded to
+    ``length`` positions: row ``i * groups + g`` is position ``i`` of head ``h * groups + g`` (queries of
+    grouped-query attention; keys and values take ``groups = 1``)."""
+    batch, heads, size, head_dim = x.shape
+    x = x.to(compute_dtype(x.dtype))
+    if length > size:
+        x = torch.nn.functional.pad(x, (0, 0, 0, length - size))
+    if groups == 1:
+        return x.contiguous()
+    x = x.view(batch, heads // groups, groups, length, head_dim).transpose(2, 3)
+    return x.reshape(batch, heads // groups, length * groups, head_dim)
+
+
+def from_rows(out: Tensor, groups: int, length: int) -> Tensor:
+    """The inverse of :func:`to_rows` for an output ``(B, H_kv, L_pad * groups, d)``: ``(B, H, length, d)``."""
+    batch, kv_heads, rows, head_dim = out.shape
+    out = out.view(batch, kv_heads, rows // groups, groups, head_dim).transpose(2, 3)
+    return out.reshape(batch, kv_heads * groups, rows // groups, head_dim)[:, :, :length]

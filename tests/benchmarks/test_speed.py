@@ -124,7 +124,7 @@ def test_smoke_backend_rows(smoke_run):
     for r in infer.values():
         assert r["status"] == "ok" and r["max_abs_diff_vs_sdpa"] < 1e-5
     assert infer["flex"]["speedup_vs_sdpa"] > 0
-    assert _rows(directory, "overhead_vs_nope") == []  # no NoPE row at L=2048 in this run: nothing to divide by
+    assert _rows(directory, "overhead_vs_nope") == []  # no NoPE layer row in this run: nothing to divide by
     (compiled,) = _rows(directory, "compiled_vs_eager")
     assert compiled["encoder"] == "alibi" and compiled["length"] == 32 and compiled["status"] == "ok"
     assert compiled["eager_ms"] > 0 and compiled["compiled_ms"] > 0 and compiled["first_call_s"] > 0
@@ -132,7 +132,7 @@ def test_smoke_backend_rows(smoke_run):
     report = (directory / "report.md").read_text()
     assert "## Attention backends" in report and "GPU rows: not measured" in report
     assert "### Compiled against eager, L=32" in report
-    # forward + backward over NoPE's SDPA per backend, interleaved in one child (cope has no tiled path)
+    # forward + backward over NoPE's SDPA per backend, interleaved in one child (tiled: tests/nn/test_tiled_*.py)
     ratios = {(r["encoder"], r["backend"]): r for r in _rows(directory, "backend_overhead")}
     assert set(ratios) == {("nope", "sdpa")} | {(e, b) for e in ("alibi", "cope") for b in ("sdpa", "blocked", "auto")}
     assert ratios[("nope", "sdpa")]["ratio_vs_nope_sdpa"] == 1.0
@@ -187,3 +187,12 @@ def test_an_embed_only_encoder_acts_on_the_input_and_the_layer_is_nope():
     assert encoding.max_len == 100 and layer.encoding is None and layer.query_block_size == 16
     encoding, layer = speed.attention("alibi", 100, 32, 4)
     assert layer.encoding is encoding and layer.causal
+
+
+def test_overhead_over_nope_at_every_timed_length():
+    rows = [dict(encoder=e, length=n, median_ms=ms) for e, n, ms in
+            [("nope", 512, 10.0), ("alibi", 512, 15.0), ("nope", 1024, 20.0), ("alibi", 1024, 50.0),
+             ("alibi", 2048, 90.0), ("t5", 1024, None)]]
+    out = {(r["encoder"], r["length"]): r["ratio"] for r in speed.overhead_rows(rows)}
+    # no NoPE row at 2048: no ratio there
+    assert out == {("nope", 512): 1.0, ("alibi", 512): 1.5, ("nope", 1024): 1.0, ("alibi", 1024): 2.5}

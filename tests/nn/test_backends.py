@@ -206,7 +206,7 @@ def test_auto_rule():
         assert choose_backend(rope, q, q, pos, pos, big, tile=None, dropout=0.1) == "sdpa"  # SDPA's causal kernel
     trainable = q.clone().requires_grad_(True)
     assert choose_backend(alibi, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "tiled"  # CPU: no flex grad
-    assert choose_backend(cope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "blocked"  # not pointwise
+    assert choose_backend(cope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "tiled"  # its own tiles
     padded = _mask(8192, key_padding_mask=torch.ones(1, 8192, dtype=torch.bool))
     # a bool (1, 1, L, L) mask of 2^26 elements is at the budget, not over it
     assert choose_backend(rope, trainable, q, pos, pos, padded, tile=None, dropout=0.0) == "sdpa"

@@ -15,7 +15,7 @@ SEQUENCE = pet.list_encoders(domain="sequence")
 # what the tiled backend runs: no bias (rotate / nothing) or a pointwise one; embed-only encoders never reach attention
 IN_ATTENTION = [n for n in SEQUENCE if n == "nope" or pet.get_encoder(n, 8, 2, **pet.encoder_info(n).example_options)
                 .acts_in_attention]
-TILED = [n for n in IN_ATTENTION if n != "cope"]
+TILED = [n for n in IN_ATTENTION if n != "cope"]  # cope: tests/nn/test_tiled_cope.py
 DOMAIN_POINTWISE = ["music_relative", "time_interval", "edge_aware_graph"]
 
 
@@ -245,8 +245,11 @@ def test_auto_picks_tiled_for_training_a_pointwise_bias_on_the_cpu():
     assert choose_backend(alibi, trainable, q, pos, pos, below, tile=None, dropout=0.0) == "sdpa"  # compile not repaid
     assert choose_backend(alibi, trainable, q, pos, pos, AttentionMask(1024, 4096, causal=False), tile=None,
                           dropout=0.0) == "tiled"  # pairs, not the length
-    assert choose_backend(cope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "blocked"  # not pointwise
-    assert choose_backend(cope, trainable, q, pos, pos, at, tile=None, dropout=0.0) == "sdpa"
+    assert choose_backend(cope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "tiled"  # its own tiles
+    assert choose_backend(cope, trainable, q, pos, pos, at, tile=None, dropout=0.0) == "tiled"
+    assert choose_backend(cope, trainable, q, pos, pos, below, tile=None, dropout=0.0) == "sdpa"
+    with torch.no_grad():  # CoPE has no pointwise bias for flex
+        assert choose_backend(cope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "blocked"
     assert choose_backend(rope, trainable, q, pos, pos, big, tile=None, dropout=0.0) == "sdpa"  # SDPA's kernel
     assert choose_backend(alibi, trainable, q, pos, pos, at, tile=None, dropout=0.1) == "sdpa"  # no dropout
     assert choose_backend(alibi, trainable, q, pos, pos, big, tile=None, dropout=0.1) == "blocked"
@@ -260,9 +263,11 @@ def test_auto_picks_tiled_for_training_a_pointwise_bias_on_the_cpu():
 
 def test_tiled_errors():
     x = torch.randn(1, 6, 32)
-    cope = pet.MultiHeadAttention(32, 4, causal=True, encoding=pet.get_encoder("cope", 32, 4), backend="tiled")
-    with pytest.raises(ValueError, match="backend 'tiled' needs a pointwise bias; 'cope' has none"):
-        cope(x)
+    # CoPE has its own tile loop (tests/nn/test_tiled_cope.py); CAPE's bias (recsys) is not pointwise either
+    cape = pet.MultiHeadAttention(32, 4, causal=True, encoding=pet.get_encoder("cape", 32, 4, max_len=16),
+                                  backend="tiled")
+    with pytest.raises(ValueError, match="backend 'tiled' needs a pointwise bias; 'cape' has none"):
+        cape(x)
     dropping = pet.MultiHeadAttention(32, 4, causal=True, dropout=0.1, backend="tiled")
     with pytest.raises(ValueError, match="backend 'tiled' has no attention dropout"):
         dropping(x)
