@@ -197,8 +197,9 @@ class Explain(Benchmark):
 
     def analyze(self, result: Result) -> list[dict[str, Any]]:
         methods = sorted(method_rows(result.rows), key=lambda r: (r["task"], r["encoding"]))
+        bounded = dict.fromkeys(AUCS, (0, 1))  # areas under probability curves, and a hit rate
         return [{"kind": "method_summary", **entry} for entry in summarize_groups(
-            methods, ("task", "encoding", "method"), AUCS, bounds={"top1_hit": (0, 1)})] + super().analyze(result)
+            methods, ("task", "encoding", "method"), AUCS, bounds=bounded)] + super().analyze(result)
 
     def describe(self, result: Result) -> str:
         return ("Perturbation test: prompt inputs replaced in order of score; the area under the probability of the "

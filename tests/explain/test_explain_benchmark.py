@@ -109,6 +109,10 @@ def test_analysis_report_and_plots_from_model_rows(tmp_path):
     claims = {(r["encoding"], r["claim"]): r["verdict"] for r in result.derived if r["kind"] == "claim"}
     assert claims[("rope", "PA-LRP more faithful than plain LRP (MoRF AUC)")] == "reproduced"  # -0.1 on every seed
     assert not any(encoding == "nope" for encoding, _ in claims)
+    # the AUCs are areas under probability curves: their intervals stay in [0, 1] (t interval intersected)
+    summaries = [r for r in result.derived if r["kind"] == "method_summary"]
+    assert summaries and all(r[key]["method"] == "t within [0, 1]" and 0 <= r[key]["low"] <= r[key]["high"] <= 1
+                             for r in summaries for key in bench.AUCS)
     figures = BENCHMARK.plot(result)
     assert sorted(figures) == ["heatmap_copy_nope.png", "heatmap_copy_rope.png", "perturbation_auc.png"]
     report = BENCHMARK.report(result)
