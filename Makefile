@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m ruff check pe_toolkit domains benchmarks tests docs/scripts
-	$(PY) -m pytest -q -n auto tests
-	$(PY) -m pytest -q -n auto --markdown-docs -p no:cacheprovider --ignore=docs/scripts README.md docs
+	$(PY) -m pytest -q -n auto --dist worksteal tests
+	$(PY) -m pytest -q -n auto --dist worksteal --markdown-docs -p no:cacheprovider --ignore=docs/scripts README.md docs
 
 bench: $(STAMP)
 	$(PY) -m pe_toolkit.bench all --preset quick $(if $(BENCH),--only $(BENCH),)
