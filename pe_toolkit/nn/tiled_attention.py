@@ -92,14 +92,17 @@ def _forward_tile(q: Tensor, k: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Te
                   scale: float, groups: int, bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One online-softmax step: the running max ``m``, sum ``l`` and output ``acc`` after this key tile.
     ``bias``: a tensor broadcastable to the tile's scores, in place of ``bias_fn``."""
-    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups)
+    return online_softmax_step(_scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups), v, m, l, acc)
+
+
+def online_softmax_step(s: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Fold one tile's masked scores ``s (..., rows, Tk)`` and values ``v (..., Tk, d)`` into the running max
+    ``m``, sum ``l`` and output ``acc`` (Milakov & Gimelshein 2018)."""
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)  # rows without a visible key yet
     p = torch.exp(s - m_safe.unsqueeze(-1))
     alpha = torch.exp(m - m_safe)
-    l = l * alpha + p.sum(-1)
-    acc = acc * alpha.unsqueeze(-1) + torch.matmul(p, v)
-    return m_new, l, acc
+    return m_new, l * alpha + p.sum(-1), acc * alpha.unsqueeze(-1) + torch.matmul(p, v)
 
 
 def _backward_tile(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor, i: Tensor,

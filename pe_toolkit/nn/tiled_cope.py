@@ -112,13 +112,7 @@ def _forward_tile(q: Tensor, k: Tensor, v: Tensor, z: Tensor, m: Tensor, l: Tens
                                                            scale, groups)
     carry = carry + (sig * counted).sum(-1)
     s = (s + z.gather(-1, index) + frac * step).masked_fill(~keep, float("-inf"))
-    m_new = torch.maximum(m, s.amax(-1))
-    m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)  # rows without a visible key yet
-    p = torch.exp(s - m_safe.unsqueeze(-1))
-    alpha = torch.exp(m - m_safe)
-    l = l * alpha + p.sum(-1)
-    acc = acc * alpha.unsqueeze(-1) + torch.matmul(p, v)
-    return m_new, l, acc, carry
+    return (*tiled_attention.online_softmax_step(s, v, m, l, acc), carry)
 
 
 def _backward_tile(q: Tensor, k: Tensor, v: Tensor, z: Tensor, dout: Tensor, lse: Tensor, delta: Tensor,
