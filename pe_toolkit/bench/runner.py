@@ -71,7 +71,7 @@ def run_key(benchmark: Benchmark, spec: dict[str, Any], tuned: str | None) -> st
     for f in fields:
         try:
             values[f] = spec_value(spec, f)
-        except (KeyError, TypeError):
+        except ValueError:
             missing.append(f)
     if missing:
         raise ValueError(f"{benchmark.name}: run spec lacks key field(s) {missing}; it has {sorted(spec)}")
@@ -124,13 +124,24 @@ def run_specs(benchmark: Benchmark, specs: list[dict[str, Any]], store: RunStore
 def spec_value(spec: dict[str, Any], field: str) -> Any:
     """``spec[field]``; a dotted ``field`` reads a nested value (``"training.lr"``: ``spec["training"]["lr"]``)."""
     value = spec
-    for part in field.split("."):
+    for depth, part in enumerate(field.split(".")):
+        if not isinstance(value, dict) or part not in value:
+            where = ".".join(field.split(".")[:depth]) or "the spec"
+            allowed = sorted(value) if isinstance(value, dict) else f"a {type(value).__name__}, not a mapping"
+            raise ValueError(f"spec field {field!r}: {where} has no {part!r} (it has {allowed})")
         value = value[part]
     return value
 
 
 def with_value(spec: dict[str, Any], field: str, value: Any) -> dict[str, Any]:
-    """A copy of ``spec`` with ``field`` (dotted: nested) set to ``value``; the other entries are shared."""
+    """A copy of ``spec`` with ``field`` (dotted: nested) set to ``value``; the other entries are shared.
+
+    A top-level ``field`` may be new (a tuned ``lr`` that the runs read with a default); a dotted one must
+    exist (a ``ValueError`` names it otherwise): a nested mapping holds a config section's fields, and a
+    misspelt one would add a value that nothing reads.
+    """
+    if "." in field:
+        spec_value(spec, field)
     head, _, rest = field.partition(".")
     return {**spec, head: with_value(spec[head], rest, value) if rest else value}
 
@@ -163,6 +174,10 @@ def _tune(benchmark: Benchmark, specs: list[dict[str, Any]], tuning: Any, store:
         return s["seed"] == lead["seed"] and (tuning.trials_on is None
                                               or spec_value(s, tuning.trials_on) == spec_value(lead, tuning.trials_on))
 
+    for s in leader.values():  # a misspelt field fails here, before any run, naming the field
+        with_value(s, param, None)
+        if tuning.trials_on is not None:
+            spec_value(s, tuning.trials_on)
     first = [s for s in specs if tuning.group in s and is_trial(s)]
     searches = {group: tuning.search() for group in leader}
     trial_specs: list[dict[str, Any]] = []

@@ -224,3 +224,32 @@ def test_a_missing_nested_key_field_is_named(tmp_path):
     config = Config(methods=["near"], seeds=[0], lrs=[1e-2], max_extensions=0, log=str(tmp_path / "x.log"))
     with pytest.raises(ValueError, match=r"tasks: run spec lacks key field\(s\) \['training.steps'\]"):
         run(Broken(), config, RunOptions(), preset="full", out=tmp_path / "out", command="t")
+
+
+@pytest.mark.parametrize(("param", "trials_on", "message"), [
+    ("training.rate", "task", r"spec field 'training.rate': training has no 'rate' \(it has \['lr', 'steps'\]\)"),
+    ("optim.lr", "task", r"spec field 'optim.lr': the spec has no 'optim' \(it has \['device', 'log', 'method'"),
+    ("training.lr.x", "task", r"spec field 'training.lr.x': training.lr has no 'x' \(it has a float, not a mapping\)"),
+    ("training.lr", "tsak", r"spec field 'tsak': the spec has no 'tsak'"),
+])
+def test_a_misspelt_tuning_field_is_named_before_any_run(tmp_path, param, trials_on, message):
+    class Misspelt(Tasks):
+        def tuning(self, config):
+            return Tuning(param=param, values=config.lrs, metric="val_loss", maximize=False, group="method",
+                          trials_on=trials_on)
+
+    config = Config(methods=["near"], seeds=[0], lrs=[1e-2], max_extensions=0, log=str(tmp_path / "x.log"))
+    with pytest.raises(ValueError, match=message):
+        run(Misspelt(), config, RunOptions(), preset="full", out=tmp_path / "out", command="t")
+    assert not (tmp_path / "x.log").exists()  # nothing ran
+
+
+def test_with_value_refuses_a_nested_field_the_spec_lacks():
+    from pe_toolkit.bench.runner import spec_value, with_value
+
+    spec = {"training": {"lr": 1.0, "steps": 5}, "seed": 0}
+    assert with_value(spec, "training.lr", 2.0) == {"training": {"lr": 2.0, "steps": 5}, "seed": 0}
+    assert spec["training"]["lr"] == 1.0 and spec_value(spec, "training.steps") == 5
+    assert with_value(spec, "lr", 2.0) == {**spec, "lr": 2.0}  # a top-level field may be new
+    with pytest.raises(ValueError, match=r"spec field 'training.lrr': training has no 'lrr'"):
+        with_value(spec, "training.lrr", 2.0)
