@@ -56,6 +56,7 @@ class Config:
     decay: dict[str, NonNegativeInt]
     task_options: dict[str, dict[str, Any]]
     num_train: PositiveInt
+    num_val: PositiveInt
     batch_size: PositiveInt
     lrs: list[float]
     num_explain: PositiveInt
@@ -63,32 +64,36 @@ class Config:
 
 
 def train(spec: dict[str, Any]):
-    """Train a decoder-only Transformer on the spec's task and encoding: ``(model on the CPU, data, final loss)``."""
+    """Train a decoder-only Transformer on the spec's task and encoding: ``(model on the CPU, data, validation loss)``.
+
+    The validation loss is the answer loss on ``num_val`` held-out in-distribution examples (the task's train
+    split drawn with another seed), read once after training: the learning rate is chosen by it.
+    """
     import lightning as L
 
     from pe_toolkit.training import SequenceLMModule, TaskDataModule
 
     L.seed_everything(spec["seed"], verbose=False)
-    data = TaskDataModule(TASK_NAMES[spec["task"]], spec["task_options"], num_train=spec["num_train"], num_val=0,
-                          num_test=0, batch_size=spec["batch_size"], seed=spec["seed"])
+    data = TaskDataModule(TASK_NAMES[spec["task"]], spec["task_options"], num_train=spec["num_train"],
+                          num_val=spec["num_val"], num_test=0, batch_size=spec["batch_size"], seed=spec["seed"])
     options = {"max_len": data.max_sequence_length()} if spec["encoding"] == "learned" else {}
     module = SequenceLMModule(data.vocab_size, encoding=spec["encoding"], encoding_options=options, lr=spec["lr"],
                               warmup_steps=max(1, spec["steps"] // 20), max_steps=spec["decay"], **spec["model"])
     trainer = quiet_trainer(spec.get("device"), max_steps=spec["steps"], limit_val_batches=0)
     trainer.fit(module, data)
-    loss = float(trainer.callback_metrics.get("train/loss", float("nan")))
-    return module.model.cpu().float().eval(), data, loss  # explained on the CPU in float32
+    (metrics,) = quiet_trainer(spec.get("device")).validate(module, datamodule=data, verbose=False)
+    return module.model.cpu().float().eval(), data, float(metrics["val/loss"])  # explained on the CPU in float32
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and evaluate one (task, encoding, seed): the model's row, its per-method rows under ``methods``."""
     task, encoding, seed = spec["task"], spec["encoding"], spec["seed"]
     t0 = time.perf_counter()
-    model, data, loss = train(spec)
+    model, data, val_loss = train(spec)
     train_s = time.perf_counter() - t0
     results, summary = faithfulness(model, evidence_examples(data.task, data.vocab, spec["num_explain"], seed),
                                     seed=seed)
-    return {"kind": "model", "task": task, "encoding": encoding, "seed": seed, "lr": spec["lr"], "final_loss": loss,
+    return {"kind": "model", "task": task, "encoding": encoding, "seed": seed, "lr": spec["lr"], "val_loss": val_loss,
             "train_s": train_s, "eval_s": time.perf_counter() - t0 - train_s, **summary,
             "methods": [{"task": task, "encoding": encoding, "seed": seed, "method": m, **metrics}
                         for m, metrics in results.items()]}
@@ -181,15 +186,15 @@ class Explain(Benchmark):
                 raise ValueError(f"{key} lacks the task(s) {missing}; {key} has {sorted(getattr(config, key))}")
 
     def runs(self, config: Config) -> list[dict[str, Any]]:
-        shared = {"model": dataclasses.asdict(config.model), "num_train": config.num_train,
+        shared = {"model": dataclasses.asdict(config.model), "num_train": config.num_train, "num_val": config.num_val,
                   "batch_size": config.batch_size, "num_explain": config.num_explain}
         return [{"task": t, "encoding": e, "seed": s, "group": f"{t}/{e}", **shared, "steps": config.steps[t],
                  "decay": config.decay[t], "task_options": config.task_options[t]}
                 for t in config.tasks for e in config.encodings for s in config.seeds]
 
     def tuning(self, config: Config) -> Tuning:
-        # chosen by the training loss: the claims compare two explanations of one model, so it favours neither
-        return Tuning(param="lr", values=[float(lr) for lr in config.lrs], metric="final_loss", maximize=False,
+        # chosen by the held-out loss: the claims compare two explanations of one model, so it favours neither
+        return Tuning(param="lr", values=[float(lr) for lr in config.lrs], metric="val_loss", maximize=False,
                       group="group", max_extensions=config.max_extensions)
 
     def claims(self, result: Result) -> list[dict[str, Any]]:

@@ -96,7 +96,7 @@ def test_analysis_report_and_plots_from_model_rows(tmp_path):
     models = []
     for encoding, pa in (("rope", 0.2), ("nope", 0.3)):
         for seed in (0, 1, 2):
-            models.append({"kind": "model", **model_row(encoding, seed, 0.5), "examples": 2, "final_loss": 1.0,
+            models.append({"kind": "model", **model_row(encoding, seed, 0.5), "examples": 2, "val_loss": 1.0,
                            "train_s": 1.0, "eval_s": 1.0,
                            "example": {"ids": [1, 4, 5, 3], "token": [0.1, 0.5, -0.2, 0.3], "plain": [0.1] * 4,
                                        "grad_x_input": [0.0] * 4, "position_terms": {}, "removable": [1, 2]},
