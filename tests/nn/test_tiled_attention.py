@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiled_equality import assert_same, compiled_equals_eager
 
 import pe_toolkit as pet
 from pe_toolkit.nn import backends, tiled_attention
@@ -41,29 +42,6 @@ def pair(name: str, *, causal: bool = True, window: int | None = None, tile: int
     tiled = pet.MultiHeadAttention(32, 4, backend="tiled", query_block_size=tile, **options).to(dtype)
     tiled.load_state_dict(reference.state_dict())
     return reference, tiled
-
-
-def outputs_and_gradients(layer, x, rows=slice(None), **kwargs):
-    """Output and the gradients of the input and of every parameter, of a weighted sum over ``rows``."""
-    layer.zero_grad()
-    x = x.clone().requires_grad_(True)
-    out = layer(x, **kwargs)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
-    (out[:, rows] * weight[:, rows]).sum().backward()
-    return out.detach()[:, rows], x.grad, {n: p.grad for n, p in layer.named_parameters()}
-
-
-def assert_same(reference, tiled, x, rows=slice(None), tol=1e-5, **kwargs):
-    out_a, dx_a, pa = outputs_and_gradients(reference, x, rows, **kwargs)
-    out_b, dx_b, pb = outputs_and_gradients(tiled, x, rows, **kwargs)
-    torch.testing.assert_close(out_b, out_a, rtol=tol, atol=tol)
-    torch.testing.assert_close(dx_b, dx_a, rtol=tol, atol=tol)
-    assert pa.keys() == pb.keys()
-    for n in pa:
-        assert (pa[n] is None) == (pb[n] is None), n
-        if pa[n] is not None:
-            torch.testing.assert_close(pb[n], pa[n], rtol=tol, atol=tol, msg=n)
-    return pb
 
 
 MASKS = ["causal", "window", "packed", "padded", "bidirectional"]
@@ -198,16 +176,8 @@ def test_compiled_tiles_equal_eager(monkeypatch):
     graph is a C++ compile of 10-60 s on this CPU): the forward step, the bias step and the backward step."""
     reference, tiled = pair("t5", tile=16)
     x = torch.randn(1, 16, 32)
-    eager = outputs_and_gradients(tiled, x)
-    monkeypatch.setattr(tiled_attention, "TILED_COMPILE", True)
-    torch._dynamo.reset()
-    compiled = outputs_and_gradients(tiled, x)
-    torch._dynamo.reset()
-    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-5, atol=1e-5)
-    for n in eager[2]:
-        torch.testing.assert_close(compiled[2][n], eager[2][n], rtol=1e-5, atol=1e-5, msg=n)
-    assert compiled[2]["encoding.relative_attention_bias.weight"].abs().sum() > 0
+    grads = compiled_equals_eager(tiled, x, monkeypatch)
+    assert grads["encoding.relative_attention_bias.weight"].abs().sum() > 0
 
 
 @pytest.mark.parametrize("name", ["alibi", "t5"])
