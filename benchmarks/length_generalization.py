@@ -390,6 +390,36 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------- report
+VERDICTS = ("reproduced", "contradicted", "inconclusive", "untested")
+
+
+def main_comparison(summary: list[dict[str, Any]], claim_rows: list[dict[str, Any]]) -> str:
+    """Kazemnejad et al.'s main comparison as a markdown table: per task of :data:`PAPER_OOD_ACCURACY` and encoder
+    our OOD exact match (seed mean [95 % interval]) beside the paper's, our IID mean, and the task's claims counted
+    by verdict. A task or encoder without runs shows ``-``; its claims count as untested."""
+    cells = {(s["task"], s["encoding"]): s for s in summary}
+    encoders = list(PAPER_OOD_ACCURACY["copy_repeat"])
+    rows = []
+    for task, paper in PAPER_OOD_ACCURACY.items():
+        mine = [c for c in claim_rows if c.get("paper") == "Kazemnejad et al. 2023" and c["task"] == task]
+        if not mine:  # no pair of its encoders differs by PAPER_GAP in the paper
+            continue
+        row = {"task": task}
+        for enc in encoders:
+            cell = cells.get((task, enc))
+            if cell is None or not cell["ood_accuracy"]["n"]:
+                row[enc] = f"- / {paper[enc]:.2f}"
+                continue
+            ood, iid = cell["ood_accuracy"], cell["iid_accuracy"]
+            interval = f" [{ood['low']:.2f}, {ood['high']:.2f}]" if math.isfinite(ood["low"]) else ""
+            row[enc] = f"{ood['mean']:.2f}{interval} / {paper[enc]:.2f} (IID {iid['mean']:.2f})"
+        counts = {v: sum(c["verdict"] == v for c in mine) for v in VERDICTS}
+        row["claims"] = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        rows.append(row)
+    return markdown_table(rows, ["task", *((e, f"{e}: ours [95 %] / paper") for e in encoders),
+                                 ("claims", "claims (pairs >= 0.1 apart in the paper)")])
+
+
 def counting_section(rows: list[dict[str, Any]], config: Config) -> str:
     """CoPE counting: the validation error during training, per run whether it reached the target, and the time the
     paper's budget (:data:`PAPER_COUNTING_BUDGET`) would take at the run's seconds per step."""
@@ -528,6 +558,10 @@ class LengthGeneralization(Benchmark):
         failing = failure_summary(result.rows)
         return (
             super().report(result)
+            + "\n## Kazemnejad et al. 2023's main comparison\n\nOut-of-distribution exact match, ours (seed mean [95 % "
+            f"interval]) / the paper's (its 3-seed mean), and our in-distribution mean; a claim on a pair needs both "
+            f"sides learned in distribution (IID >= {LEARNED_IID}).\n\n"
+            + main_comparison(summary, result.derived_of("claim"))
             + "\n## Mean reciprocal rank across tasks (by seed-mean OOD accuracy; compare over the same tasks)\n\n"
             + markdown_table(mrr, ["encoding", ("mrr", "MRR"), ("tasks", "tasks ranked on")], {"mrr": ".3f"})
             + "\n## How out-of-distribution answers fail (shares of the OOD answers, summed over seeds)\n\n"

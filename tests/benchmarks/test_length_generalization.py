@@ -409,3 +409,26 @@ def test_a_tiny_run_writes_intervals_and_a_resumed_rerun_reuses_every_run(tmp_pa
     assert main([*argv, "--resume"], name="length_generalization") == 0
     again = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["kind"] == "run"]
     assert again == runs
+
+
+def test_main_comparison_puts_ours_beside_the_papers_and_counts_the_verdicts():
+    rows = rows_of("copy_repeat", "nope", [0.8, 0.82, 0.81]) + rows_of("copy_repeat", "rope", [0, 0, 0.01])
+    rows += rows_of("copy_repeat", "t5", [0.5, 0.6, 0.7], iid=0.5)  # not learned: its claims are untested
+    summary = lg.summarize_runs(rows)
+    claim_rows = lg.claims(rows)
+    table = lg.main_comparison(summary, claim_rows)
+    lines = table.splitlines()
+    assert lines[0].startswith("| task | nope: ours [95 %] / paper | t5: ours [95 %] / paper |")
+    copy = next(line for line in lines if line.startswith("| copy_repeat |"))
+    nope = summarize([0.8, 0.82, 0.81], bounds=(0.0, 1.0))
+    assert f"| {nope.mean:.2f} [{nope.low:.2f}, {nope.high:.2f}] / 0.99 (IID 1.00) |" in copy
+    assert "| - / 0.29 |" in copy  # alibi: no runs
+    verdicts = [c["verdict"] for c in claim_rows if c["task"] == "copy_repeat"]
+    assert verdicts.count("reproduced") == 1 and verdicts.count("untested") == 8  # nope above rope only
+    assert copy.endswith("| 1 reproduced, 8 untested |")
+    # every Kazemnejad task with claims has a row, run or not; pcfg (no pair 0.1 apart) has none
+    assert [line.split(" | ")[0][2:] for line in lines[2:]] == [
+        "copy_repeat", "copy_replace", "copy_random", "copy_repeat_x2", "reverse_x2", "scan_length",
+        "addition[scratchpad icovr]"]
+    replace = next(line for line in lines if line.startswith("| copy_replace |"))
+    assert replace.endswith("| 8 untested |") and "| - / 0.97 |" in replace
