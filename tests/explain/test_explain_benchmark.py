@@ -121,3 +121,24 @@ def test_analysis_report_and_plots_from_model_rows(tmp_path):
     write_results("explain", {}, result.rows + result.derived, 1.0, root=tmp_path)
     write_report("explain", BENCHMARK.title, report, root=tmp_path, command="test", quick=False)
     assert json.loads((tmp_path / "explain" / "results.json").read_text())["benchmark"] == "explain"
+
+
+def test_the_tuning_loss_is_the_answer_loss_on_held_out_examples():
+    """``val_loss`` (what the lr is chosen by) is the batch-weighted answer loss on the ``num_val`` validation
+    examples -- drawn with another seed than the training ones -- of the trained model."""
+    import torch
+
+    from pe_toolkit.training import SequenceLMModule
+
+    assert BENCHMARK.tuning(QUICK).metric == "val_loss" and not BENCHMARK.tuning(QUICK).maximize
+    spec = {**BENCHMARK.runs(QUICK)[0], "steps": 3, "decay": 3, "num_train": 64, "num_val": 40, "batch_size": 16,
+            "model": {"dim": 16, "num_heads": 2, "num_layers": 1}, "lr": 1e-3, "device": None}
+    model, data, val_loss = bench.train(spec)
+    val, train = data.examples("val"), data.examples("train")
+    assert len(val) == 40 and val != train[:40]  # another draw of the training distribution
+    module = SequenceLMModule(data.vocab_size, encoding=spec["encoding"], **spec["model"])
+    module.model = model
+    with torch.no_grad():
+        losses = [(float(module.answer_loss(b)), module.batch_size_of(b)) for b in data.val_dataloader()]
+    expected = sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
+    assert val_loss == pytest.approx(expected, rel=1e-5)
