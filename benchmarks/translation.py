@@ -71,6 +71,7 @@ class Training:
     steps: PositiveInt
     batch_size: PositiveInt
     lrs: list[PositiveFloat]
+    max_extensions: NonNegativeInt = 0  # lrs added past an edge choice (log scale), the same cap for every cell
 
 
 @dataclasses.dataclass
@@ -245,7 +246,7 @@ class Translation(Benchmark):
 
     def tuning(self, config: Config) -> Tuning:
         return Tuning(param="lr", values=[float(v) for v in config.training.lrs], metric="val_bleu", maximize=True,
-                      group="cell")
+                      group="cell", max_extensions=config.training.max_extensions)
 
     def progress_label(self, row: dict[str, Any]) -> str:
         return f"{row['cell']} seed {row['seed']} lr {row['lr']:g}: BLEU {row['bleu']:.2f} ({row['seconds']:.0f}s)"

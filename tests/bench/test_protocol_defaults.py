@@ -141,3 +141,21 @@ def test_training_grid_builds_the_lr_tuning():
     assert (tuning.max_extensions, tuning.scale) == (2, "log")
     with pytest.raises(ValueError, match="(?s)config.scale"):
         to_dataclass(TrainingGrid, {"steps": 10, "batch_size": 4, "lrs": [0.001], "scale": "exp"})
+
+
+@pytest.mark.parametrize("preset", ["full", "gpu"])
+def test_every_tuned_evidence_preset_extends_an_edge_choice(preset):
+    """A full or gpu preset that tunes a parameter lets the grid extend past an edge choice (issue 39: no chosen
+    value may sit at an unextended edge); length_generalization's families / gpu presets tune nothing."""
+    from pe_toolkit.bench.registry import get_benchmark, list_benchmarks
+
+    tuned = 0
+    for name in list_benchmarks():
+        benchmark = get_benchmark(name)
+        if preset not in benchmark.preset_names():
+            continue
+        tuning = benchmark.tuning(load_config(benchmark, preset)[0])
+        if tuning is not None:
+            tuned += 1
+            assert tuning.max_extensions >= 1, f"{name} {preset}: max_extensions {tuning.max_extensions}"
+    assert tuned >= 10

@@ -91,6 +91,7 @@ def test_cells_runs_and_tuning():
     tuning = BENCHMARK.tuning(quick("training.lrs=[0.001, 0.002]"))
     assert (tuning.param, list(tuning.values), tuning.metric, tuning.maximize, tuning.group) == (
         "lr", [0.001, 0.002], "val_bleu", True, "cell")  # every cell: the same grid, the same validation pairs
+    assert tuning.max_extensions == 0 and BENCHMARK.tuning(quick("training.max_extensions=2")).max_extensions == 2
 
 
 # ------------------------------------------------------------------------------------------ summaries
