@@ -28,7 +28,7 @@ from pe_toolkit.bench.config import Dropout, ModelSize, quiet_trainer
 from pe_toolkit.bench.plots import finish, new_figure, plot_intervals
 from pe_toolkit.bench.report import markdown_table
 from pe_toolkit.bench.summary import summarize_groups
-from pe_toolkit.bench.verdict import claim_row, decide_claim, format_side, summarize
+from pe_toolkit.bench.verdict import VERDICTS, claim_row, decide_claim, format_side, summarize
 
 DECODER = "decoder"
 # Encoder options of the papers' code: Kazemnejad et al. 2023 rotate the first 25 % of each head's dims; CoPE's
@@ -390,9 +390,6 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------- report
-VERDICTS = ("reproduced", "contradicted", "inconclusive", "untested")
-
-
 def main_comparison(summary: list[dict[str, Any]], claim_rows: list[dict[str, Any]]) -> str:
     """Kazemnejad et al.'s main comparison as a markdown table: per task of :data:`PAPER_OOD_ACCURACY` and encoder
     our OOD exact match (seed mean [95 % interval]) beside the paper's, our IID mean, and the task's claims counted

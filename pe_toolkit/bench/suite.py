@@ -25,10 +25,9 @@ from typing import Any
 
 from pe_toolkit.atomic import atomic_write_text
 from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.verdict import VERDICTS
 
 __all__ = ["claim_counts", "run_benchmark", "run_suite", "write_summary"]
-
-VERDICTS = ("reproduced", "contradicted", "inconclusive", "untested")
 
 
 def claim_counts(results: Path) -> str:
