@@ -4,12 +4,16 @@ Two steps, so that the page can be checked against exactly what it was built fro
 
 1. :func:`collect` reads ``<root>/<benchmark>/results.json`` of every full or gpu run (quick runs are pipeline
    checks, not evidence) into an *evidence* document: per benchmark the command, date, preset, seeds, the
-   methods measured and every claim row (both sides' means, intervals and n, the test, the computed verdict).
+   methods measured, what was tuned (per method the values tried, the choice, a cap hit) and every claim row
+   (both sides' means, intervals and n, the test, the computed verdict). It updates the committed evidence:
+   a benchmark keeps its latest run, so a benchmark rerun in one sitting replaces only its own entry (run
+   folders do not outlive a machine; the evidence file does).
 2. :func:`render` turns the evidence into the markdown page, per job a user has (train short / run long, extend
    a pretrained RoPE model, graphs, vision, ...): what was measured, the verdicts with their evidence, and what
    this machine could not test.
 
-    python docs/scripts/guide.py --results results/            # rebuild evidence + page from results
+    python docs/scripts/guide.py --results results/            # update evidence + page from results
+    python docs/scripts/guide.py --results results/ --fresh    # evidence from these results only
     python docs/scripts/guide.py --check                       # the page matches its evidence file
 
 The evidence file (``docs/guide_evidence.json``) is committed beside the page; a test rebuilds the page from it.
@@ -101,13 +105,25 @@ def _methods(name: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted({str(r[field]) for r in runs})
 
 
-def collect(roots: Iterable[str | Path]) -> dict[str, Any]:
+def _tuning(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the runner tuned (``None``: nothing): the parameter, per method the values tried and the choice."""
+    tuned, record = config.get("tuned"), config.get("tuning") or {}
+    if not record:
+        return None
+    keys = ("tried", "chosen", "extensions", "max_extensions", "cap_hit", "edge")
+    return {"param": (tuned or {}).get("param"), "group": (tuned or {}).get("group"),
+            "metric": (tuned or {}).get("metric"),
+            "groups": {str(group): {k: entry.get(k) for k in keys} for group, entry in record.items()}}
+
+
+def collect(roots: Iterable[str | Path], previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The evidence of every non-quick ``results.json`` under ``roots`` (``<root>/<benchmark>/results.json``).
 
-    A benchmark found under several roots keeps its latest run (by date). Raises ``ValueError`` naming the file
-    when a results file is not valid JSON or a claim row lacks what a verdict needs.
+    ``previous``: an evidence document to update (its benchmarks stay unless a root holds a run at least as
+    recent). A benchmark found several times keeps its latest run (by date). Raises ``ValueError`` naming the
+    file when a results file is not valid JSON or a claim row lacks what a verdict needs.
     """
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, dict[str, Any]] = dict((previous or {}).get("benchmarks", {}))
     for root in map(Path, roots):
         if not root.is_dir():
             raise ValueError(f"results root {str(root)!r} is not a folder")
@@ -127,9 +143,9 @@ def collect(roots: Iterable[str | Path]) -> dict[str, Any]:
                      "device": config.get("device"), "jobs": config.get("jobs"), "threads": config.get("threads"),
                      "cpu_count": document.get("environment", {}).get("cpu_count"),
                      "gpu": document.get("environment", {}).get("gpu"), "seeds": config.get("seeds"),
-                     "methods": _methods(name, rows),
+                     "methods": _methods(name, rows), "tuning": _tuning(config),
                      "claims": [_claim(r, str(path)) for r in rows if r.get("kind") == "claim"]}
-            if name not in found or (entry["date"] or "") > (found[name]["date"] or ""):
+            if name not in found or (entry["date"] or "") >= (found[name]["date"] or ""):
                 found[name] = entry
     return {"benchmarks": {name: found[name] for name in sorted(found)}}
 
@@ -160,6 +176,25 @@ def _evidence_line(entry: Mapping[str, Any]) -> str:
             + (f", seeds {seeds}" if seeds else "") + ").")
 
 
+def _tuning_line(entry: Mapping[str, Any]) -> str:
+    if "tuning" not in entry:
+        return "Tuning: not recorded in this evidence (built before tuning was collected)."
+    tuning = entry["tuning"]
+    if tuning is None:
+        return "Tuning: none (one setting per method)."
+    param, group = tuning.get("param") or "the tuned value", tuning.get("group") or "method"
+    parts, capped = [], []
+    for name, g in tuning["groups"].items():
+        extended = f", {g['extensions']} extension(s)" if g.get("extensions") else ""
+        parts.append(f"{name} {g['chosen']:g} (of {len(g['tried'])}{extended})")
+        if g.get("cap_hit"):
+            capped.append(f"{name} ({g.get('edge')} edge)")
+    metric = f" by `{tuning['metric']}`" if tuning.get("metric") else ""
+    flag = (f" **At a capped grid edge: {', '.join(capped)}** (their optimum may lie beyond)." if capped
+            else " Every choice is interior to what was tried.")
+    return f"Tuning: `{param}` per `{group}`{metric}: " + "; ".join(parts) + "." + flag
+
+
 def _section(job: str, question: str, names: Sequence[str], evidence: Mapping[str, Any]) -> list[str]:
     lines = [f"## {job}", "", question, ""]
     for name in names:
@@ -170,7 +205,7 @@ def _section(job: str, question: str, names: Sequence[str], evidence: Mapping[st
             lines += [f"Not measured at full scale on this machine yet: run `pe-toolkit bench {name} --preset full "
                       "--jobs 2 --resume` (or the `gpu` preset on a GPU), then rebuild this page.", ""]
             continue
-        lines += [_evidence_line(entry), ""]
+        lines += [_evidence_line(entry), "", _tuning_line(entry), ""]
         if entry["methods"]:
             lines += ["Measured: " + ", ".join(f"`{m}`" for m in entry["methods"]) + ".", ""]
         claims = entry["claims"]
@@ -227,14 +262,19 @@ def render(evidence: Mapping[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python docs/scripts/guide.py", description=__doc__.split("\n")[0])
     parser.add_argument("--results", action="append", default=[], metavar="DIR",
-                        help="a results root (repeatable); rebuilds the evidence file from its results.json files")
+                        help="a results root (repeatable); updates the evidence file from its results.json files")
+    parser.add_argument("--fresh", action="store_true",
+                        help="with --results: build the evidence from these results only (default: update the file)")
     parser.add_argument("--evidence", default="docs/guide_evidence.json", help="the evidence file")
     parser.add_argument("--page", default="docs/guide.md", help="the page")
     parser.add_argument("--check", action="store_true", help="exit 1 if the page differs from its evidence's render")
     args = parser.parse_args(argv)
     evidence_path, page_path = Path(args.evidence), Path(args.page)
+    if args.fresh and not args.results:
+        parser.error("--fresh needs --results DIR")
     if args.results:
-        evidence = collect(args.results)
+        previous = None if args.fresh or not evidence_path.is_file() else json.loads(evidence_path.read_text())
+        evidence = collect(args.results, previous)
         atomic_write_text(evidence_path, json.dumps(evidence, indent=1, sort_keys=True) + "\n")
     else:
         if not evidence_path.is_file():

@@ -291,7 +291,8 @@ def _run_pass(benchmark: Benchmark, config: Any, options: RunOptions, *, preset:
     result.derived = benchmark.analyze(result)
     folder = Path(out) / benchmark.name
     run_config = {"preset": preset, **dataclasses.asdict(config), "device": device, "chosen": chosen,
-                  "tuning": record,
+                  "tuning": record, "tuned": None if tuning is None else
+                  {"param": tuning.param, "group": tuning.group, "metric": tuning.metric},
                   "executor": options.executor, "jobs": jobs, "threads": options.threads,
                   "damaged_run_files": store.damaged, "command": command}
     trial_rows = [{**t, "kind": "tuning_trial"} for t in trials]

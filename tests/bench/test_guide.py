@@ -16,13 +16,13 @@ guide = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(guide)
 
 
-def _results(root, preset, *, date_rows=None):
+def _results(root, preset, *, tuning=None):
     claims = [claim_row(decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], higher_is_better=True,
                                      bounds=(0, 1), name="recursive beats independent")),
               claim_row(untested_claim("box PE helps", "independent is not learned"))]
     rows = [{"variant": v, "seed": s, "map": 0.5, "kind": "run"} for v in ("independent", "recursive") for s in (0, 1)]
     config = {"preset": preset, "seeds": [0, 1], "command": f"pe-toolkit bench detection --preset {preset}",
-              "jobs": 2, "threads": 1, "device": {"accelerator": "cpu"}}
+              "jobs": 2, "threads": 1, "device": {"accelerator": "cpu"}, **(tuning or {})}
     write_results("detection", config, rows + claims, 61.0, root=root)
     return root / "detection" / "results.json"
 
@@ -69,6 +69,55 @@ def test_render_gives_every_job_its_verdicts_evidence_and_what_was_not_tested(tm
     assert "not reproduced" not in page
     with pytest.raises(ValueError, match=r"no job of JOBS covers"):
         guide.render({"benchmarks": {"mine": {}}})
+
+
+TUNED = {"tuned": {"param": "lr", "group": "variant", "metric": "val_loss"},
+         "tuning": {"independent": {"grid": [1e-3, 2e-3], "tried": [5e-4, 1e-3, 2e-3], "scores": [0.3, 0.2, 0.4],
+                                    "chosen": 1e-3, "extensions": 1, "max_extensions": 2, "cap_hit": False,
+                                    "edge": None},
+                    "recursive": {"grid": [1e-3, 2e-3], "tried": [1e-3, 2e-3, 4e-3, 8e-3],
+                                  "scores": [0.4, 0.3, 0.2, 0.1], "chosen": 8e-3, "extensions": 2, "max_extensions": 2,
+                                  "cap_hit": True, "edge": "high"}}}
+
+
+def test_the_page_states_each_methods_tuning_and_flags_a_capped_edge(tmp_path):
+    _results(tmp_path, "full", tuning=TUNED)
+    entry = guide.collect([tmp_path])["benchmarks"]["detection"]
+    assert entry["tuning"]["param"] == "lr" and entry["tuning"]["groups"]["recursive"]["cap_hit"] is True
+    assert entry["tuning"]["groups"]["independent"]["tried"] == [5e-4, 1e-3, 2e-3]
+    page = guide.render({"benchmarks": {"detection": entry}})
+    assert ("Tuning: `lr` per `variant` by `val_loss`: independent 0.001 (of 3, 1 extension(s)); recursive 0.008 "
+            "(of 4, 2 extension(s)). **At a capped grid edge: recursive (high edge)**") in page
+    interior = {**TUNED, "tuning": {"independent": TUNED["tuning"]["independent"]}}
+    _results(tmp_path, "full", tuning=interior)
+    page = guide.render(guide.collect([tmp_path]))
+    assert "Every choice is interior to what was tried." in page and "capped" not in page
+    _results(tmp_path, "full")  # a benchmark that tunes nothing
+    assert "Tuning: none (one setting per method)." in guide.render(guide.collect([tmp_path]))
+    legacy = {k: v for k, v in entry.items() if k != "tuning"}  # evidence built before tuning was collected
+    assert "Tuning: not recorded in this evidence" in guide.render({"benchmarks": {"detection": legacy}})
+
+
+def test_results_update_the_evidence_file_and_keep_the_other_benchmarks(tmp_path):
+    evidence, page = tmp_path / "evidence.json", tmp_path / "guide.md"
+    options = ["--evidence", str(evidence), "--page", str(page)]
+    older = {"benchmark": "graphs", "preset": "full", "command": "pe-toolkit bench graphs --preset full",
+             "date": "2026-01-01T00:00:00+00:00", "seconds": 60.0, "methods": [], "claims": [], "tuning": None}
+    stale_detection = {**older, "benchmark": "detection", "command": "old detection run"}
+    evidence.write_text(json.dumps({"benchmarks": {"graphs": older, "detection": stale_detection}}))
+    _results(tmp_path / "results", "full")
+    assert guide.main(["--results", str(tmp_path / "results"), *options]) == 0
+    updated = json.loads(evidence.read_text())["benchmarks"]
+    assert updated["graphs"] == older  # not rerun: kept
+    assert updated["detection"]["command"] == "pe-toolkit bench detection --preset full"  # rerun: replaced
+    assert "| Graphs | `graphs` | `full`, 2026-01-01 |" in page.read_text()
+    assert guide.main(["--results", str(tmp_path / "results"), "--fresh", *options]) == 0
+    assert list(json.loads(evidence.read_text())["benchmarks"]) == ["detection"]
+    newer = {**stale_detection, "date": "2999-01-01T00:00:00+00:00"}  # a later run than the results: kept
+    kept = guide.collect([tmp_path / "results"], {"benchmarks": {"detection": newer}})
+    assert kept["benchmarks"]["detection"] == newer
+    with pytest.raises(SystemExit):
+        guide.main(["--fresh", *options])
 
 
 def test_every_registered_benchmark_has_a_job():

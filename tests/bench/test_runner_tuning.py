@@ -86,6 +86,7 @@ def test_a_group_at_the_cap_is_flagged_and_every_group_has_the_same_cap(tmp_path
     assert near["max_extensions"] == far["max_extensions"] == 2  # equal budget
     document = json.loads((tmp_path / "out" / "parabola" / "results.json").read_text())
     assert document["config"]["tuning"]["far"]["cap_hit"] is True
+    assert document["config"]["tuned"] == {"param": "lr", "group": "method", "metric": "val_loss"}
     assert [r.get("kind") for r in document["rows"]].count("tuning_trial") == 8
     report = (tmp_path / "out" / "parabola" / "report.md").read_text()
     assert report.index("Body.") < report.index("## Tuning")
