@@ -32,7 +32,7 @@ from pe_toolkit.atomic import atomic_write_text
 from pe_toolkit.bench.registry import BENCHMARKS
 from pe_toolkit.bench.verdict import VERDICTS, format_side
 
-__all__ = ["JOBS", "collect", "main", "render"]
+__all__ = ["JOBS", "collect", "main", "render", "unextended_edges"]
 
 JOBS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Train on short sequences, run on longer ones",
@@ -174,6 +174,14 @@ def _evidence_line(entry: Mapping[str, Any]) -> str:
     return (f"Evidence: the `{entry['preset']}` preset, `{entry['command']}`, run {entry.get('date')} on {where} "
             f"({minutes}, {entry.get('jobs')} job(s) x {entry.get('threads')} thread(s)"
             + (f", seeds {seeds}" if seeds else "") + ").")
+
+
+def unextended_edges(entry: Mapping[str, Any]) -> list[str]:
+    """The methods of an evidence entry tuned to a grid edge without extending the grid to its cap (issue 39's
+    rule: an edge choice stands only once the grid has grown past it as far as the stated cap allows)."""
+    groups = ((entry.get("tuning") or {}).get("groups")) or {}
+    return [name for name, g in groups.items()
+            if g.get("cap_hit") and not (len(g["tried"]) > 1 and g["extensions"] == g["max_extensions"] > 0)]
 
 
 def _tuning_line(entry: Mapping[str, Any]) -> str:

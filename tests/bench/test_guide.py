@@ -144,3 +144,21 @@ def test_the_committed_page_is_its_committed_evidence_rendered():
             assert claim["verdict"] in VERDICTS and claim["test"] and claim["reason"]
             assert claim["a"]["n"] is not None and claim["b"]["n"] is not None
     assert (ROOT / "docs" / "guide.md").read_text() == guide.render(evidence)
+
+
+def test_no_committed_evidence_was_tuned_to_an_unextended_grid_edge():
+    """Issue 39: a choice at a grid edge is allowed only after the grid extended to its cap (and is flagged)."""
+    evidence = json.loads((ROOT / "docs" / "guide_evidence.json").read_text())
+    assert {name: guide.unextended_edges(entry) for name, entry in evidence["benchmarks"].items()
+            if guide.unextended_edges(entry)} == {}
+
+
+def test_an_edge_choice_stands_only_after_the_grid_extended_to_its_cap():
+    capped = TUNED["tuning"]["recursive"]  # at the high edge after 2 of 2 extensions: allowed (and flagged)
+    entry = {"tuning": {"groups": {"capped": capped, "interior": TUNED["tuning"]["independent"],
+                                   "unextended": {**capped, "tried": [1e-3, 2e-3], "extensions": 0,
+                                                  "max_extensions": 0},
+                                   "short": {**capped, "extensions": 1},
+                                   "single": {**capped, "tried": [1e-3], "extensions": 0, "max_extensions": 0}}}}
+    assert guide.unextended_edges(entry) == ["unextended", "short", "single"]
+    assert guide.unextended_edges({"tuning": None}) == guide.unextended_edges({}) == []
