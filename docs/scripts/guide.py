@@ -145,9 +145,22 @@ def collect(roots: Iterable[str | Path], previous: Mapping[str, Any] | None = No
                      "gpu": document.get("environment", {}).get("gpu"), "seeds": config.get("seeds"),
                      "methods": _methods(name, rows), "tuning": _tuning(config),
                      "claims": [_claim(r, str(path)) for r in rows if r.get("kind") == "claim"]}
-            if name not in found or (entry["date"] or "") >= (found[name]["date"] or ""):
-                found[name] = entry
-    return {"benchmarks": {name: found[name] for name in sorted(found)}}
+            key = evidence_key(name, preset)
+            if key not in found or (entry["date"] or "") >= (found[key]["date"] or ""):
+                found[key] = entry
+    return {"benchmarks": {key: found[key] for key in sorted(found)}}
+
+
+def evidence_key(name: str, preset: str) -> str:
+    """An evidence entry per benchmark and preset: ``name`` for the full CPU preset, ``name@preset`` otherwise
+    (a `gpu` run, or length_generalization's `families`, must not replace the full run's evidence)."""
+    return name if preset == "full" else f"{name}@{preset}"
+
+
+def _entries(benchmarks: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    """The evidence entries of benchmark ``name``: the full preset's first, then the others by preset name."""
+    mine = [entry for entry in benchmarks.values() if entry["benchmark"] == name]
+    return sorted(mine, key=lambda entry: (entry["preset"] != "full", entry["preset"]))
 
 
 def _side(side: Mapping[str, Any]) -> str:
@@ -206,41 +219,47 @@ def _tuning_line(entry: Mapping[str, Any]) -> str:
 def _section(job: str, question: str, names: Sequence[str], evidence: Mapping[str, Any]) -> list[str]:
     lines = [f"## {job}", "", question, ""]
     for name in names:
-        entry = evidence.get(name)
-        lines.append(f"### `{name}`")
-        lines.append("")
-        if entry is None:
-            lines += [f"Not measured at full scale on this machine yet: run `pe-toolkit bench {name} --preset full "
+        entries = _entries(evidence, name)
+        if not entries:
+            lines += [f"### `{name}`", "",
+                      f"Not measured at full scale on this machine yet: run `pe-toolkit bench {name} --preset full "
                       "--jobs 2 --resume` (or the `gpu` preset on a GPU), then rebuild this page.", ""]
             continue
-        lines += [_evidence_line(entry), "", _tuning_line(entry), ""]
-        if entry["methods"]:
-            lines += ["Measured: " + ", ".join(f"`{m}`" for m in entry["methods"]) + ".", ""]
-        claims = entry["claims"]
-        if not claims:
-            lines += ["This benchmark states no claim with a verdict (it measures; read its report).", ""]
-            continue
-        lines += [f"Verdicts (reproduced / contradicted / inconclusive / untested): {_counts(claims)}.", "",
-                  "| claim | verdict | a (favoured) | b (baseline) | a - b, paper's direction [95 %] | test |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        for c in claims:
-            margin = f", margin {c['margin']:g}" if c.get("margin") is not None else ""
-            lines.append(f"| {c['name']} | **{c['verdict']}** | {_side(c['a'])} | {_side(c['b'])} | "
-                         f"{_difference(c)} | {c['test']}{margin} |")
-        untested = [c for c in claims if c["verdict"] == "untested"]
-        if untested:
-            lines += ["", "Not testable here:", ""]
-            lines += [f"- {c['name']}: {c['reason']}" for c in untested]
-        lines.append("")
-        if entry["preset"] != "gpu":
+        for entry in entries:
+            lines += _entry_lines(name, entry)
+        if not any(entry["preset"] == "gpu" for entry in entries):
             lines += ["The `gpu` preset (bigger models, more data) has not been run here.", ""]
+    return lines
+
+
+def _entry_lines(name: str, entry: Mapping[str, Any]) -> list[str]:
+    lines = [f"### `{name}`" + ("" if entry["preset"] == "full" else f", `{entry['preset']}` preset"), ""]
+    lines += [_evidence_line(entry), "", _tuning_line(entry), ""]
+    if entry["methods"]:
+        lines += ["Measured: " + ", ".join(f"`{m}`" for m in entry["methods"]) + ".", ""]
+    claims = entry["claims"]
+    if not claims:
+        return lines + ["This benchmark states no claim with a verdict (it measures; read its report).", ""]
+    lines += [f"Verdicts (reproduced / contradicted / inconclusive / untested): {_counts(claims)}.", "",
+              "| claim | verdict | a (favoured) | b (baseline) | a - b, paper's direction [95 %] | test |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for c in claims:
+        margin = f", margin {c['margin']:g}" if c.get("margin") is not None else ""
+        lines.append(f"| {c['name']} | **{c['verdict']}** | {_side(c['a'])} | {_side(c['b'])} | "
+                     f"{_difference(c)} | {c['test']}{margin} |")
+    untested = [c for c in claims if c["verdict"] == "untested"]
+    if untested:
+        lines += ["", "Not testable here:", ""]
+        lines += [f"- {c['name']}: {c['reason']}" for c in untested]
+    lines.append("")
     return lines
 
 
 def render(evidence: Mapping[str, Any]) -> str:
     """The markdown page of ``evidence`` (from :func:`collect`)."""
     benchmarks = evidence.get("benchmarks", {})
-    unknown = sorted(set(benchmarks) - {n for _, _, names in JOBS for n in names})
+    named = {entry.get("benchmark", key) for key, entry in benchmarks.items()}
+    unknown = sorted(named - {n for _, _, names in JOBS for n in names})
     if unknown:
         raise ValueError(f"evidence names benchmarks {unknown} that no job of JOBS covers")
     lines = ["# Which positional encoding should I use?", "",
@@ -255,10 +274,10 @@ def render(evidence: Mapping[str, Any]) -> str:
              "| --- | --- | --- | --- |"]
     for job, _, names in JOBS:
         for name in names:
-            entry = benchmarks.get(name)
-            if entry is None:
+            entries = _entries(benchmarks, name)
+            if not entries:
                 lines.append(f"| {job} | `{name}` | not measured yet | - |")
-            else:
+            for entry in entries:
                 date = (entry.get("date") or "")[:10]
                 lines.append(f"| {job} | `{name}` | `{entry['preset']}`, {date} | {_counts(entry['claims'])} |")
     lines.append("")

@@ -120,6 +120,21 @@ def test_results_update_the_evidence_file_and_keep_the_other_benchmarks(tmp_path
         guide.main(["--fresh", *options])
 
 
+def test_a_gpu_or_families_run_sits_beside_the_full_run_and_does_not_replace_it(tmp_path):
+    _results(tmp_path / "full", "full")
+    _results(tmp_path / "gpu", "gpu")
+    _results(tmp_path / "families", "families")
+    evidence = guide.collect([tmp_path / "gpu", tmp_path / "full", tmp_path / "families"])
+    assert list(evidence["benchmarks"]) == ["detection", "detection@families", "detection@gpu"]
+    page = guide.render(evidence)
+    summary = [line for line in page.splitlines() if line.startswith("| Object detection |")]
+    assert [line.split("|")[3].strip().split(",")[0] for line in summary] == ["`full`", "`families`", "`gpu`"]
+    assert page.index("### `detection`\n") < page.index("### `detection`, `families` preset") \
+        < page.index("### `detection`, `gpu` preset")
+    assert "The `gpu` preset (bigger models, more data) has not been run here." not in page
+    assert guide.evidence_key("graphs", "full") == "graphs" and guide.evidence_key("graphs", "gpu") == "graphs@gpu"
+
+
 def test_every_registered_benchmark_has_a_job():
     covered = [name for _, _, names in guide.JOBS for name in names]
     assert sorted(covered) == sorted(BENCHMARKS)
