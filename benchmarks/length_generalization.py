@@ -114,7 +114,10 @@ class Config:
     training: Training
     evaluation: Evaluation
     tasks: dict[str, TaskEntry] = dataclasses.field(default_factory=dict)
-    lr_tuning: LrTuning | None = None  # None: training.lr for every run
+    lr_tuning: LrTuning | None = None  # None: training.lr for every run (or lr_by_encoder)
+    # a fixed learning rate per encoder, e.g. the choices of an earlier tuning run (the preset says which); every
+    # run encoder needs one, and it excludes lr_tuning and a task's own training.lr
+    lr_by_encoder: dict[str, PositiveFloat] | None = None
 
 
 # ------------------------------------------------------------------------------------------- runs
@@ -185,6 +188,9 @@ def build_specs(config: Config) -> list[dict[str, Any]]:
             for enc in entry["encoders"]:
                 if enc == "cope" and arch == "encdec_bidirectional":
                     continue  # CoPE is defined for causal attention only
+                training = entry["training"]
+                if config.lr_by_encoder and enc in config.lr_by_encoder:
+                    training = {**training, "lr": config.lr_by_encoder[enc]}
                 for seed in config.seeds:
                     spec = {
                         "task": name,
@@ -193,7 +199,7 @@ def build_specs(config: Config) -> list[dict[str, Any]]:
                         **({"encoding_options": ENCODING_OPTIONS[enc]} if enc in ENCODING_OPTIONS else {}),
                         "seed": seed,
                         "model": dataclasses.asdict(config.model),
-                        "training": entry["training"],
+                        "training": training,
                         "evaluation": entry["evaluation"],
                         **({"early_stop": entry["early_stop"]} if entry["early_stop"] else {}),
                         **({} if arch == DECODER else {"architecture": arch}),
@@ -495,6 +501,20 @@ class LengthGeneralization(Benchmark):
             if encoders is not None:
                 distinct(key, encoders, allowed=pet.list_encoders())
         specs = build_specs(config)  # unknown tasks and scratchpads: ValueError naming them
+        if config.lr_by_encoder is not None:
+            if config.lr_tuning is not None:
+                raise ValueError("lr_by_encoder fixes the learning rates that lr_tuning would choose; set one of "
+                                 "them, the other to null")
+            run = list(dict.fromkeys(s["encoding"] for s in specs))
+            missing = [enc for enc in run if enc not in config.lr_by_encoder]
+            unused = [enc for enc in config.lr_by_encoder if enc not in run]
+            if missing or unused:
+                raise ValueError(f"lr_by_encoder must give exactly the encoders that run, {run}; "
+                                 + (f"missing {missing}" if missing else f"not run: {unused}"))
+            own = [name for name, entry in config.tasks.items()
+                   if name in {s["task"] for s in specs} and entry.training and "lr" in entry.training]
+            if own:
+                raise ValueError(f"lr_by_encoder sets the learning rates, but tasks {own} set their own training.lr")
         if config.lr_tuning is not None:
             distinct("lr_tuning.lrs", config.lr_tuning.lrs)
             first_task = {}
@@ -533,20 +553,27 @@ class LengthGeneralization(Benchmark):
             sizes.setdefault(task_key(row), set()).add(row["parameters_without_pe"])
         head, rotary = config.model.dim // config.model.num_heads, ENCODING_OPTIONS["rope"]["rotary_fraction"]
         steps = "; ".join(f"{t} {task_entry(config, parse_task(t)[0])['training']['steps']}" for t in config.run_tasks)
+        lrs = (", ".join(f"{enc} {lr:g}" for enc, lr in config.lr_by_encoder.items()) + " (fixed by `lr_by_encoder`)"
+               if config.lr_by_encoder else "tuned per encoder (the Tuning section)" if config.lr_tuning
+               else f"{config.training.lr}")
         return (
             f"Model {dataclasses.asdict(config.model)}, the same trunk for every encoder (head size {head}: RoPE "
             f"rotates {rotary:.0%} of it, {int(head * rotary) // 2} frequencies); trunk parameters without the PE: "
             + "; ".join(f"{t} {' / '.join(f'{n:,}' for n in sorted(v))}" for t, v in sizes.items())
-            + f". Batch {config.training.batch_size}, AdamW lr {config.training.lr}; steps: {steps}. Device "
+            + f". Batch {config.training.batch_size}, AdamW lr {lrs}; steps: {steps}. Device "
             f"{result.device}. Encoder options {ENCODING_OPTIONS} ({CONTEXT!r}: the longest training sequence + 1). "
             f"Accuracy: exact match of greedy decoding, {config.evaluation.per_length} examples per evaluated length; "
             "IID = the training split, OOD = the test split (longer inputs; more regions for contextual counting; "
             "another density for selective copy and flip-flop).")
 
     def fairness_notes(self, result: Result) -> list[str]:
-        return [f"A claim on OOD accuracy is untested when a side did not learn the task in distribution (seed-mean "
-                f"IID exact match below {LEARNED_IID}).", f"Kazemnejad et al.'s claims: every pair of encoders whose "
-                f"paper means differ by >= {PAPER_GAP} (their reverse numbers are `reverse_x2`'s)."]
+        fixed = ([f"Learning rates fixed per encoder by `lr_by_encoder` ({result.config.lr_by_encoder}): the choices "
+                  "of an earlier tuning run with the same grid for every encoder (the preset names it), not tuned "
+                  "here."] if result.config.lr_by_encoder else [])
+        return fixed + [f"A claim on OOD accuracy is untested when a side did not learn the task in distribution "
+                        f"(seed-mean IID exact match below {LEARNED_IID}).",
+                        f"Kazemnejad et al.'s claims: every pair of encoders whose paper means differ by >= "
+                        f"{PAPER_GAP} (their reverse numbers are `reverse_x2`'s)."]
 
     def report(self, result: Result) -> str:
         summary = result.derived_of("summary")

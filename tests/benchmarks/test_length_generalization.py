@@ -139,6 +139,34 @@ def test_lr_tuning_errors(settings, message):
         BENCHMARK.check(config_of("full", *settings))
 
 
+FIXED = "lr_by_encoder={nope: 0.001, t5: 0.008, alibi: 0.004, rope: 0.004, sinusoidal: 0.001}"
+
+
+def test_fixed_learning_rates_per_encoder_reach_every_spec_of_that_encoder():
+    config = config_of("full", "lr_tuning=null", FIXED)
+    BENCHMARK.check(config)
+    assert BENCHMARK.tuning(config) is None
+    lrs = {(s["encoding"], s["training"]["lr"]) for s in BENCHMARK.runs(config)}
+    assert lrs == {("nope", 0.001), ("t5", 0.008), ("alibi", 0.004), ("rope", 0.004), ("sinusoidal", 0.001)}
+    result = SimpleNamespace(config=config)
+    assert "Learning rates fixed per encoder by `lr_by_encoder`" in BENCHMARK.fairness_notes(result)[0]
+    untouched = BENCHMARK.runs(config_of("full"))  # without it: the preset's lr (the tuning replaces it per encoder)
+    assert {s["training"]["lr"] for s in untouched} == {config.training.lr}
+
+
+@pytest.mark.parametrize("settings, message", [
+    ([FIXED], "lr_by_encoder fixes the learning rates that lr_tuning would choose"),
+    (["lr_tuning=null", "lr_by_encoder={nope: 0.001}"], r"must give exactly the encoders that run.*missing \['t5'"),
+    (["lr_tuning=null", FIXED[:-1] + ", cope: 0.002}"], r"not run: \['cope'\]"),
+    (["lr_tuning=null", FIXED, "tasks.copy_random.training={lr: 0.01}"],
+     r"lr_by_encoder sets the learning rates, but tasks \['copy_random'\]"),
+    (["lr_tuning=null", "lr_by_encoder={nope: -1}"], "lr_by_encoder"),
+])
+def test_lr_by_encoder_errors(settings, message):
+    with pytest.raises(ValueError, match=message):
+        BENCHMARK.check(config_of("full", *settings))
+
+
 def test_the_gpu_preset_is_bigger_than_the_cpu_one():
     full, gpu = config_of("full"), config_of("gpu")
     assert gpu.model.dim * gpu.model.num_layers > full.model.dim * full.model.num_layers
