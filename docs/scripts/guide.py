@@ -67,7 +67,7 @@ JOBS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 """``(job, the question it answers, benchmarks)``, in the page's order; every registered benchmark is in one."""
 
-NOT_EVIDENCE = ("quick",)
+NOT_EVIDENCE = ("quick", "lr_search")  # pipeline checks; a search whose choices a full preset fixes
 SIDE_KEYS = ("mean", "low", "high", "n", "n_nonfinite")
 
 

@@ -41,6 +41,8 @@ def test_collect_keeps_full_runs_with_their_claims_and_skips_quick_ones(tmp_path
     assert reproduced["difference"]["low"] > 0
     assert untested["verdict"] == "untested" and untested["a"]["mean"] is None  # NaN stored as null
     assert guide.collect([tmp_path / "quick"]) == {"benchmarks": {}}
+    _results(tmp_path / "search", "lr_search")  # a search whose choices a full preset fixes: not evidence
+    assert guide.collect([tmp_path / "search"]) == {"benchmarks": {}}
 
 
 def test_collect_names_a_damaged_file_and_a_bad_verdict(tmp_path):

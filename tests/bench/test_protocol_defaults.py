@@ -146,7 +146,8 @@ def test_training_grid_builds_the_lr_tuning():
 @pytest.mark.parametrize("preset", ["full", "gpu"])
 def test_every_tuned_evidence_preset_extends_an_edge_choice(preset):
     """A full or gpu preset that tunes a parameter lets the grid extend past an edge choice (issue 39: no chosen
-    value may sit at an unextended edge); length_generalization's families / gpu presets tune nothing."""
+    value may sit at an unextended edge); length_generalization's families / gpu presets tune nothing, its full
+    preset fixes the choices of its lr_search preset."""
     from pe_toolkit.bench.registry import get_benchmark, list_benchmarks
 
     tuned = 0

@@ -91,11 +91,11 @@ def config_of(name="quick", *overrides):
     return load_config(BENCHMARK, name, overrides=list(overrides))[0]
 
 
-@pytest.mark.parametrize("name", ["quick", "full", "families", "gpu"])
+@pytest.mark.parametrize("name", ["quick", "full", "lr_search", "families", "gpu"])
 def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
     import pe_toolkit as pet
 
-    assert set(BENCHMARK.preset_names()) == {"quick", "full", "families", "gpu"}
+    assert set(BENCHMARK.preset_names()) == {"quick", "full", "lr_search", "families", "gpu"}
     config = config_of(name)
     for spec in BENCHMARK.runs(config):
         get_task(spec["task"], **{k: tuple(v) if isinstance(v, list) else v for k, v in spec["task_options"].items()})
@@ -103,7 +103,7 @@ def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
     for task in config.tasks:  # every catalogue entry is a registered task with valid options
         entry = lg.task_entry(config, task)
         get_task(task, **{k: tuple(v) if isinstance(v, list) else v for k, v in entry["options"].items()})
-    if name != "quick":
+    if name not in ("quick", "lr_search"):  # evidence presets (lr_search: its own test below)
         assert len(config.seeds) >= 3 and config.evaluation.per_length >= 100
         counting = lg.task_entry(config, "cope_counting")
         assert counting["early_stop"]["target_error"] == 0.05 and "music_relative" in counting["encoders"]
@@ -113,11 +113,13 @@ def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
 
 def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
     config = config_of("full")
-    assert config.run_tasks == ["copy_random", "copy_repeat", "copy_replace", "copy_repeat_x2", "scan_length"]
-    tuning = BENCHMARK.tuning(config)  # the lr per encoder on copy_random (the first task), by IID accuracy
+    assert config.run_tasks == ["copy_random", "scan_length", "copy_repeat", "copy_replace", "copy_repeat_x2"]
+    assert BENCHMARK.tuning(config) is None and set(config.lr_by_encoder) == set(config.encoders)  # lr_search's
+    search = config_of("lr_search")
+    tuning = BENCHMARK.tuning(search)  # the lr per encoder on copy_random, seed 0, by IID accuracy
     assert (tuning.param, tuning.group, tuning.trials_on, tuning.metric, tuning.maximize) == (
         "training.lr", "encoding", "task", "iid_accuracy", True)
-    assert tuning.values[0] == config.training.lr and tuning.max_extensions >= 1  # the old lr wins ties
+    assert tuning.values[0] == search.training.lr and tuning.max_extensions >= 1  # the old lr wins ties
     assert BENCHMARK.tuning(config_of("families")) is None and BENCHMARK.tuning(config_of("gpu")) is None
     assert config.encoders == ["nope", "t5", "alibi", "rope", "sinusoidal"] and len(config.seeds) == 3
     assert config.model.num_layers >= 4
@@ -130,27 +132,37 @@ def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
 
 
 @pytest.mark.parametrize("settings, message", [
-    (["run_tasks=[copy_random, cope_counting]"], "lr_tuning tunes every encoder on one task, but their first tasks"),
+    (["run_tasks=[copy_random, cope_counting]", "tasks.cope_counting={encoders: [cope]}"],
+     "lr_tuning tunes every encoder on one task, but their first tasks"),
     (["tasks.copy_random.training={lr: 0.01}"], r"tasks \['copy_random'\] set their own training.lr"),
     (["lr_tuning.lrs=[0.002, 0.002]"], "lr_tuning.lrs"),
 ])
 def test_lr_tuning_errors(settings, message):
     with pytest.raises(ValueError, match=message):
-        BENCHMARK.check(config_of("full", *settings))
+        BENCHMARK.check(config_of("lr_search", *settings))
+
+
+def test_the_lr_search_trials_are_the_full_presets_copy_random_seed_0_runs():
+    """The full preset fixes the lr_search preset's choices: that holds only if a trial is the full run at that lr."""
+    full, search = config_of("full"), config_of("lr_search")
+    trial = next(s for s in BENCHMARK.runs(search) if s["encoding"] == "rope")
+    run = next(s for s in BENCHMARK.runs(full) if (s["task"], s["encoding"], s["seed"]) == ("copy_random", "rope", 0))
+    assert trial == {**run, "training": {**run["training"], "lr": trial["training"]["lr"]}}
+    assert run["training"]["lr"] == full.lr_by_encoder["rope"] and full.encoders == search.encoders
 
 
 FIXED = "lr_by_encoder={nope: 0.001, t5: 0.008, alibi: 0.004, rope: 0.004, sinusoidal: 0.001}"
 
 
 def test_fixed_learning_rates_per_encoder_reach_every_spec_of_that_encoder():
-    config = config_of("full", "lr_tuning=null", FIXED)
+    config = config_of("lr_search", "lr_tuning=null", FIXED)
     BENCHMARK.check(config)
     assert BENCHMARK.tuning(config) is None
     lrs = {(s["encoding"], s["training"]["lr"]) for s in BENCHMARK.runs(config)}
     assert lrs == {("nope", 0.001), ("t5", 0.008), ("alibi", 0.004), ("rope", 0.004), ("sinusoidal", 0.001)}
     result = SimpleNamespace(config=config)
     assert "Learning rates fixed per encoder by `lr_by_encoder`" in BENCHMARK.fairness_notes(result)[0]
-    untouched = BENCHMARK.runs(config_of("full"))  # without it: the preset's lr (the tuning replaces it per encoder)
+    untouched = BENCHMARK.runs(config_of("lr_search"))  # without it: the preset's lr (tuning replaces it)
     assert {s["training"]["lr"] for s in untouched} == {config.training.lr}
 
 
@@ -164,7 +176,7 @@ def test_fixed_learning_rates_per_encoder_reach_every_spec_of_that_encoder():
 ])
 def test_lr_by_encoder_errors(settings, message):
     with pytest.raises(ValueError, match=message):
-        BENCHMARK.check(config_of("full", *settings))
+        BENCHMARK.check(config_of("lr_search", *settings))
 
 
 def test_the_gpu_preset_is_bigger_than_the_cpu_one():
@@ -176,7 +188,7 @@ def test_the_gpu_preset_is_bigger_than_the_cpu_one():
 
 def test_overrides_and_task_entries_reach_every_spec():
     config = config_of("full", "training.steps=7", "seeds=[4, 5]", "run_tasks=[reverse, cope_counting]",
-                       "lr_tuning=null")  # the two tasks' encoders share no first task to tune on
+                       "lr_by_encoder=null")  # the two tasks' encoders share no lr table
     specs = BENCHMARK.runs(config)
     copy = [s for s in specs if s["task"] == "reverse"]
     assert {s["training"]["steps"] for s in copy} == {7} and {s["seed"] for s in specs} == {4, 5}
