@@ -20,7 +20,8 @@ def _results(root, preset, *, tuning=None):
     claims = [claim_row(decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], higher_is_better=True,
                                      bounds=(0, 1), name="recursive beats independent")),
               claim_row(untested_claim("box PE helps", "independent is not learned"))]
-    rows = [{"variant": v, "seed": s, "map": 0.5, "kind": "run"} for v in ("independent", "recursive") for s in (0, 1)]
+    rows = [{"variant": v, "seed": s, "map": 0.5, "kind": "run", "seconds": 30.0}
+            for v in ("independent", "recursive") for s in (0, 1)]
     config = {"preset": preset, "seeds": [0, 1], "command": f"pe-toolkit bench detection --preset {preset}",
               "jobs": 2, "threads": 1, "device": {"accelerator": "cpu"}, **(tuning or {})}
     write_results("detection", config, rows + claims, 61.0, root=root)
@@ -64,6 +65,7 @@ def test_render_gives_every_job_its_verdicts_evidence_and_what_was_not_tested(tm
     page = guide.render(guide.collect([tmp_path]))
     assert "| Object detection | `detection` | `full`, " in page and "| 1 / 0 / 0 / 1 |" in page
     assert "Evidence: the `full` preset, `pe-toolkit bench detection --preset full`, run 20" in page
+    assert "(2 min of runs, summed, 2 job(s) x 1 thread(s)" in page  # the rows' seconds, not the last pass's wall
     assert "| recursive beats independent | **reproduced** | 0.92 [" in page
     assert "- box PE helps: independent is not learned" in page
     assert "The `gpu` preset (bigger models, more data) has not been run here." in page
@@ -113,6 +115,7 @@ def test_results_update_the_evidence_file_and_keep_the_other_benchmarks(tmp_path
     assert updated["graphs"] == older  # not rerun: kept
     assert updated["detection"]["command"] == "pe-toolkit bench detection --preset full"  # rerun: replaced
     assert "| Graphs | `graphs` | `full`, 2026-01-01 |" in page.read_text()
+    assert "run 2026-01-01T00:00:00+00:00 on None CPU cores (1 min," in page.read_text()  # no run_seconds: the wall
     assert guide.main(["--results", str(tmp_path / "results"), "--fresh", *options]) == 0
     assert list(json.loads(evidence.read_text())["benchmarks"]) == ["detection"]
     newer = {**stale_detection, "date": "2999-01-01T00:00:00+00:00"}  # a later run than the results: kept
