@@ -313,8 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--fresh needs --results DIR")
     if args.results:
         previous = None if args.fresh or not evidence_path.is_file() else json.loads(evidence_path.read_text())
-        evidence = collect(args.results, previous)
-        atomic_write_text(evidence_path, json.dumps(evidence, indent=1, sort_keys=True) + "\n")
+        text = json.dumps(collect(args.results, previous), indent=1, sort_keys=True) + "\n"
+        atomic_write_text(evidence_path, text)
+        evidence = json.loads(text)  # the page is the file rendered (sorted keys order the methods)
     else:
         if not evidence_path.is_file():
             parser.error(f"--evidence {str(evidence_path)!r} is not a file (build it with --results DIR)")
