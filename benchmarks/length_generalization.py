@@ -502,6 +502,8 @@ class LengthGeneralization(Benchmark):
             if encoders is not None:
                 distinct(key, encoders, allowed=pet.list_encoders())
         specs = build_specs(config)  # unknown tasks and scratchpads: ValueError naming them
+        own_lr = [name for name, entry in config.tasks.items()  # run tasks with their own training.lr
+                  if name in {s["task"] for s in specs} and entry.training and "lr" in entry.training]
         if config.lr_by_encoder is not None:
             if config.lr_tuning is not None:
                 raise ValueError("lr_by_encoder fixes the learning rates that lr_tuning would choose; set one of "
@@ -511,10 +513,9 @@ class LengthGeneralization(Benchmark):
             if missing:
                 raise ValueError(f"lr_by_encoder must give a learning rate for every encoder that runs, {run}; "
                                  f"missing {missing} (it has {sorted(config.lr_by_encoder)})")
-            own = [name for name, entry in config.tasks.items()
-                   if name in {s["task"] for s in specs} and entry.training and "lr" in entry.training]
-            if own:
-                raise ValueError(f"lr_by_encoder sets the learning rates, but tasks {own} set their own training.lr")
+            if own_lr:
+                raise ValueError(f"lr_by_encoder sets the learning rates, but tasks {own_lr} set their own "
+                                 "training.lr")
         if config.lr_tuning is not None:
             distinct("lr_tuning.lrs", config.lr_tuning.lrs)
             first_task = {}
@@ -523,10 +524,8 @@ class LengthGeneralization(Benchmark):
             if len(set(first_task.values())) > 1:
                 raise ValueError(f"lr_tuning tunes every encoder on one task, but their first tasks differ: "
                                  f"{first_task}; put a task that every encoder runs first in run_tasks")
-            own = [name for name, entry in config.tasks.items()
-                   if name in {s["task"] for s in specs} and entry.training and "lr" in entry.training]
-            if own:
-                raise ValueError(f"lr_tuning chooses the learning rate, but tasks {own} set their own "
+            if own_lr:
+                raise ValueError(f"lr_tuning chooses the learning rate, but tasks {own_lr} set their own "
                                  "training.lr; remove it or set lr_tuning: null")
 
     def tuning(self, config: Config) -> Tuning | None:

@@ -155,8 +155,9 @@ def collect(roots: Iterable[str | Path], previous: Mapping[str, Any] | None = No
 def _run_seconds(rows: Sequence[Mapping[str, Any]]) -> float | None:
     """The seconds of every run and tuning trial, summed (a resumed run's last pass reuses stored runs, so its
     wall time says nothing of what the evidence cost); ``None`` when the runs do not record them."""
-    seconds = [r.get("seconds") for r in rows if r.get("kind") in (None, "run", "tuning_trial")]
-    numbers = [float(v) for v in seconds if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    runs = {json.dumps({k: v for k, v in r.items() if k != "kind"}, sort_keys=True, default=str): r.get("seconds")
+            for r in rows if r.get("kind") in (None, "run", "tuning_trial")}  # a chosen trial is also a run: once
+    numbers = [float(v) for v in runs.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return sum(numbers) if numbers else None
 
 

@@ -24,7 +24,9 @@ def _results(root, preset, *, tuning=None):
             for v in ("independent", "recursive") for s in (0, 1)]
     config = {"preset": preset, "seeds": [0, 1], "command": f"pe-toolkit bench detection --preset {preset}",
               "jobs": 2, "threads": 1, "device": {"accelerator": "cpu"}, **(tuning or {})}
-    write_results("detection", config, rows + claims, 61.0, root=root)
+    chosen = {**rows[0], "kind": "tuning_trial"}  # the chosen trial is also the run: counted once
+    other = {**rows[0], "map": 0.4, "seconds": 60.0, "kind": "tuning_trial"}  # a trial at another value
+    write_results("detection", config, rows + [chosen, other] + claims, 61.0, root=root)
     return root / "detection" / "results.json"
 
 
@@ -65,7 +67,8 @@ def test_render_gives_every_job_its_verdicts_evidence_and_what_was_not_tested(tm
     page = guide.render(guide.collect([tmp_path]))
     assert "| Object detection | `detection` | `full`, " in page and "| 1 / 0 / 0 / 1 |" in page
     assert "Evidence: the `full` preset, `pe-toolkit bench detection --preset full`, run 20" in page
-    assert "(2 min of runs, summed, 2 job(s) x 1 thread(s)" in page  # the rows' seconds, not the last pass's wall
+    # the runs' and trials' own seconds (4 x 30 + 60), not the last pass's wall; 4 min if the chosen trial counted twice
+    assert "(3 min of runs, summed, 2 job(s) x 1 thread(s)" in page
     assert "| recursive beats independent | **reproduced** | 0.92 [" in page
     assert "- box PE helps: independent is not learned" in page
     assert "The `gpu` preset (bigger models, more data) has not been run here." in page
