@@ -528,6 +528,13 @@ class LengthGeneralization(Benchmark):
                 raise ValueError(f"lr_tuning chooses the learning rate, but tasks {own_lr} set their own "
                                  "training.lr; remove it or set lr_tuning: null")
 
+    def fixed(self, config: Config) -> dict[str, Any] | None:
+        """The learning rates ``lr_by_encoder`` fixes (of the encoders that run), or ``None``."""
+        if not config.lr_by_encoder:
+            return None
+        run = dict.fromkeys(s["encoding"] for s in build_specs(config))
+        return {"param": "training.lr", "group": "encoding", "values": {e: config.lr_by_encoder[e] for e in run}}
+
     def tuning(self, config: Config) -> Tuning | None:
         """The learning rate per encoder by in-distribution exact match (never the OOD target) on the first seed of
         the first run task, the same task and grid for every encoder; ``None`` without ``lr_tuning``."""

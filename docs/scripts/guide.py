@@ -2,10 +2,11 @@
 
 Two steps, so that the page can be checked against exactly what it was built from:
 
-1. :func:`collect` reads ``<root>/<benchmark>/results.json`` of every full or gpu run (quick runs are pipeline
-   checks, not evidence) into an *evidence* document: per benchmark the command, date, preset, seeds, the
-   methods measured, what was tuned (per method the values tried, the choice, a cap hit) and every claim row
-   (both sides' means, intervals and n, the test, the computed verdict). It updates the committed evidence:
+1. :func:`collect` reads ``<root>/<benchmark>/results.json`` of every run but quick ones (pipeline checks, not
+   evidence) into an *evidence* document: per benchmark and preset the command, date, seeds, the methods
+   measured, what was tuned (per method the values tried, the choice, a cap hit) or fixed, and every claim row
+   (both sides' means, intervals and n, the test, the computed verdict; none of a search preset such as
+   ``lr_search``, whose one seed is there to choose what a full preset fixes). It updates the committed evidence:
    a benchmark keeps its latest run, so a benchmark rerun in one sitting replaces only its own entry (run
    folders do not outlive a machine; the evidence file does).
 2. :func:`render` turns the evidence into the markdown page, per job a user has (train short / run long, extend
@@ -67,7 +68,9 @@ JOBS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 """``(job, the question it answers, benchmarks)``, in the page's order; every registered benchmark is in one."""
 
-NOT_EVIDENCE = ("quick", "lr_search")  # pipeline checks; a search whose choices a full preset fixes
+NOT_EVIDENCE = ("quick",)  # pipeline checks
+SEARCH_PRESETS = ("lr_search",)  # a search whose choices a full preset fixes: its tuning is evidence, its one-seed
+# claims are not (the full preset's are)
 SIDE_KEYS = ("mean", "low", "high", "n", "n_nonfinite")
 
 
@@ -143,9 +146,10 @@ def collect(roots: Iterable[str | Path], previous: Mapping[str, Any] | None = No
                      "device": config.get("device"), "jobs": config.get("jobs"), "threads": config.get("threads"),
                      "cpu_count": document.get("environment", {}).get("cpu_count"),
                      "gpu": document.get("environment", {}).get("gpu"), "seeds": config.get("seeds"),
-                     "methods": _methods(name, rows), "tuning": _tuning(config),
+                     "methods": _methods(name, rows), "tuning": _tuning(config), "fixed": config.get("fixed"),
                      "run_seconds": _run_seconds(rows),
-                     "claims": [_claim(r, str(path)) for r in rows if r.get("kind") == "claim"]}
+                     "claims": [] if preset in SEARCH_PRESETS else
+                     [_claim(r, str(path)) for r in rows if r.get("kind") == "claim"]}
             key = evidence_key(name, preset)
             if key not in found or (entry["date"] or "") >= (found[key]["date"] or ""):
                 found[key] = entry
@@ -213,7 +217,11 @@ def unextended_edges(entry: Mapping[str, Any]) -> list[str]:
 def _tuning_line(entry: Mapping[str, Any]) -> str:
     if "tuning" not in entry:
         return "Tuning: not recorded in this evidence (built before tuning was collected)."
-    tuning = entry["tuning"]
+    tuning, fixed = entry["tuning"], entry.get("fixed")
+    if tuning is None and fixed:
+        values = "; ".join(f"{name} {value:g}" for name, value in fixed["values"].items())
+        return (f"Tuning: `{fixed['param']}` per `{fixed['group']}` fixed by the preset, not tuned in this run "
+                f"(an earlier search's choices): {values}.")
     if tuning is None:
         return "Tuning: none (one setting per method)."
     param, group = tuning.get("param") or "the tuned value", tuning.get("group") or "method"
@@ -251,6 +259,9 @@ def _entry_lines(name: str, entry: Mapping[str, Any]) -> list[str]:
     if entry["methods"]:
         lines += ["Measured: " + ", ".join(f"`{m}`" for m in entry["methods"]) + ".", ""]
     claims = entry["claims"]
+    if entry["preset"] in SEARCH_PRESETS:
+        return lines + [f"A search (seed {entry.get('seeds')}): its choices are what the full preset fixes; its "
+                        "one-seed claims are not verdicts (the full preset's are).", ""]
     if not claims:
         return lines + ["This benchmark states no claim with a verdict (it measures; read its report).", ""]
     lines += [f"Verdicts (reproduced / contradicted / inconclusive / untested): {_counts(claims)}.", "",

@@ -172,6 +172,12 @@ class Benchmark:
         """The tuning grid, or ``None`` (no tuning)."""
         return None
 
+    def fixed(self, config: Any) -> dict[str, Any] | None:
+        """Per-method values the config fixes instead of tuning (e.g. an earlier search's choices), recorded in
+        ``results.json`` (``config.fixed``) so a reader sees that they were not tuned in this run:
+        ``{"param": ..., "group": ..., "values": {method: value}}``, or ``None`` (default)."""
+        return None
+
     def run_one(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Run one spec (in a worker; ``spec["device"]`` and ``spec["threads"]`` set by the runner); a row."""
         raise NotImplementedError

@@ -293,6 +293,7 @@ def _run_pass(benchmark: Benchmark, config: Any, options: RunOptions, *, preset:
     run_config = {"preset": preset, **dataclasses.asdict(config), "device": device, "chosen": chosen,
                   "tuning": record, "tuned": None if tuning is None else
                   {"param": tuning.param, "group": tuning.group, "metric": tuning.metric},
+                  "fixed": benchmark.fixed(config),
                   "executor": options.executor, "jobs": jobs, "threads": options.threads,
                   "damaged_run_files": store.damaged, "command": command}
     trial_rows = [{**t, "kind": "tuning_trial"} for t in trials]

@@ -44,8 +44,7 @@ def test_collect_keeps_full_runs_with_their_claims_and_skips_quick_ones(tmp_path
     assert reproduced["difference"]["low"] > 0
     assert untested["verdict"] == "untested" and untested["a"]["mean"] is None  # NaN stored as null
     assert guide.collect([tmp_path / "quick"]) == {"benchmarks": {}}
-    _results(tmp_path / "search", "lr_search")  # a search whose choices a full preset fixes: not evidence
-    assert guide.collect([tmp_path / "search"]) == {"benchmarks": {}}
+
 
 
 def test_collect_names_a_damaged_file_and_a_bad_verdict(tmp_path):
@@ -103,6 +102,25 @@ def test_the_page_states_each_methods_tuning_and_flags_a_capped_edge(tmp_path):
     assert "Tuning: none (one setting per method)." in guide.render(guide.collect([tmp_path]))
     legacy = {k: v for k, v in entry.items() if k != "tuning"}  # evidence built before tuning was collected
     assert "Tuning: not recorded in this evidence" in guide.render({"benchmarks": {"detection": legacy}})
+
+
+def test_a_search_presets_tuning_is_evidence_and_its_one_seed_claims_are_not(tmp_path):
+    _results(tmp_path, "lr_search", tuning=TUNED)
+    entry = guide.collect([tmp_path])["benchmarks"]["detection@lr_search"]
+    assert entry["claims"] == [] and entry["tuning"]["groups"]["recursive"]["chosen"] == 8e-3
+    page = guide.render({"benchmarks": {"detection@lr_search": entry}})
+    assert "### `detection`, `lr_search` preset" in page and "recursive 0.008 (of 4, 2 extension(s))" in page
+    assert "its choices are what the full preset fixes; its one-seed claims are not verdicts" in page
+    assert "Verdicts (reproduced" not in page and "recursive beats independent" not in page
+
+
+def test_values_a_preset_fixes_are_stated_as_fixed_not_as_untuned(tmp_path):
+    fixed = {"fixed": {"param": "lr", "group": "variant", "values": {"independent": 1e-3, "recursive": 4e-3}}}
+    _results(tmp_path, "full", tuning=fixed)
+    entry = guide.collect([tmp_path])["benchmarks"]["detection"]
+    assert entry["fixed"] == fixed["fixed"] and entry["tuning"] is None
+    assert ("Tuning: `lr` per `variant` fixed by the preset, not tuned in this run (an earlier search's choices): "
+            "independent 0.001; recursive 0.004.") in guide.render({"benchmarks": {"detection": entry}})
 
 
 def test_results_update_the_evidence_file_and_keep_the_other_benchmarks(tmp_path):

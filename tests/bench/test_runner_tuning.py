@@ -254,3 +254,26 @@ def test_with_value_refuses_a_nested_field_the_spec_lacks():
     assert with_value(spec, "lr", 2.0) == {**spec, "lr": 2.0}  # a top-level field may be new
     with pytest.raises(ValueError, match=r"spec field 'training.lrr': training has no 'lrr'"):
         with_value(spec, "training.lrr", 2.0)
+
+
+class FixedParabola(Parabola):
+    """Every method's lr fixed by the config (e.g. an earlier search's choices): nothing tuned."""
+
+    def runs(self, config: Config) -> list[dict[str, Any]]:
+        return [{**spec, "lr": config.lrs[0]} for spec in super().runs(config)]
+
+    def tuning(self, config: Config) -> None:
+        return None
+
+    def fixed(self, config: Config) -> dict[str, Any]:
+        return {"param": "lr", "group": "method", "values": dict.fromkeys(config.methods, config.lrs[0])}
+
+
+def test_values_a_benchmark_fixes_are_recorded_beside_an_empty_tuning(tmp_path):
+    config = Config(methods=["near", "far"], seeds=[0], lrs=[1e-3], max_extensions=0)
+    run(FixedParabola(), config, RunOptions(), preset="full", out=tmp_path, command="p")
+    document = json.loads((tmp_path / "parabola" / "results.json").read_text())["config"]
+    assert document["tuned"] is None and document["tuning"] == {}
+    assert document["fixed"] == {"param": "lr", "group": "method", "values": {"near": 1e-3, "far": 1e-3}}
+    run(Parabola(), config, RunOptions(), preset="full", out=tmp_path / "tuned", command="p")
+    assert json.loads((tmp_path / "tuned" / "parabola" / "results.json").read_text())["config"]["fixed"] is None

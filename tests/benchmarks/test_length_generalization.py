@@ -171,6 +171,9 @@ def test_fixed_learning_rates_per_encoder_reach_every_spec_of_that_encoder():
     subset = config_of("full", "encoders=[nope, rope]")  # the table may hold more encoders than run
     BENCHMARK.check(subset)
     assert {(s["encoding"], s["training"]["lr"]) for s in BENCHMARK.runs(subset)} == {("nope", 0.001), ("rope", 0.004)}
+    assert BENCHMARK.fixed(subset) == {"param": "training.lr", "group": "encoding",  # results.json: fixed, not tuned
+                                       "values": {"nope": 0.001, "rope": 0.004}}
+    assert BENCHMARK.fixed(config_of("lr_search")) is None
     untouched = BENCHMARK.runs(config_of("lr_search"))  # without it: the preset's lr (tuning replaces it)
     assert {s["training"]["lr"] for s in untouched} == {config.training.lr}
 
