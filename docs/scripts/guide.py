@@ -260,7 +260,7 @@ def _entry_lines(name: str, entry: Mapping[str, Any]) -> list[str]:
         lines += ["Measured: " + ", ".join(f"`{m}`" for m in entry["methods"]) + ".", ""]
     claims = entry["claims"]
     if entry["preset"] in SEARCH_PRESETS:
-        return lines + [f"A search (seed {entry.get('seeds')}): its choices are what the full preset fixes; its "
+        return lines + [f"A search (seeds {entry.get('seeds')}): its choices are what the full preset fixes; its "
                         "one-seed claims are not verdicts (the full preset's are).", ""]
     if not claims:
         return lines + ["This benchmark states no claim with a verdict (it measures; read its report).", ""]

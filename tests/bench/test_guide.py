@@ -46,7 +46,6 @@ def test_collect_keeps_full_runs_with_their_claims_and_skips_quick_ones(tmp_path
     assert guide.collect([tmp_path / "quick"]) == {"benchmarks": {}}
 
 
-
 def test_collect_names_a_damaged_file_and_a_bad_verdict(tmp_path):
     path = _results(tmp_path, "full")
     document = json.loads(path.read_text())
@@ -110,7 +109,8 @@ def test_a_search_presets_tuning_is_evidence_and_its_one_seed_claims_are_not(tmp
     assert entry["claims"] == [] and entry["tuning"]["groups"]["recursive"]["chosen"] == 8e-3
     page = guide.render({"benchmarks": {"detection@lr_search": entry}})
     assert "### `detection`, `lr_search` preset" in page and "recursive 0.008 (of 4, 2 extension(s))" in page
-    assert "its choices are what the full preset fixes; its one-seed claims are not verdicts" in page
+    assert "A search (seeds [0, 1]): its choices are what the full preset fixes; its one-seed claims are not verdicts" \
+        in page
     assert "Verdicts (reproduced" not in page and "recursive beats independent" not in page
 
 
