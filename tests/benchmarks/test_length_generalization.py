@@ -209,8 +209,9 @@ def test_overrides_and_task_entries_reach_every_spec():
     assert counting_steps != 7 and {s["training"]["steps"] for s in specs if s["task"] == "cope_counting"} == {
         counting_steps}
     assert len({(s["case"], s["seed"]) for s in specs}) == len(specs)  # the store keys are unique
-    scaled = BENCHMARK.runs(config_of("quick", "model.scale_embeddings=false", "model.dropout=0.1"))
-    assert scaled[0]["case"] == "copy_repeat__nope__gpt2emb" and scaled[0]["model"]["dropout"] == 0.1
+    assert specs[0]["model"]["scale_embeddings"] is False and "emb" not in specs[0]["case"]  # GPT-2's, unmarked
+    scaled = BENCHMARK.runs(config_of("quick", "model.scale_embeddings=true", "model.dropout=0.1"))
+    assert scaled[0]["case"] == "copy_repeat__nope__scaledemb" and scaled[0]["model"]["dropout"] == 0.1
 
 
 @pytest.mark.parametrize(
