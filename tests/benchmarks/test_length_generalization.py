@@ -91,11 +91,11 @@ def config_of(name="quick", *overrides):
     return load_config(BENCHMARK, name, overrides=list(overrides))[0]
 
 
-@pytest.mark.parametrize("name", ["quick", "full", "lr_search", "scan", "families", "gpu"])
+@pytest.mark.parametrize("name", ["quick", "full", "lr_search", "families", "gpu"])
 def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
     import pe_toolkit as pet
 
-    assert set(BENCHMARK.preset_names()) == {"quick", "full", "lr_search", "scan", "families", "gpu"}
+    assert set(BENCHMARK.preset_names()) == {"quick", "full", "lr_search", "families", "gpu"}
     config = config_of(name)
     for spec in BENCHMARK.runs(config):
         get_task(spec["task"], **{k: tuple(v) if isinstance(v, list) else v for k, v in spec["task_options"].items()})
@@ -105,7 +105,7 @@ def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
         get_task(task, **{k: tuple(v) if isinstance(v, list) else v for k, v in entry["options"].items()})
     if name not in ("quick", "lr_search"):  # evidence presets (lr_search: its own test below)
         assert len(config.seeds) >= 3 and config.evaluation.per_length >= 100
-    if name not in ("quick", "lr_search", "scan"):  # the presets with the whole task catalogue
+    if name not in ("quick", "lr_search"):  # the presets with the whole task catalogue
         counting = lg.task_entry(config, "cope_counting")
         assert counting["early_stop"]["target_error"] == 0.05 and "music_relative" in counting["encoders"]
         regions = lg.task_entry(config, "contextual_counting")["options"]
@@ -114,12 +114,8 @@ def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
 
 def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
     config = config_of("full")
-    assert config.run_tasks == ["copy_random", "copy_repeat", "copy_replace", "copy_repeat_x2"]
-    scan = config_of("scan")  # the main comparison's fifth task, its own sitting, the same trunk and rates
-    assert scan.run_tasks == ["scan_length"] and scan.lr_by_encoder == config.lr_by_encoder
-    assert (scan.model, scan.training, scan.evaluation, scan.seeds, scan.encoders) == (
-        config.model, config.training, config.evaluation, config.seeds, config.encoders)
-    assert scan.tasks["scan_length"].options == config.tasks["scan_length"].options
+    assert config.run_tasks == ["copy_random", "copy_repeat", "copy_replace", "copy_repeat_x2", "scan_length"]
+    assert config.model.num_layers >= 4 and config.model.scale_embeddings is False  # depth for NoPE; GPT-2 embeddings
     assert BENCHMARK.tuning(config) is None and set(config.lr_by_encoder) == set(config.encoders)  # lr_search's
     search = config_of("lr_search")
     tuning = BENCHMARK.tuning(search)  # the lr per encoder on copy_random, seed 0, by IID accuracy
@@ -131,7 +127,7 @@ def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
     assert config.model.num_layers >= 4
     head = config.model.dim // config.model.num_heads
     assert int(head * lg.ENCODING_OPTIONS["rope"]["rotary_fraction"]) // 2 >= 4  # RoPE: several frequencies
-    assert len(BENCHMARK.runs(config)) == 4 * 5 * 3 and len(BENCHMARK.runs(scan)) == 5 * 3
+    assert len(BENCHMARK.runs(config)) == 5 * 5 * 3
     families = config_of("families")
     assert set(families.run_tasks) == {"cope_counting", "contextual_counting", "selective_copy", "flip_flop"}
     assert lg.task_entry(families, "cope_counting")["early_stop"]["stop"] is False  # no truncated metric
@@ -168,7 +164,7 @@ def test_fixed_learning_rates_per_encoder_reach_every_spec_of_that_encoder():
     assert lrs == {("nope", 0.001), ("t5", 0.008), ("alibi", 0.004), ("rope", 0.004), ("sinusoidal", 0.001)}
     result = SimpleNamespace(config=config)
     assert "Learning rates fixed per encoder by `lr_by_encoder`" in BENCHMARK.fairness_notes(result)[0]
-    subset = config_of("full", "encoders=[nope, rope]")  # the table may hold more encoders than run
+    subset = config_of("full", "encoders=[nope, rope]", FIXED)  # the table may hold more encoders than run
     BENCHMARK.check(subset)
     assert {(s["encoding"], s["training"]["lr"]) for s in BENCHMARK.runs(subset)} == {("nope", 0.001), ("rope", 0.004)}
     assert BENCHMARK.fixed(subset) == {"param": "training.lr", "group": "encoding",  # results.json: fixed, not tuned
