@@ -56,6 +56,8 @@ class Model(ModelSize):  # encoder-decoder: num_layers - 1 encoder layers and 1 
     # scaled ones learned copy_replace more slowly (IID at 6,000 steps, 2026-12-04: NoPE seed 0 0.678 scaled,
     # 1.000 GPT-2; ALiBi seed 1 0.555 and 1.000), so the presets use GPT-2's.
     scale_embeddings: bool = False
+    embedding_std: PositiveFloat | None = None  # the token embeddings' init std, no multiplier (T5: 1.0)
+    tie_embeddings: bool = True
 
 
 @dataclasses.dataclass
@@ -179,7 +181,11 @@ def case_name(spec: dict[str, Any]) -> str:
     scratchpad = spec["task_options"].get("scratchpad")
     parts = [spec["task"] + ("" if scratchpad is None else f"-sp{scratchpad or 'empty'}")]
     parts += [spec["architecture"]] if spec.get("architecture", DECODER) != DECODER else []
-    return "__".join([*parts, spec["encoding"], *(["scaledemb"] if spec["model"].get("scale_embeddings") else [])])
+    model = spec["model"]
+    trunk = (["scaledemb"] if model.get("scale_embeddings") else []) + (
+        [f"emb{model['embedding_std']:g}"] if model.get("embedding_std") else []) + (
+        [] if model.get("tie_embeddings", True) else ["untied"])
+    return "__".join([*parts, spec["encoding"], *trunk])
 
 
 def build_specs(config: Config) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,10 @@ class TransformerConfig:
             N(0, dim^-1) and multiplied by ``sqrt(dim)`` at the input, so each coordinate has unit
             scale like an additive sinusoidal PE. ``False`` (default): GPT-2 style N(0, 0.02) and no
             multiplier, under which a sinusoidal PE (unit-scale coordinates) drowns the tokens.
+        embedding_std: the token embeddings' initial standard deviation, no multiplier (e.g. 1.0: T5's
+            N(0, 1), Raffel et al. 2020, unit-scale tokens whose Adam updates are small relative to their
+            scale; untie the head or its logits start large). ``None`` (default): 0.02, or ``dim^-0.5``
+            with ``scale_embeddings``, which it excludes.
         qk_norm: RMSNorm on every query and key head, with ``norm_eps`` (QK-norm, see
             :class:`MultiHeadAttention`; Qwen3's ``q_norm`` / ``k_norm``).
         attention: ``"mha"`` (default) or ``"mla"`` (multi-head latent attention, DeepSeek-V2,
@@ -100,6 +105,7 @@ class TransformerConfig:
     attention_backend: str = "auto"
     attention_window: int | None = None
     scale_embeddings: bool = False
+    embedding_std: float | None = None
     qk_norm: bool = False
     attention: str = "mha"
     latent_options: dict[str, Any] = field(default_factory=dict)
@@ -124,6 +130,14 @@ class Transformer(nn.Module):
         if config.vocab_size is not None:
             check_int("vocab_size", config.vocab_size)
         check_int("num_layers", config.num_layers)
+        if config.embedding_std is not None:
+            if isinstance(config.embedding_std, bool) or not isinstance(config.embedding_std, (int, float)):
+                raise TypeError(f"embedding_std must be a number or None, got {config.embedding_std!r}")
+            if not (math.isfinite(config.embedding_std) and config.embedding_std > 0):
+                raise ValueError(f"embedding_std must be positive and finite, got {config.embedding_std!r}")
+            if config.scale_embeddings:
+                raise ValueError("embedding_std and scale_embeddings=True both set the token embeddings' init; "
+                                 "give one")
         options = {"causal": config.causal, **config.encoding_options}
         count = 1 if config.share_encoding else config.num_layers
         self.encodings = nn.ModuleList(
@@ -162,6 +176,8 @@ class Transformer(nn.Module):
                 nn.init.zeros_(module.bias)
         if self.token_embedding is not None and self.config.scale_embeddings:
             nn.init.normal_(self.token_embedding.weight, std=self.config.dim**-0.5)
+        elif self.token_embedding is not None and self.config.embedding_std is not None:
+            nn.init.normal_(self.token_embedding.weight, std=self.config.embedding_std)
 
     def embed_tokens(self, tokens: Tensor) -> Tensor:
         """Token embeddings ``(B, L, dim)``, times ``sqrt(dim)`` when ``scale_embeddings``."""

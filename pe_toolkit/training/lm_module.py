@@ -37,6 +37,8 @@ class SequenceLMModule(ExactMatchModule):
             ``arange(L)``, positions the model has seen in training. ``None``: ``arange(L)`` throughout.
         scale_embeddings: Vaswani-style token embeddings (N(0, 1/dim) init, times ``sqrt(dim)``), see
             :class:`~pe_toolkit.nn.TransformerConfig`.
+        embedding_std, tie_embeddings: the token embeddings' init std (``None``: 0.02) and whether the output
+            head reuses them (see :class:`~pe_toolkit.nn.TransformerConfig`).
     """
 
     def __init__(
@@ -60,6 +62,8 @@ class SequenceLMModule(ExactMatchModule):
         max_answer_tokens: int = 2,
         randomized_max_position: int | None = None,
         scale_embeddings: bool = False,
+        embedding_std: float | None = None,
+        tie_embeddings: bool = True,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -68,7 +72,7 @@ class SequenceLMModule(ExactMatchModule):
                 vocab_size=vocab_size, dim=dim, num_heads=num_heads, num_layers=num_layers,
                 num_kv_heads=num_kv_heads, causal=True, encoding=encoding,
                 encoding_options=dict(encoding_options or {}), mlp=mlp, norm=norm, dropout=dropout,
-                scale_embeddings=scale_embeddings,
+                scale_embeddings=scale_embeddings, embedding_std=embedding_std, tie_embeddings=tie_embeddings,
             )
         )
 

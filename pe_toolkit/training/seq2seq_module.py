@@ -30,6 +30,8 @@ class EncoderDecoderModule(ExactMatchModule):
         bos_id, eos_id: special ids of the target sequences.
         max_answer_tokens: decoding budget beyond the longest reference answer.
         scale_embeddings: Vaswani-style token embeddings (see :class:`~pe_toolkit.nn.TransformerConfig`).
+        embedding_std, tie_embeddings: the token embeddings' init std (``None``: 0.02) and whether the output
+            head reuses them (see :class:`~pe_toolkit.nn.TransformerConfig`).
     """
 
     def __init__(
@@ -52,6 +54,8 @@ class EncoderDecoderModule(ExactMatchModule):
         eos_id: int = Vocabulary.eos_id,
         max_answer_tokens: int = 2,
         scale_embeddings: bool = False,
+        embedding_std: float | None = None,
+        tie_embeddings: bool = True,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -63,7 +67,8 @@ class EncoderDecoderModule(ExactMatchModule):
         self.decoder = Transformer(
             TransformerConfig(vocab_size=vocab_size, dim=dim, num_heads=num_heads, num_layers=decoder_layers,
                               causal=True, encoding=encoding, encoding_options=options, dropout=dropout,
-                              cross_attention=True, scale_embeddings=scale_embeddings)
+                              cross_attention=True, scale_embeddings=scale_embeddings,
+                              embedding_std=embedding_std, tie_embeddings=tie_embeddings)
         )
 
     def encode(self, source_ids: torch.Tensor, source_mask: torch.Tensor) -> torch.Tensor:
