@@ -208,6 +208,18 @@ def test_overrides_and_task_entries_reach_every_spec():
     assert specs[0]["model"]["scale_embeddings"] is False and "emb" not in specs[0]["case"]  # GPT-2's, unmarked
     scaled = BENCHMARK.runs(config_of("quick", "model.scale_embeddings=true", "model.dropout=0.1"))
     assert scaled[0]["case"] == "copy_repeat__nope__scaledemb" and scaled[0]["model"]["dropout"] == 0.1
+    t5 = BENCHMARK.runs(config_of("quick", "model.embedding_std=1.0", "model.tie_embeddings=false"))[0]
+    assert t5["case"] == "copy_repeat__nope__emb1__untied"
+
+
+def test_the_trunk_options_reach_the_modules_transformers():
+    from pe_toolkit.training import EncoderDecoderModule, SequenceLMModule
+
+    decoder = SequenceLMModule(10, dim=16, num_heads=2, num_layers=1, embedding_std=1.0, tie_embeddings=False)
+    assert decoder.model.config.embedding_std == 1.0 and decoder.model.lm_head.weight is not (
+        decoder.model.token_embedding.weight)
+    encdec = EncoderDecoderModule(10, dim=16, num_heads=2, embedding_std=0.5)
+    assert encdec.decoder.config.embedding_std == 0.5 and encdec.decoder.config.tie_embeddings
 
 
 @pytest.mark.parametrize(

@@ -156,6 +156,26 @@ def test_scaled_embeddings_follow_vaswani():
         torch.testing.assert_close(scaled(tokens[:, :8]), expected)
 
 
+
+def test_embedding_std_sets_the_token_init_without_a_multiplier():
+    """embedding_std: N(0, std^2) token embeddings used as they are (T5: 1.0); the other weights keep 0.02."""
+    torch.manual_seed(0)
+    config = dict(vocab_size=500, dim=256, num_heads=4, num_layers=1, encoding="nope")
+    untied = pet.Transformer(pet.TransformerConfig(**config, embedding_std=1.0, tie_embeddings=False))
+    tokens = torch.arange(500).unsqueeze(0)
+    assert untied.token_embedding.weight.std().item() == pytest.approx(1.0, rel=0.05)
+    torch.testing.assert_close(untied.embed_tokens(tokens), untied.token_embedding(tokens))  # no multiplier
+    assert untied.lm_head.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    tied = pet.Transformer(pet.TransformerConfig(**config, embedding_std=0.5))
+    assert tied.lm_head.weight is tied.token_embedding.weight
+    assert tied.token_embedding.weight.std().item() == pytest.approx(0.5, rel=0.05)
+    for bad, error in ((0.0, ValueError), (-1.0, ValueError), (float("inf"), ValueError), (True, TypeError),
+                       ("1", TypeError)):
+        with pytest.raises(error, match="embedding_std"):
+            pet.Transformer(pet.TransformerConfig(**config, embedding_std=bad))
+    with pytest.raises(ValueError, match="embedding_std and scale_embeddings"):
+        pet.Transformer(pet.TransformerConfig(**config, embedding_std=1.0, scale_embeddings=True))
+
 def test_norm_eps_and_qkv_bias():
     Transformer, TransformerConfig = pet.Transformer, pet.TransformerConfig
     """norm_eps reaches every norm (the default stays PyTorch's); qkv_bias adds q/k/v (not output) biases."""
