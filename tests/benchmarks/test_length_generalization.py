@@ -115,7 +115,7 @@ def test_presets_load_and_name_only_registered_tasks_and_encoders(name):
 def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
     config = config_of("full")
     assert config.run_tasks == ["copy_random", "copy_repeat", "copy_replace", "copy_repeat_x2", "scan_length"]
-    assert config.model.num_layers >= 4 and config.model.scale_embeddings is False  # depth for NoPE; GPT-2 embeddings
+    assert config.model.num_layers >= 4 and config.model.embedding_std == 1.0  # depth for NoPE; T5's embeddings
     assert BENCHMARK.tuning(config) is None and set(config.lr_by_encoder) == set(config.encoders)  # lr_search's
     search = config_of("lr_search")
     tuning = BENCHMARK.tuning(search)  # the lr per encoder on copy_random, seed 0, by IID accuracy
@@ -205,11 +205,15 @@ def test_overrides_and_task_entries_reach_every_spec():
     assert counting_steps != 7 and {s["training"]["steps"] for s in specs if s["task"] == "cope_counting"} == {
         counting_steps}
     assert len({(s["case"], s["seed"]) for s in specs}) == len(specs)  # the store keys are unique
-    assert specs[0]["model"]["scale_embeddings"] is False and "emb" not in specs[0]["case"]  # GPT-2's, unmarked
-    scaled = BENCHMARK.runs(config_of("quick", "model.scale_embeddings=true", "model.dropout=0.1"))
+    model = specs[0]["model"]  # the default trunk (T5's embeddings, untied) is unmarked; a changed one is marked
+    assert (model["embedding_std"], model["tie_embeddings"], model["scale_embeddings"]) == (1.0, False, False)
+    assert specs[0]["case"].count("__") == 1
+    scaled = BENCHMARK.runs(config_of("quick", "model.scale_embeddings=true", "model.embedding_std=null",
+                                      "model.dropout=0.1"))
     assert scaled[0]["case"] == "copy_repeat__nope__scaledemb" and scaled[0]["model"]["dropout"] == 0.1
-    t5 = BENCHMARK.runs(config_of("quick", "model.embedding_std=1.0", "model.tie_embeddings=false"))[0]
-    assert t5["case"] == "copy_repeat__nope__emb1__untied"
+    gpt2 = BENCHMARK.runs(config_of("quick", "model.embedding_std=null", "model.tie_embeddings=true"))[0]
+    assert gpt2["case"] == "copy_repeat__nope__gpt2emb__tied"
+    assert BENCHMARK.runs(config_of("quick", "model.embedding_std=0.5"))[0]["case"] == "copy_repeat__nope__emb0.5"
 
 
 def test_the_trunk_options_reach_the_modules_transformers():
