@@ -54,11 +54,12 @@ class Model(ModelSize):  # encoder-decoder: num_layers - 1 encoder layers and 1 
     dropout: Dropout = 0.0
     # Token embeddings. Default: T5's N(0, 1) (the paper's model is a T5 decoder), used without a multiplier, and
     # an untied output head (N(0, 0.02); T5 ties it and scales the logits by dim^-0.5 instead). One-run probes at
-    # 6,000 steps, IID exact match (2026-12-04), on the runs that failed with the two other trunks:
+    # 6,000 steps and rates NoPE 0.001, ALiBi 0.004, APE 0.001, IID exact match (2026-12-04), on the runs that
+    # failed with the two other trunks:
     #   trunk                                   copy_replace      copy_replace     copy_random   copy_random
     #                                           NoPE s0           ALiBi s1         APE s0        NoPE s1
-    #   scale_embeddings (N(0,1/dim) x sqrt)    0.678             0.555            0.9975        plateau
-    #   GPT-2 (embedding_std null, tied)        1.000             1.000            0.018 (0.007-0.018 at 3 lrs)
+    #   scale_embeddings (N(0,1/dim) x sqrt)    0.678             0.555            0.9975        1.000 (late)
+    #   GPT-2 (embedding_std null, tied)        1.000             1.000            0.007 (<= 0.018 at 3 lrs)
     #   T5 (embedding_std 1, untied): default   0.962             1.000            0.991         0.994
     # Scaled: the embeddings' Adam steps are sqrt(dim) times larger relative to their scale; GPT-2: the unit-scale
     # sinusoidal APE drowns tokens of scale 0.02.
