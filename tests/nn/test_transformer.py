@@ -156,7 +156,6 @@ def test_scaled_embeddings_follow_vaswani():
         torch.testing.assert_close(scaled(tokens[:, :8]), expected)
 
 
-
 def test_embedding_std_sets_the_token_init_without_a_multiplier():
     """embedding_std: N(0, std^2) token embeddings used as they are (T5: 1.0); the other weights keep 0.02."""
     torch.manual_seed(0)
@@ -175,6 +174,7 @@ def test_embedding_std_sets_the_token_init_without_a_multiplier():
             pet.Transformer(pet.TransformerConfig(**config, embedding_std=bad))
     with pytest.raises(ValueError, match="embedding_std and scale_embeddings"):
         pet.Transformer(pet.TransformerConfig(**config, embedding_std=1.0, scale_embeddings=True))
+
 
 def test_norm_eps_and_qkv_bias():
     Transformer, TransformerConfig = pet.Transformer, pet.TransformerConfig
