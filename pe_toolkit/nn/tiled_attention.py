@@ -72,23 +72,28 @@ def _indices(q: Tensor, i: Tensor, j: Tensor, groups: int) -> tuple[Tensor, Tens
     return b, h, i.repeat_interleave(groups).view(1, 1, rows, 1), j.view(1, 1, 1, -1)
 
 
-def _scores(q: Tensor, k: Tensor, i: Tensor, j: Tensor, key_valid: Tensor, bias_fn: BiasFunction | None,
+def _scores(q: Tensor, k: Tensor, i: Tensor, j: Tensor, key_valid: Tensor | None, bias_fn: BiasFunction | None,
             mask_fn: MaskFunction | None, bias: Tensor | None, scale: float, groups: int) -> Tensor:
-    """Masked scaled scores of one tile, ``(B, H_kv, T * G, Tk)``: q ``(B, H_kv, T * G, d)``, k ``(B, H_kv, Tk, d)``."""
+    """Masked scaled scores of one tile, ``(B, H_kv, T * G, Tk)``: q ``(B, H_kv, T * G, d)``, k ``(B, H_kv, Tk, d)``.
+    ``key_valid`` ``None`` and no ``mask_fn``: every pair of the tile is visible, nothing is masked (skipping the
+    fill took the bias-free causal tile loop from 1.57x to 1.28x NoPE's SDPA at 2,048 tokens, one thread; with a
+    bias the difference was within the noise of the loaded cores it was measured on)."""
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
     b, h, ii, jj = _indices(q, i, j, groups)
     if bias is not None:
         s = s + bias
     elif bias_fn is not None:
         s = s + bias_fn(b, h, ii, jj).to(s.dtype)
-    keep = key_valid.view(1, 1, 1, -1)
+    if key_valid is None and mask_fn is None:
+        return s
+    keep = None if key_valid is None else key_valid.view(1, 1, 1, -1)
     if mask_fn is not None:
-        keep = keep & mask_fn(b, h, ii, jj)
+        keep = mask_fn(b, h, ii, jj) if keep is None else keep & mask_fn(b, h, ii, jj)
     return s.masked_fill(~keep, float("-inf"))
 
 
 def _forward_tile(q: Tensor, k: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor, i: Tensor, j: Tensor,
-                  key_valid: Tensor, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
+                  key_valid: Tensor | None, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
                   scale: float, groups: int, bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One online-softmax step: the running max ``m``, sum ``l`` and output ``acc`` after this key tile.
     ``bias``: a tensor broadcastable to the tile's scores, in place of ``bias_fn``."""
@@ -106,7 +111,7 @@ def online_softmax_step(s: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor)
 
 
 def _backward_tile(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor, i: Tensor,
-                   j: Tensor, key_valid: Tensor, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
+                   j: Tensor, key_valid: Tensor | None, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
                    bias: Tensor | None, scale: float, groups: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of one tile: ``dq (B, H_kv, T * G, d)``, ``dk, dv (B, H_kv, Tk, d)`` and the score gradient ``dS``."""
     s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups)
@@ -214,6 +219,10 @@ class _Plan:
     leaves: list[Tensor] = field(default_factory=list)
     retain_graph: bool = False  # the bias reads built tensors whose graph every tile's gradient goes through
 
+    def padding_of(self, kt: int) -> Tensor | None:
+        """Key tile ``kt``'s flags of real keys, or ``None`` when it holds no tile padding (nothing to mask)."""
+        return None if (kt + 1) * self.tile <= self.k_len else self.key_valid[kt * self.tile:(kt + 1) * self.tile]
+
 
 def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | None, tile: int,
           compiled: bool) -> _Plan:
@@ -290,7 +299,7 @@ def _forward(plan: _Plan, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tens
         for kt, masked in keys:
             ks = slice(kt * t, (kt + 1) * t)
             m, l, acc = step(q_tile, k[:, :, ks], v[:, :, ks], m, l, acc, plan.q_index[qt * t:(qt + 1) * t],
-                             plan.k_index[ks], plan.key_valid[ks], plan.bias_fn, plan.mask_fn if masked else None,
+                             plan.k_index[ks], plan.padding_of(kt), plan.bias_fn, plan.mask_fn if masked else None,
                              plan.scale, plan.groups)
         seen = l > 0
         outputs.append(acc / torch.where(seen, l, 1.0).unsqueeze(-1))
@@ -332,7 +341,7 @@ class _TiledAttention(torch.autograd.Function):
                         with torch.enable_grad():
                             bias = bias_step(q_tile, i, plan.k_index[ks], plan.bias_fn, plan.groups)
                     dq_t, dk_t, dv_t, ds = step(q_tile, k[:, :, ks], v[:, :, ks], do_tile, lse[:, :, qs],
-                                                delta[:, :, qs], i, plan.k_index[ks], plan.key_valid[ks],
+                                                delta[:, :, qs], i, plan.k_index[ks], plan.padding_of(kt),
                                                 plan.bias_fn, plan.mask_fn if masked else None,
                                                 None if bias is None else bias.detach(), plan.scale, plan.groups)
                     dq_tile += dq_t
