@@ -58,11 +58,11 @@ FLEX_MIN_PAIRS_CPU = 4096 * 4096
 TILED_MIN_PAIRS_CPU = 2048 * 2048
 """``"auto"`` trains a pointwise bias on the CPU with ``"tiled"`` from this many query-key pairs per head.
 
-Measured on 2 CPU cores (one causal layer, dim 256, 4 heads, B = 1, fp32, forward + backward over
-NoPE's SDPA, interleaved rounds in one process, 2026-12-04): at 2,048 tokens tiled / dense ALiBi 1.80 /
-2.92x, T5 2.28 / 4.90x, KERPLE 2.26 / 3.29x, sandwich 1.70 / 2.00x, BAM 2.02 / 4.12x, FIRE 3.28 / 8.13x;
-at 8,192 ALiBi 2.09 / 2.98x, T5 2.76 / 4.68x, FIRE 5.15 / 16.9x; at 1,024 ALiBi 1.76 / 2.13x, at 512
-equal (1.49 / 1.50x). The first tiled call compiles its tile steps (5-20 s per encoder), which a step
+Measured on 2 idle CPU cores (one causal layer, dim 256, 4 heads, B = 1, fp32, forward + backward over
+NoPE's SDPA, interleaved rounds in one process, the speed benchmark's backend overheads, 2026-12-05): at
+2,048 tokens tiled / dense ALiBi 1.24 / 2.03x, T5 1.33 / 2.56x, KERPLE 1.34 / 2.57x, sandwich 1.27 / 2.04x,
+BAM 1.33 / 2.55x, FIRE 1.99 / 6.68x; at 8,192 ALiBi 1.37 / 3.43x, T5 1.47 / 5.99x, FIRE 2.32x / out of
+memory. On busier cores (2026-12-04) at 1,024 ALiBi 1.76 / 2.13x, at 512 equal (1.49 / 1.50x). The first tiled call compiles its tile steps (5-20 s per encoder), which a step
 saving 15-50 ms at 1,024 tokens repays only after 250-900 steps, at 2,048 after about 100.
 """
 
@@ -104,7 +104,7 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
     3. ``"tiled"`` on the CPU when a gradient is needed, the encoder has a tiled path
        (:func:`tiled_supported`), there is no dropout, the call is not being traced by ``torch.compile``
        and it has at least :data:`TILED_MIN_PAIRS_CPU` query-key pairs per head: faster than the dense
-       bias there (1.2-2.5x per step, see that constant; CoPE 1.8x at 2,048 and 1.9x at 8,192 tokens) and
+       bias there (1.6-4x per step, see that constant; CoPE 3.2x at 2,048 tokens) and
        linear in memory. Its first call compiles the tile
        steps (5-20 s), which a training run repays; a forward alone or inference never picks it.
     4. ``"blocked"`` when the dense bias or mask would exceed :data:`DENSE_BUDGET` elements.
