@@ -115,6 +115,23 @@ def test_rows_without_a_visible_key_give_zero():
     assert torch.equal(grad, torch.zeros_like(grad))
 
 
+def test_only_the_ragged_key_tile_masks_its_tile_padding():
+    """With nothing else to mask (bidirectional, no padding), a full key tile is not masked at all and the ragged
+    last one masks exactly its tile padding: outputs and gradients equal SDPA's."""
+    q, k, v = (torch.randn(1, 2, 13, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = AttentionMask(13, 13)
+    plan = tiled_attention._plan(q, k, mask, None, 4, compiled=False)
+    assert [plan.padding_of(kt) for kt in range(3)] == [None, None, None]
+    assert plan.padding_of(3).tolist() == [True, False, False, False]
+    out = tiled_attention.tiled_attention(q, k, v, None, mask, tile=4, compiled=False)
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, reference)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(reference.square().sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want)
+
+
 def test_backward_saves_no_score_tile():
     """Saved for backward: q, k, v, the output and the log-sum-exp; nothing grows as L x L."""
     largest = 0
