@@ -17,6 +17,7 @@ Shapes:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable
@@ -226,6 +227,26 @@ def distance_range(q_pos: Tensor, k_pos: Tensor, span: tuple[int, int] | None = 
     if hi - lo + 1 > 4 * (q_pos.shape[-1] + k_pos.shape[-1]):
         return None
     return lo, hi
+
+
+def relative_table(table: Tensor, q_pos: Tensor, k_pos: Tensor, lo: int) -> tuple[Tensor, int] | None:
+    """``(table, offset)`` with ``table[h, key(b, j) - query(b, i) - lo] == table[h, j - i + offset]`` for every
+    ``b, i, j``, when the positions are contiguous and the same in every batch row (``q_pos[..., i] = i + a``,
+    ``k_pos[..., j] = j + c``: the default positions, also with a KV cache); ``None`` otherwise (packed
+    documents, gaps). Reads the positions once on the host.
+
+    Attached to a tabulated :meth:`PositionBiasEncoding.bias_function` as ``relative_table``: with it a tiled
+    kernel sums each tile's score gradient along its diagonals (one value per distance) instead of
+    scattering every pair into the table (:func:`pe_toolkit.nn.tiled_attention.diagonal_sums`).
+    """
+    def shift(pos: Tensor) -> Tensor:  # pos - arange: one constant everywhere iff the positions are contiguous
+        return pos - torch.arange(pos.shape[-1], device=pos.device)
+
+    q_shift, k_shift = shift(q_pos), shift(k_pos)
+    q_lo, q_hi, k_lo, k_hi = torch.stack((q_shift.min(), q_shift.max(), k_shift.min(), k_shift.max())).tolist()
+    if q_lo != q_hi or k_lo != k_hi:
+        return None
+    return table, int(k_lo - q_lo - lo)
 
 
 def position_lookup(positions: Tensor, vector_dims: int = 0) -> Callable[[Tensor, Tensor], Tensor]:
@@ -575,6 +596,7 @@ class PositionBiasEncoding(PositionalEncoding):
             def tabulated(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
                 return table[h, key(b, j) - query(b, i) - lo]
 
+            tabulated.relative_table = functools.partial(relative_table, table, q_pos, k_pos, lo)
             return tabulated
 
         def function(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:

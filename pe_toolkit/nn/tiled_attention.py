@@ -21,6 +21,9 @@ closure (:func:`bias_inputs`) and passed to the autograd function as inputs; in 
 each tile's bias is evaluated again with autograd on and its gradient ``dS`` (the score gradient of
 the tile) is pushed through it with ``torch.autograd.grad``, accumulated over the tiles. Autograd
 then carries those gradients on to the parameters (e.g. from a distance table to T5's embedding).
+A relative table ``table[h, j - i + offset]`` with contiguous positions (T5, KERPLE, BAM with the
+default positions) takes a shorter way: the tiles are visited diagonal by diagonal, their ``dS`` added
+up and summed along the diagonals once per tile diagonal (:func:`diagonal_sums`).
 
 Grouped-query attention: queries are viewed ``(B, H_kv, G, L, d)`` against keys ``(B, H_kv, 1, L, d)``;
 keys and values are never repeated.
@@ -124,6 +127,30 @@ def _backward_tile(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, d
     return dq, dk, dv, ds
 
 
+def diagonal_sums(ds: Tensor, groups: int) -> Tensor:
+    """Score gradients of tiles ``(H_kv, T * G, Tk)`` (summed over the batch) summed along each diagonal:
+    ``(H, T + Tk - 1)``, entry ``c`` the sum over the pairs with ``j - i = c - (T - 1)`` (tile-local indices).
+
+    The gradient of a bias ``table[h, j - i + offset]`` (a relative bias with contiguous positions) in ``T + Tk - 1``
+    values per head: each row ``i``, padded by ``T - 1`` zeros on both sides, is read ``i`` places further along
+    (one strided view), so that column ``c`` holds key ``i + c - (T - 1)`` of every row.
+    """
+    kv_heads, rows, keys = ds.shape
+    t = rows // groups
+    x = ds.view(kv_heads, t, groups, keys).transpose(1, 2).reshape(kv_heads * groups, t, keys)
+    width = keys + 2 * (t - 1)
+    padded = torch.nn.functional.pad(x, (t - 1, t - 1)).contiguous()
+    return padded.as_strided((kv_heads * groups, t, t + keys - 1), (t * width, width + 1, 1)).sum(1)
+
+
+def _backward_tile_summed(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor, i: Tensor,
+                          j: Tensor, key_valid: Tensor | None, bias_fn: BiasFunction, mask_fn: MaskFunction | None,
+                          scale: float, groups: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`_backward_tile` returning ``dS`` summed over the batch, ``(H_kv, T * G, Tk)``."""
+    dq, dk, dv, ds = _backward_tile(q, k, v, dout, lse, delta, i, j, key_valid, bias_fn, mask_fn, None, scale, groups)
+    return dq, dk, dv, ds.sum(0)
+
+
 def _bias_tile(q: Tensor, i: Tensor, j: Tensor, bias_fn: BiasFunction, groups: int) -> Tensor:
     """The bias of one tile (with autograd, for the gradients of the tensors it reads)."""
     b, h, ii, jj = _indices(q, i, j, groups)
@@ -218,6 +245,9 @@ class _Plan:
     pairs: list[tuple[int, list[tuple[int, bool]]]] = field(default_factory=list)
     leaves: list[Tensor] = field(default_factory=list)
     retain_graph: bool = False  # the bias reads built tensors whose graph every tile's gradient goes through
+    # the bias is leaves[0][h, j - i + offset] (a relative table, contiguous positions): its gradient is summed
+    # along each tile's diagonals (diagonal_sums), not pushed through the lookup per tile
+    relative_offset: int | None = None
 
     def padding_of(self, kt: int) -> Tensor | None:
         """Key tile ``kt``'s flags of real keys, or ``None`` when it holds no tile padding (nothing to mask)."""
@@ -240,6 +270,7 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
     )
     plan.retain_graph = bool(plan.leaves) and any(isinstance(t, nn.Parameter) for t in plan.leaves) and any(
         not t.is_leaf for t in _closure_tensors(bias_fn))
+    plan.relative_offset = _relative_offset(bias_fn, plan.leaves, q.shape[1])
     visible = None if tracing() else _visible_tiles(mask, tile, q_tiles, k_tiles)
     by_rows_only = mask.key_padding_mask is None and mask.q_documents is None  # causal / window / nothing
     for qt in range(q_tiles):
@@ -256,6 +287,19 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
             keys.append((kt, plan.mask_fn is not None and not whole))
         plan.pairs.append((qt, keys))
     return plan
+
+
+def _relative_offset(bias_fn: BiasFunction | None, leaves: list[Tensor], heads: int) -> int | None:
+    """The ``offset`` of a bias ``leaves[0][h, j - i + offset]``: a learnable relative table ``(H, n)`` that is the
+    only leaf, with contiguous positions (``bias_fn.relative_table``, see
+    :func:`pe_toolkit.encoders.base.relative_table`); ``None`` otherwise."""
+    form = getattr(bias_fn, "relative_table", None)
+    if form is None or len(leaves) != 1:
+        return None
+    found = form()
+    if found is None or found[0] is not leaves[0] or found[0].dim() != 2 or found[0].shape[0] != heads:
+        return None
+    return found[1]
 
 
 def _visible_tiles(mask: AttentionMask, tile: int, q_tiles: int, k_tiles: int) -> list[list[bool]] | None:
@@ -324,8 +368,10 @@ class _TiledAttention(torch.autograd.Function):
         t, r = plan.tile, plan.tile * plan.groups
         dout = dout.contiguous()
         delta = (dout * out).sum(-1)
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         leaves = plan.leaves if any(ctx.needs_input_grad[4:]) else []
+        if leaves and plan.relative_offset is not None:
+            return (None, *_backward_relative(plan, q, k, v, dout, lse, delta, leaves[0]))
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dleaves = [None] * len(leaves)
         step = _step(_backward_tile, plan.compiled)
         bias_step = _step(_bias_tile, plan.compiled)
@@ -355,6 +401,51 @@ class _TiledAttention(torch.autograd.Function):
         if leaves:
             grads = dleaves
         return (None, dq, dk, dv, *grads)
+
+
+def _backward_relative(plan: _Plan, q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor,
+                       table: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward pass for a bias ``table[h, j - i + offset]`` (:attr:`_Plan.relative_offset`): ``dq, dk, dv`` and
+    the table's gradient.
+
+    The tiles are visited diagonal by diagonal (``qt - kt`` fixed): every pair of those tiles with the same
+    local ``j - i`` has the same global distance, so their score gradients are added into one tile buffer
+    and summed along its diagonals (:func:`diagonal_sums`) once per tile diagonal. Pushing each tile's
+    gradient through the lookup instead (autograd's scatter into the table) made T5 / KERPLE / BAM layers
+    1.64x NoPE's SDPA at 2,048 tokens on two threads (its atomic adds contend), against 1.32-1.38x
+    this way; a diagonal sum per tile cost 0.2 ms, 8x a plain pass over the tile (one thread, 2026-12-05).
+    """
+    t, r = plan.tile, plan.tile * plan.groups
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    # d table[h, m] for m in [-t, n + t): tile padding reaches up to a tile past the table's ends (dS = 0 there)
+    grad = table.new_zeros(table.shape[0], table.shape[1] + 2 * t)
+    step = _step(_backward_tile_summed, plan.compiled)
+    pairs = sorted(((qt, kt, masked) for qt, keys in plan.pairs for kt, masked in keys),
+                   key=lambda pair: (pair[0] - pair[1], pair[0]))
+    summed, diagonal = None, None
+
+    def flush() -> None:  # the buffer's diagonals into the table's gradient: local j - i = c - (t - 1)
+        start = t - diagonal * t - (t - 1) + plan.relative_offset
+        grad[:, start:start + 2 * t - 1] += diagonal_sums(summed, plan.groups).to(grad.dtype)
+
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        for qt, kt, masked in pairs:
+            if qt - kt != diagonal:
+                if summed is not None:
+                    flush()
+                summed, diagonal = None, qt - kt
+            qs, ks = slice(qt * r, (qt + 1) * r), slice(kt * t, (kt + 1) * t)
+            dq_t, dk_t, dv_t, ds = step(q[:, :, qs], k[:, :, ks], v[:, :, ks], dout[:, :, qs], lse[:, :, qs],
+                                        delta[:, :, qs], plan.q_index[qt * t:(qt + 1) * t], plan.k_index[ks],
+                                        plan.padding_of(kt), plan.bias_fn, plan.mask_fn if masked else None,
+                                        plan.scale, plan.groups)
+            dq[:, :, qs] += dq_t
+            dk[:, :, ks] += dk_t
+            dv[:, :, ks] += dv_t
+            summed = ds if summed is None else summed.add_(ds)
+        if summed is not None:
+            flush()
+    return dq, dk, dv, grad[:, t:t + table.shape[1]]
 
 
 # ------------------------------------------------------------------------------------ entry point

@@ -186,14 +186,57 @@ def test_bias_inputs_are_the_tensors_the_bias_reads():
     assert bias_inputs(None) == []
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_diagonal_sums_are_the_sums_along_each_diagonal(groups):
+    """Entry c of head h: the sum of ds[h, i, j] over the pairs with j - i = c - (T - 1); rows fold G query heads."""
+    kv_heads, t, keys = 3, 5, 5
+    ds = torch.randn(kv_heads, t * groups, keys, dtype=torch.float64)
+    got = tiled_attention.diagonal_sums(ds, groups)
+    want = torch.zeros(kv_heads * groups, t + keys - 1, dtype=torch.float64)
+    for kv in range(kv_heads):
+        for row in range(t * groups):
+            i, g = divmod(row, groups)
+            for j in range(keys):
+                want[kv * groups + g, j - i + t - 1] += ds[kv, row, j]
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_relative_tables_take_the_diagonal_gradient_only_for_contiguous_positions():
+    """A learnable relative table (t5, kerple, bam) with contiguous positions is summed along tile diagonals
+    (the same in every row, also shifted as under a KV cache); restarted (packed) or scattered positions and
+    pairwise biases (fire) push each tile through autograd. Both paths equal dense SDPA (the tests above)."""
+    q = torch.zeros(2, 4, 6, 8)
+
+    def offset(name, q_pos, k_pos):
+        fn = encoder(name).bias_function(q, q, q_pos, k_pos)
+        return tiled_attention._relative_offset(fn, bias_inputs(fn), 4)
+
+    pos = torch.arange(6)
+    assert offset("t5", pos, pos) == 5  # table index j - i + 5 over distances -5..5
+    assert offset("kerple", pos + 7, pos + 3) == 5  # k - q - lo = (j + 3) - (i + 7) - (3 - 12)
+    assert offset("kerple", torch.arange(2) + 4, pos) == 1  # the last 2 queries (a KV cache): (j - (i + 4)) - (0 - 5)
+    assert offset("bam", pos.expand(2, 6), pos.expand(2, 6)) == 5
+    assert offset("t5", torch.tensor([[0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 4, 5]]), pos.expand(2, 6)) is None
+    assert offset("t5", torch.tensor([0, 1, 2, 4, 5, 6]), torch.tensor([0, 1, 2, 4, 5, 6])) is None
+    assert offset("fire", pos, pos) is None and offset("alibi", pos, pos) is None  # pairwise MLP; nothing to learn
+    # a shifted query window (KV cache): contiguous, taken; the gradient through it equals the dense one
+    reference, tiled = pair("t5")
+    x = torch.randn(1, 13, 32)
+    assert_same(reference, tiled, x, q_pos=torch.arange(13) + 4, k_pos=torch.arange(13) + 4)
+
+
 @pytest.mark.slow
 def test_compiled_tiles_equal_eager(monkeypatch):
     """The tile steps through torch.compile (inductor) equal the eager ones: t5 (a learnable table, so the
-    compiled bias evaluation and its backward run too), GQA, causal. One encoder and one tile shape (each
-    graph is a C++ compile of 10-60 s on this CPU): the forward step, the bias step and the backward step."""
+    compiled summed backward step runs, 2 x 2 tiles) and t5 on packed documents (restarted positions: the
+    compiled bias evaluation and its backward per tile), GQA, causal. One encoder and one tile shape (each
+    graph is a C++ compile of 10-60 s on this CPU)."""
     reference, tiled = pair("t5", tile=16)
-    x = torch.randn(1, 16, 32)
+    x = torch.randn(1, 32, 32)
     grads = compiled_equals_eager(tiled, x, monkeypatch)
+    assert grads["encoding.relative_attention_bias.weight"].abs().sum() > 0
+    documents = torch.tensor([[0] * 12 + [1] * 20])
+    grads = compiled_equals_eager(tiled, x, monkeypatch, document_ids=documents)
     assert grads["encoding.relative_attention_bias.weight"].abs().sum() > 0
 
 

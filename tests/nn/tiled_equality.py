@@ -29,15 +29,16 @@ def assert_same(reference, tiled, x, rows=slice(None), tol=1e-5, **kwargs):
     return pb
 
 
-def compiled_equals_eager(tiled, x, monkeypatch) -> dict:
+def compiled_equals_eager(tiled, x, monkeypatch, **kwargs) -> dict:
     """The tiled layer's output and gradients with its tile steps compiled (inductor) equal the eager ones;
-    the compiled parameter gradients."""
+    the compiled parameter gradients. ``kwargs`` go to the layer."""
     from pe_toolkit.nn import tiled_attention
 
-    eager = outputs_and_gradients(tiled, x)
+    monkeypatch.setattr(tiled_attention, "TILED_COMPILE", False)
+    eager = outputs_and_gradients(tiled, x, **kwargs)
     monkeypatch.setattr(tiled_attention, "TILED_COMPILE", True)
     torch._dynamo.reset()
-    compiled = outputs_and_gradients(tiled, x)
+    compiled = outputs_and_gradients(tiled, x, **kwargs)
     torch._dynamo.reset()
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-5, atol=1e-5)
