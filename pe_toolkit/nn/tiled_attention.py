@@ -75,9 +75,23 @@ def _indices(q: Tensor, i: Tensor, j: Tensor, groups: int) -> tuple[Tensor, Tens
     return b, h, i.repeat_interleave(groups).view(1, 1, rows, 1), j.view(1, 1, 1, -1)
 
 
+def _toeplitz(diagonals: Tensor, rows: int, keys: int, groups: int) -> Tensor:
+    """The bias ``(H_kv, T * G, Tk)`` of a tile whose bias is ``diagonals[h, j - i + T - 1]`` (tile-local ``i, j``):
+    ``diagonals`` ``(H, T + Tk - 1)``. Indexed by aranges, so the compiled step reads it with contiguous vector
+    loads along the keys instead of gathering through the position and distance tables pair by pair."""
+    t = rows // groups
+    r = torch.arange(rows, device=diagonals.device)
+    kv_heads = diagonals.shape[0] // groups
+    h = torch.arange(kv_heads, device=diagonals.device).view(kv_heads, 1, 1) * groups + (r % groups).view(1, rows, 1)
+    j = torch.arange(keys, device=diagonals.device).view(1, 1, keys)
+    return diagonals[h, j - (r // groups).view(1, rows, 1) + (t - 1)]
+
+
 def _scores(q: Tensor, k: Tensor, i: Tensor, j: Tensor, key_valid: Tensor | None, bias_fn: BiasFunction | None,
-            mask_fn: MaskFunction | None, bias: Tensor | None, scale: float, groups: int) -> Tensor:
+            mask_fn: MaskFunction | None, bias: Tensor | None, scale: float, groups: int,
+            diagonals: Tensor | None = None) -> Tensor:
     """Masked scaled scores of one tile, ``(B, H_kv, T * G, Tk)``: q ``(B, H_kv, T * G, d)``, k ``(B, H_kv, Tk, d)``.
+    The bias: ``bias`` (a tensor), else ``diagonals`` (a relative bias, :func:`_toeplitz`), else ``bias_fn``.
     ``key_valid`` ``None`` and no ``mask_fn``: every pair of the tile is visible, nothing is masked (skipping the
     fill: forward + backward of one causal layer at 2,048 tokens, ALiBi 1.29x -> 1.24x and T5 1.42x -> 1.33x
     NoPE's SDPA, the speed benchmark on idle cores, 2026-12-05; docs/concepts.md)."""
@@ -85,6 +99,8 @@ def _scores(q: Tensor, k: Tensor, i: Tensor, j: Tensor, key_valid: Tensor | None
     b, h, ii, jj = _indices(q, i, j, groups)
     if bias is not None:
         s = s + bias
+    elif diagonals is not None:
+        s = s + _toeplitz(diagonals, q.shape[2], k.shape[2], groups).to(s.dtype)
     elif bias_fn is not None:
         s = s + bias_fn(b, h, ii, jj).to(s.dtype)
     if key_valid is None and mask_fn is None:
@@ -97,10 +113,12 @@ def _scores(q: Tensor, k: Tensor, i: Tensor, j: Tensor, key_valid: Tensor | None
 
 def _forward_tile(q: Tensor, k: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor, i: Tensor, j: Tensor,
                   key_valid: Tensor | None, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
-                  scale: float, groups: int, bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                  scale: float, groups: int, bias: Tensor | None = None,
+                  diagonals: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One online-softmax step: the running max ``m``, sum ``l`` and output ``acc`` after this key tile.
-    ``bias``: a tensor broadcastable to the tile's scores, in place of ``bias_fn``."""
-    return online_softmax_step(_scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups), v, m, l, acc)
+    ``bias`` / ``diagonals``: in place of ``bias_fn`` (see :func:`_scores`)."""
+    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups, diagonals)
+    return online_softmax_step(s, v, m, l, acc)
 
 
 def online_softmax_step(s: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -115,9 +133,10 @@ def online_softmax_step(s: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor)
 
 def _backward_tile(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor, i: Tensor,
                    j: Tensor, key_valid: Tensor | None, bias_fn: BiasFunction | None, mask_fn: MaskFunction | None,
-                   bias: Tensor | None, scale: float, groups: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                   bias: Tensor | None, scale: float, groups: int,
+                   diagonals: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of one tile: ``dq (B, H_kv, T * G, d)``, ``dk, dv (B, H_kv, Tk, d)`` and the score gradient ``dS``."""
-    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups)
+    s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups, diagonals)
     p = torch.exp(s - lse.unsqueeze(-1))  # lse = +inf on rows without a visible key: p = 0
     dv = torch.matmul(p.transpose(-1, -2), dout)
     dp = torch.matmul(dout, v.transpose(-1, -2))
@@ -144,10 +163,11 @@ def diagonal_sums(ds: Tensor, groups: int) -> Tensor:
 
 
 def _backward_tile_summed(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor, i: Tensor,
-                          j: Tensor, key_valid: Tensor | None, bias_fn: BiasFunction, mask_fn: MaskFunction | None,
-                          scale: float, groups: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`_backward_tile` returning ``dS`` summed over the batch, ``(H_kv, T * G, Tk)``."""
-    dq, dk, dv, ds = _backward_tile(q, k, v, dout, lse, delta, i, j, key_valid, bias_fn, mask_fn, None, scale, groups)
+                          j: Tensor, key_valid: Tensor | None, mask_fn: MaskFunction | None, scale: float,
+                          groups: int, diagonals: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`_backward_tile` of a relative bias returning ``dS`` summed over the batch, ``(H_kv, T * G, Tk)``."""
+    dq, dk, dv, ds = _backward_tile(q, k, v, dout, lse, delta, i, j, key_valid, None, mask_fn, None, scale, groups,
+                                    diagonals)
     return dq, dk, dv, ds.sum(0)
 
 
@@ -245,9 +265,18 @@ class _Plan:
     pairs: list[tuple[int, list[tuple[int, bool]]]] = field(default_factory=list)
     leaves: list[Tensor] = field(default_factory=list)
     retain_graph: bool = False  # the bias reads built tensors whose graph every tile's gradient goes through
-    # the bias is leaves[0][h, j - i + offset] (a relative table, contiguous positions): its gradient is summed
-    # along each tile's diagonals (diagonal_sums), not pushed through the lookup per tile
+    # a relative bias table[h, j - i + offset] (contiguous positions): each tile reads its diagonals (the table
+    # padded by a tile on both sides, detached); when the table is the one leaf, its gradient is summed along
+    # each tile's diagonals (diagonal_sums), not pushed through the lookup per tile
     relative_offset: int | None = None
+    relative_table: Tensor | None = None
+
+    def diagonals_of(self, qt: int, kt: int) -> Tensor | None:
+        """``(H, 2 tile - 1)``: the bias of tile pair ``(qt, kt)`` by local ``j - i + tile - 1``, or ``None``."""
+        if self.relative_table is None:
+            return None
+        start = self.tile + (kt - qt) * self.tile - (self.tile - 1) + self.relative_offset
+        return self.relative_table[:, start:start + 2 * self.tile - 1].contiguous()
 
     def padding_of(self, kt: int) -> Tensor | None:
         """Key tile ``kt``'s flags of real keys, or ``None`` when it holds no tile padding (nothing to mask)."""
@@ -270,7 +299,10 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
     )
     plan.retain_graph = bool(plan.leaves) and any(isinstance(t, nn.Parameter) for t in plan.leaves) and any(
         not t.is_leaf for t in _closure_tensors(bias_fn))
-    plan.relative_offset = _relative_offset(bias_fn, plan.leaves, q.shape[1])
+    relative = None if tracing() else _relative(bias_fn, plan.leaves, q.shape[1])
+    if relative is not None:
+        plan.relative_offset = relative[1]
+        plan.relative_table = torch.nn.functional.pad(relative[0].detach(), (tile, tile))
     visible = None if tracing() else _visible_tiles(mask, tile, q_tiles, k_tiles)
     by_rows_only = mask.key_padding_mask is None and mask.q_documents is None  # causal / window / nothing
     for qt in range(q_tiles):
@@ -289,17 +321,17 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
     return plan
 
 
-def _relative_offset(bias_fn: BiasFunction | None, leaves: list[Tensor], heads: int) -> int | None:
-    """The ``offset`` of a bias ``leaves[0][h, j - i + offset]``: a learnable relative table ``(H, n)`` that is the
-    only leaf, with contiguous positions (``bias_fn.relative_table``, see
-    :func:`pe_toolkit.encoders.base.relative_table`); ``None`` otherwise."""
+def _relative(bias_fn: BiasFunction | None, leaves: list[Tensor], heads: int) -> tuple[Tensor, int] | None:
+    """``(table, offset)`` of a bias ``table[h, j - i + offset]``: a relative table ``(H, n)`` with contiguous
+    positions (``bias_fn.relative_table``, see :func:`pe_toolkit.encoders.base.relative_table`) that is fixed
+    or is the only tensor the bias learns through; ``None`` otherwise."""
     form = getattr(bias_fn, "relative_table", None)
-    if form is None or len(leaves) != 1:
+    found = None if form is None else form()
+    if found is None or found[0].dim() != 2 or found[0].shape[0] != heads:
         return None
-    found = form()
-    if found is None or found[0] is not leaves[0] or found[0].dim() != 2 or found[0].shape[0] != heads:
+    if leaves and (len(leaves) != 1 or found[0] is not leaves[0]):
         return None
-    return found[1]
+    return found
 
 
 def _visible_tiles(mask: AttentionMask, tile: int, q_tiles: int, k_tiles: int) -> list[list[bool]] | None:
@@ -342,9 +374,10 @@ def _forward(plan: _Plan, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tens
         acc = q_tile.new_zeros(q_tile.shape[:-1] + (v.shape[-1],))
         for kt, masked in keys:
             ks = slice(kt * t, (kt + 1) * t)
+            diagonals = plan.diagonals_of(qt, kt)
             m, l, acc = step(q_tile, k[:, :, ks], v[:, :, ks], m, l, acc, plan.q_index[qt * t:(qt + 1) * t],
-                             plan.k_index[ks], plan.padding_of(kt), plan.bias_fn, plan.mask_fn if masked else None,
-                             plan.scale, plan.groups)
+                             plan.k_index[ks], plan.padding_of(kt), None if diagonals is not None else plan.bias_fn,
+                             plan.mask_fn if masked else None, plan.scale, plan.groups, None, diagonals)
         seen = l > 0
         outputs.append(acc / torch.where(seen, l, 1.0).unsqueeze(-1))
         lses.append(torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), float("inf")))
@@ -369,8 +402,9 @@ class _TiledAttention(torch.autograd.Function):
         dout = dout.contiguous()
         delta = (dout * out).sum(-1)
         leaves = plan.leaves if any(ctx.needs_input_grad[4:]) else []
-        if leaves and plan.relative_offset is not None:
-            return (None, *_backward_relative(plan, q, k, v, dout, lse, delta, leaves[0]))
+        if plan.relative_table is not None:
+            dq, dk, dv, dtable = _backward_relative(plan, q, k, v, dout, lse, delta, leaves[0] if leaves else None)
+            return (None, dq, dk, dv, *([dtable] if leaves else [None] * (len(ctx.needs_input_grad) - 4)))
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dleaves = [None] * len(leaves)
         step = _step(_backward_tile, plan.compiled)
@@ -404,24 +438,24 @@ class _TiledAttention(torch.autograd.Function):
 
 
 def _backward_relative(plan: _Plan, q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor,
-                       table: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The backward pass for a bias ``table[h, j - i + offset]`` (:attr:`_Plan.relative_offset`): ``dq, dk, dv`` and
-    the table's gradient.
+                       table: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """The backward pass for a bias ``table[h, j - i + offset]`` (:attr:`_Plan.relative_table`): ``dq, dk, dv`` and
+    the gradient of ``table`` (``None`` when it learns nothing).
 
-    The tiles are visited diagonal by diagonal (``qt - kt`` fixed): every pair of those tiles with the same
-    local ``j - i`` has the same global distance, so their score gradients are added into one tile buffer
-    and summed along its diagonals (:func:`diagonal_sums`) once per tile diagonal. Pushing each tile's
-    gradient through the lookup instead (autograd's scatter into the table) made T5 / KERPLE / BAM layers
-    1.64x NoPE's SDPA at 2,048 tokens on two threads (its atomic adds contend), against 1.32-1.38x
+    For a learnable table the tiles are visited diagonal by diagonal (``qt - kt`` fixed): every pair of those
+    tiles with the same local ``j - i`` has the same global distance, so their score gradients are added into
+    one tile buffer and summed along its diagonals (:func:`diagonal_sums`) once per tile diagonal. Pushing
+    each tile's gradient through the lookup instead (autograd's scatter into the table) made T5 / KERPLE / BAM
+    layers 1.64x NoPE's SDPA at 2,048 tokens on two threads (its atomic adds contend), against 1.32-1.38x
     this way; a diagonal sum per tile cost 0.2 ms, 8x a plain pass over the tile (one thread, 2026-12-05).
     """
     t, r = plan.tile, plan.tile * plan.groups
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    # d table[h, m] for m in [-t, n + t): tile padding reaches up to a tile past the table's ends (dS = 0 there)
-    grad = table.new_zeros(table.shape[0], table.shape[1] + 2 * t)
-    step = _step(_backward_tile_summed, plan.compiled)
     pairs = sorted(((qt, kt, masked) for qt, keys in plan.pairs for kt, masked in keys),
                    key=lambda pair: (pair[0] - pair[1], pair[0]))
+    # d table[h, m] for m in [-t, n + t): tile padding reaches up to a tile past the table's ends (dS = 0 there)
+    grad = None if table is None else table.new_zeros(table.shape[0], table.shape[1] + 2 * t)
+    step = _step(_backward_tile_summed, plan.compiled)
     summed, diagonal = None, None
 
     def flush() -> None:  # the buffer's diagonals into the table's gradient: local j - i = c - (t - 1)
@@ -430,22 +464,23 @@ def _backward_relative(plan: _Plan, q: Tensor, k: Tensor, v: Tensor, dout: Tenso
 
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         for qt, kt, masked in pairs:
-            if qt - kt != diagonal:
+            if grad is not None and qt - kt != diagonal:
                 if summed is not None:
                     flush()
                 summed, diagonal = None, qt - kt
             qs, ks = slice(qt * r, (qt + 1) * r), slice(kt * t, (kt + 1) * t)
             dq_t, dk_t, dv_t, ds = step(q[:, :, qs], k[:, :, ks], v[:, :, ks], dout[:, :, qs], lse[:, :, qs],
                                         delta[:, :, qs], plan.q_index[qt * t:(qt + 1) * t], plan.k_index[ks],
-                                        plan.padding_of(kt), plan.bias_fn, plan.mask_fn if masked else None,
-                                        plan.scale, plan.groups)
+                                        plan.padding_of(kt), plan.mask_fn if masked else None, plan.scale,
+                                        plan.groups, plan.diagonals_of(qt, kt))
             dq[:, :, qs] += dq_t
             dk[:, :, ks] += dk_t
             dv[:, :, ks] += dv_t
-            summed = ds if summed is None else summed.add_(ds)
+            if grad is not None:
+                summed = ds if summed is None else summed.add_(ds)
         if summed is not None:
             flush()
-    return dq, dk, dv, grad[:, t:t + table.shape[1]]
+    return dq, dk, dv, None if grad is None else grad[:, t:t + table.shape[1]]
 
 
 # ------------------------------------------------------------------------------------ entry point

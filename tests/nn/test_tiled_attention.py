@@ -201,28 +201,49 @@ def test_diagonal_sums_are_the_sums_along_each_diagonal(groups):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
-def test_relative_tables_take_the_diagonal_gradient_only_for_contiguous_positions():
-    """A learnable relative table (t5, kerple, bam) with contiguous positions is summed along tile diagonals
-    (the same in every row, also shifted as under a KV cache); restarted (packed) or scattered positions and
-    pairwise biases (fire) push each tile through autograd. Both paths equal dense SDPA (the tests above)."""
+def test_relative_tables_are_read_by_diagonals_only_for_contiguous_positions():
+    """A shift-invariant bias table with contiguous positions (the same in every row, also shifted as under a KV
+    cache) is read by tile diagonals, and a learnable one (t5, kerple, bam) gets its gradient by diagonal sums;
+    restarted (packed) or scattered positions and pairwise biases (fire) evaluate bias_fn per pair and push
+    each tile through autograd. Both paths equal dense SDPA (the tests above)."""
     q = torch.zeros(2, 4, 6, 8)
 
     def offset(name, q_pos, k_pos):
         fn = encoder(name).bias_function(q, q, q_pos, k_pos)
-        return tiled_attention._relative_offset(fn, bias_inputs(fn), 4)
+        found = tiled_attention._relative(fn, bias_inputs(fn), 4)
+        return None if found is None else found[1]
 
     pos = torch.arange(6)
     assert offset("t5", pos, pos) == 5  # table index j - i + 5 over distances -5..5
+    assert offset("alibi", pos, pos) == 5  # a fixed table
     assert offset("kerple", pos + 7, pos + 3) == 5  # k - q - lo = (j + 3) - (i + 7) - (3 - 12)
     assert offset("kerple", torch.arange(2) + 4, pos) == 1  # the last 2 queries (a KV cache): (j - (i + 4)) - (0 - 5)
     assert offset("bam", pos.expand(2, 6), pos.expand(2, 6)) == 5
     assert offset("t5", torch.tensor([[0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 4, 5]]), pos.expand(2, 6)) is None
     assert offset("t5", torch.tensor([0, 1, 2, 4, 5, 6]), torch.tensor([0, 1, 2, 4, 5, 6])) is None
-    assert offset("fire", pos, pos) is None and offset("alibi", pos, pos) is None  # pairwise MLP; nothing to learn
+    assert offset("fire", pos, pos) is None  # a pairwise MLP
     # a shifted query window (KV cache): contiguous, taken; the gradient through it equals the dense one
     reference, tiled = pair("t5")
-    x = torch.randn(1, 13, 32)
-    assert_same(reference, tiled, x, q_pos=torch.arange(13) + 4, k_pos=torch.arange(13) + 4)
+    assert_same(reference, tiled, torch.randn(1, 13, 32), q_pos=torch.arange(13) + 4, k_pos=torch.arange(13) + 4)
+
+
+@pytest.mark.parametrize("name", ["t5", "sandwich"])
+def test_a_tile_read_by_diagonals_equals_the_bias_function(name):
+    """Every tile pair's bias from the table's diagonals equals bias_fn on the tile's indices (GQA: 4 heads on 2)."""
+    q, k, pos = torch.zeros(1, 4, 10, 8), torch.zeros(1, 2, 10, 8), torch.arange(10) + 3
+    fn = encoder(name).bias_function(q, q, pos, pos)
+    plan = tiled_attention._plan(q, k, AttentionMask(10, 10, causal=True), fn, 4, compiled=False)
+    assert plan.relative_table is not None
+    rows = tiled_attention.to_rows(q, len(plan.q_index), plan.groups)
+    for qt in range(3):
+        for kt in range(3):
+            i, j = plan.q_index[qt * 4:(qt + 1) * 4], plan.k_index[kt * 4:(kt + 1) * 4]
+            b, h, ii, jj = tiled_attention._indices(rows[:, :, qt * 8:(qt + 1) * 8], i, j, plan.groups)
+            want = fn(b, h, ii, jj)[0]
+            got = tiled_attention._toeplitz(plan.diagonals_of(qt, kt), 8, 4, plan.groups)
+            real_q, real_k = torch.arange(qt * 4, qt * 4 + 4) < 10, torch.arange(kt * 4, kt * 4 + 4) < 10
+            real = real_q.repeat_interleave(2)[:, None] & real_k[None, :]  # tile padding (clamped indices) aside
+            torch.testing.assert_close(got[:, real], want[:, real], rtol=0, atol=0)
 
 
 @pytest.mark.slow
