@@ -59,12 +59,13 @@ TILED_MIN_PAIRS_CPU = 2048 * 2048
 """``"auto"`` trains a pointwise bias on the CPU with ``"tiled"`` from this many query-key pairs per head.
 
 Measured on 2 idle CPU cores (one causal layer, dim 256, 4 heads, B = 1, fp32, forward + backward over
-NoPE's SDPA, interleaved rounds in one process, the speed benchmark's backend overheads, 2026-12-05): at
-2,048 tokens tiled / dense ALiBi 1.24 / 2.03x, T5 1.33 / 2.56x, KERPLE 1.34 / 2.57x, sandwich 1.27 / 2.04x,
-BAM 1.33 / 2.55x, FIRE 1.99 / 6.68x; at 8,192 ALiBi 1.37 / 3.43x, T5 1.47 / 5.99x, FIRE 2.32x / out of
-memory. On busier cores (2026-12-04) at 1,024 ALiBi 1.76 / 2.13x, at 512 equal (1.49 / 1.50x). The first
-tiled call compiles its tile steps (5-20 s per encoder), which a step saving 15-50 ms at 1,024 tokens repays
-only after 250-900 steps, at 2,048 (a step saving 100-700 ms) after about 10-100.
+NoPE's SDPA, one thread, interleaved rounds in one process, the speed benchmark's backend overheads,
+2026-12-05): at 2,048 tokens tiled / dense ALiBi 1.11 / 2.03x, T5 1.13 / 2.58x, KERPLE 1.11 / 2.52x,
+sandwich 1.09 / 2.05x, BAM 1.15 / 2.56x, FIRE 2.22 / 6.49x; at 8,192 ALiBi 1.14 / 2.70x, T5 1.19 / 3.65x,
+FIRE 2.32x / out of memory. On busier cores (2026-12-04, before the diagonal reads) at 1,024 ALiBi 1.76 /
+2.13x, at 512 equal (1.49 / 1.50x). The first tiled call compiles its tile steps (5-20 s per encoder),
+which a step saving 15-50 ms at 1,024 tokens repays only after 250-900 steps, at 2,048 (a step saving
+150-650 ms) after about 10-100.
 """
 
 FLEX_CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
