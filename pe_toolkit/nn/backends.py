@@ -63,7 +63,7 @@ NoPE's SDPA, one thread, interleaved rounds in one process, the speed benchmark'
 2026-12-05): at 2,048 tokens tiled / dense ALiBi 1.11 / 2.03x, T5 1.13 / 2.58x, KERPLE 1.11 / 2.52x,
 sandwich 1.09 / 2.05x, BAM 1.15 / 2.56x, FIRE 2.22 / 6.49x; at 8,192 ALiBi 1.14 / 2.70x, T5 1.19 / 3.65x,
 FIRE 2.32x / out of memory. On busier cores (2026-12-04, before the diagonal reads) at 1,024 ALiBi 1.76 /
-2.13x, at 512 equal (1.49 / 1.50x). The first tiled call compiles its tile steps (5-20 s per encoder),
+2.13x, at 512 equal (1.49 / 1.50x). The first tiled call compiles its tile steps (15-30 s with an empty cache),
 which a step saving 15-50 ms at 1,024 tokens repays only after 250-900 steps, at 2,048 (a step saving
 150-650 ms) after about 10-100.
 """
@@ -106,9 +106,9 @@ def choose_backend(encoding: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Te
     3. ``"tiled"`` on the CPU when a gradient is needed, the encoder has a tiled path
        (:func:`tiled_supported`), there is no dropout, the call is not being traced by ``torch.compile``
        and it has at least :data:`TILED_MIN_PAIRS_CPU` query-key pairs per head: faster than the dense
-       bias there (1.6-4x per step, see that constant; CoPE 3.2x at 2,048 tokens) and
-       linear in memory. Its first call compiles the tile
-       steps (5-20 s), which a training run repays; a forward alone or inference never picks it.
+       bias there (1.8-3.2x per step at 2,048 and 8,192 tokens, see that constant; CoPE 2.1x at 2,048) and
+       linear in memory. Its first call compiles the tile steps (15-30 s with an empty inductor cache),
+       which a training run repays; a forward alone or inference never picks it.
     4. ``"blocked"`` when the dense bias or mask would exceed :data:`DENSE_BUDGET` elements.
     5. ``"sdpa"`` otherwise.
     """
