@@ -21,9 +21,11 @@ closure (:func:`bias_inputs`) and passed to the autograd function as inputs; in 
 each tile's bias is evaluated again with autograd on and its gradient ``dS`` (the score gradient of
 the tile) is pushed through it with ``torch.autograd.grad``, accumulated over the tiles. Autograd
 then carries those gradients on to the parameters (e.g. from a distance table to T5's embedding).
-A relative table ``table[h, j - i + offset]`` with contiguous positions (T5, KERPLE, BAM with the
-default positions) takes a shorter way: the tiles are visited diagonal by diagonal, their ``dS`` added
-up and summed along the diagonals once per tile diagonal (:func:`diagonal_sums`).
+A relative table ``table[h, j - i + offset]`` with contiguous positions (ALiBi, T5, KERPLE, sandwich,
+BAM with the default positions) takes a shorter way: each tile reads its bias from the table's
+diagonals (:func:`_toeplitz`, contiguous vector loads instead of per-pair gathers), and a learnable
+table gets its gradient from the tiles visited diagonal by diagonal, their ``dS`` added up and summed
+along the diagonals once per tile diagonal (:func:`diagonal_sums`).
 
 Grouped-query attention: queries are viewed ``(B, H_kv, G, L, d)`` against keys ``(B, H_kv, 1, L, d)``;
 keys and values are never repeated.
@@ -447,7 +449,8 @@ def _backward_relative(plan: _Plan, q: Tensor, k: Tensor, v: Tensor, dout: Tenso
     one tile buffer and summed along its diagonals (:func:`diagonal_sums`) once per tile diagonal. Pushing
     each tile's gradient through the lookup instead (autograd's scatter into the table) made T5 / KERPLE / BAM
     layers 1.64x NoPE's SDPA at 2,048 tokens on two threads (its atomic adds contend), against 1.32-1.38x
-    this way; a diagonal sum per tile cost 0.2 ms, 8x a plain pass over the tile (one thread, 2026-12-05).
+    this way (1.16-1.21x with the diagonal reads); a diagonal sum per tile cost 0.2 ms, 8x a plain pass over
+    the tile (one thread, 2026-12-05).
     """
     t, r = plan.tile, plan.tile * plan.groups
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
