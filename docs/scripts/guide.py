@@ -93,7 +93,7 @@ def _claim(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"name": row["name"], "verdict": row["verdict"], "reason": row["reason"], "test": row["test"],
             "claim_kind": row.get("claim_kind", "difference"), "margin": _number(row.get("margin")),
             "paired": bool(row.get("paired", False)), **sides, "difference": difference,
-            "min_detectable_effect": _number(row.get("min_detectable_effect"))}
+            "min_detectable_effect": _number(row.get("min_detectable_effect")), "caveat": row.get("caveat")}
 
 
 def _methods(name: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -275,6 +275,13 @@ def _entry_lines(name: str, entry: Mapping[str, Any]) -> list[str]:
     if untested:
         lines += ["", "Not testable here:", ""]
         lines += [f"- {c['name']}: {c['reason']}" for c in untested]
+    caveats: dict[str, list[str]] = {}
+    for c in claims:
+        if c.get("caveat"):
+            caveats.setdefault(c["caveat"], []).append(c["name"])
+    if caveats:
+        lines += ["", "How the protocol departs from the paper's (read the verdicts with it):", ""]
+        lines += [f"- {text} ({len(names)} claim(s): {', '.join(names)})" for text, names in caveats.items()]
     lines.append("")
     return lines
 

@@ -18,7 +18,8 @@ _spec.loader.exec_module(guide)
 
 def _results(root, preset, *, tuning=None):
     claims = [claim_row(decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], higher_is_better=True,
-                                     bounds=(0, 1), name="recursive beats independent")),
+                                     bounds=(0, 1), name="recursive beats independent"),
+                        caveat="a procedural task, not the paper's benchmark"),
               claim_row(untested_claim("box PE helps", "independent is not learned"))]
     rows = [{"variant": v, "seed": s, "map": 0.5, "kind": "run", "seconds": 30.0}
             for v in ("independent", "recursive") for s in (0, 1)]
@@ -69,6 +70,8 @@ def test_render_gives_every_job_its_verdicts_evidence_and_what_was_not_tested(tm
     assert "(3 min of runs, summed, 2 job(s) x 1 thread(s)" in page
     assert "| recursive beats independent | **reproduced** | 0.92 [" in page
     assert "- box PE helps: independent is not learned" in page
+    assert ("How the protocol departs from the paper's (read the verdicts with it):\n\n- a procedural task, not the "
+            "paper's benchmark (1 claim(s): recursive beats independent)") in page
     assert "The `gpu` preset (bigger models, more data) has not been run here." in page
     assert "| Graphs | `graphs` | not measured yet | - |" in page
     assert "not reproduced" not in page
