@@ -236,8 +236,9 @@ def relative_table(table: Tensor, q_pos: Tensor, k_pos: Tensor, lo: int) -> tupl
     documents, gaps). Reads the positions once on the host.
 
     Attached to a tabulated :meth:`PositionBiasEncoding.bias_function` as ``relative_table``: with it a tiled
-    kernel sums each tile's score gradient along its diagonals (one value per distance) instead of
-    scattering every pair into the table (:func:`pe_toolkit.nn.tiled_attention.diagonal_sums`).
+    kernel reads each tile's bias from the table's diagonals instead of gathering pair by pair, and sums a
+    learnable table's score gradient along the diagonals (one value per distance) instead of scattering every
+    pair into it (:mod:`pe_toolkit.nn.tiled_attention`).
     """
     def shift(pos: Tensor) -> Tensor:  # pos - arange: one constant everywhere iff the positions are contiguous
         return pos - torch.arange(pos.shape[-1], device=pos.device)
