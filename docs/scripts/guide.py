@@ -194,6 +194,13 @@ def _counts(claims: Sequence[Mapping[str, Any]]) -> str:
     return " / ".join(str(sum(c["verdict"] == v for c in claims)) for v in VERDICTS)
 
 
+def _summary_cell(entry: Mapping[str, Any]) -> str:
+    """The summary table's verdict cell: the counts, or why an entry has none (a search, a benchmark that measures)."""
+    if entry["preset"] in SEARCH_PRESETS:
+        return "a search: no verdicts"
+    return _counts(entry["claims"]) if entry["claims"] else "no claims: measures"
+
+
 def _evidence_line(entry: Mapping[str, Any]) -> str:
     if entry.get("run_seconds") is not None:
         minutes = f"{entry['run_seconds'] / 60:.0f} min of runs, summed"
@@ -310,7 +317,7 @@ def render(evidence: Mapping[str, Any]) -> str:
                 lines.append(f"| {job} | `{name}` | not measured yet | - |")
             for entry in entries:
                 date = (entry.get("date") or "")[:10]
-                lines.append(f"| {job} | `{name}` | `{entry['preset']}`, {date} | {_counts(entry['claims'])} |")
+                lines.append(f"| {job} | `{name}` | `{entry['preset']}`, {date} | {_summary_cell(entry)} |")
     lines.append("")
     for job, question, names in JOBS:
         lines += _section(job, question, names, benchmarks)

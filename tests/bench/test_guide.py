@@ -115,6 +115,15 @@ def test_a_search_presets_tuning_is_evidence_and_its_one_seed_claims_are_not(tmp
     assert "A search (seeds [0, 1]): its choices are what the full preset fixes; its one-seed claims are not verdicts" \
         in page
     assert "Verdicts (reproduced" not in page and "recursive beats independent" not in page
+    assert "| `lr_search`, " in page and "| a search: no verdicts |" in page and "| 0 / 0 / 0 / 0 |" not in page
+
+
+def test_a_benchmark_without_claims_is_summarised_as_measuring_not_as_zero_verdicts(tmp_path):
+    _results(tmp_path, "full")
+    entry = {**guide.collect([tmp_path])["benchmarks"]["detection"], "claims": []}
+    page = guide.render({"benchmarks": {"detection": entry}})
+    assert "| no claims: measures |" in page and "| 0 / 0 / 0 / 0 |" not in page
+    assert "This benchmark states no claim with a verdict" in page
 
 
 def test_values_a_preset_fixes_are_stated_as_fixed_not_as_untuned(tmp_path):
