@@ -156,11 +156,22 @@ def collect(roots: Iterable[str | Path], previous: Mapping[str, Any] | None = No
     return {"benchmarks": {key: found[key] for key in sorted(found)}}
 
 
+AGGREGATE_KINDS = frozenset({"summary", "claim", "claim_summary", "config_summary", "method_summary", "speedup"})
+"""Row kinds computed from the runs (their ``seconds``, if any, are means, not a run's cost)."""
+
+
 def _run_seconds(rows: Sequence[Mapping[str, Any]]) -> float | None:
     """The seconds of every run and tuning trial, summed (a resumed run's last pass reuses stored runs, so its
-    wall time says nothing of what the evidence cost); ``None`` when the runs do not record them."""
-    runs = {json.dumps({k: v for k, v in r.items() if k != "kind"}, sort_keys=True, default=str): r.get("seconds")
-            for r in rows if r.get("kind") in (None, "run", "tuning_trial")}  # a chosen trial is also a run: once
+    wall time says nothing of what the evidence cost); ``None`` when the runs do not record them. A run is any
+    row not of an aggregate kind; its cost is ``run_seconds`` where it records one (training and evaluation,
+    e.g. extrapolation's), else ``seconds``."""
+    runs = {}
+    for r in rows:
+        if r.get("kind") in AGGREGATE_KINDS:
+            continue
+        cost = r.get("run_seconds", r.get("seconds"))
+        key = json.dumps({k: v for k, v in r.items() if k != "kind"}, sort_keys=True, default=str)
+        runs[key] = cost  # a chosen trial is also a run: counted once
     numbers = [float(v) for v in runs.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return sum(numbers) if numbers else None
 

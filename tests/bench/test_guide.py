@@ -106,6 +106,17 @@ def test_the_page_states_each_methods_tuning_and_flags_a_capped_edge(tmp_path):
     assert "Tuning: not recorded in this evidence" in guide.render({"benchmarks": {"detection": legacy}})
 
 
+def test_run_seconds_count_every_run_once_at_its_whole_cost_and_no_aggregate():
+    trial = {"kind": "tuning_trial", "base": "rope", "lr": 3e-3, "seconds": 60.0, "run_seconds": 90.0}
+    rows = [trial, {**trial, "kind": "training"},  # the chosen trial is the seed-0 run: once, with its evaluation
+            {"kind": "training", "base": "rope", "lr": 3e-3, "seed": 1, "seconds": 50.0, "run_seconds": 80.0},
+            {"kind": "memory", "length": 32768, "seconds": 20.0},  # a run of another kind
+            {"kind": "summary", "base": "rope", "seconds": 55.0},  # a mean over runs
+            {"kind": "claim", "name": "x"}]
+    assert guide._run_seconds(rows) == 90.0 + 80.0 + 20.0
+    assert guide._run_seconds([{"kind": "summary", "seconds": 5.0}, {"kind": "run"}]) is None
+
+
 def test_a_search_presets_tuning_is_evidence_and_its_one_seed_claims_are_not(tmp_path):
     _results(tmp_path, "lr_search", tuning=TUNED)
     entry = guide.collect([tmp_path])["benchmarks"]["detection@lr_search"]
