@@ -286,7 +286,8 @@ def _entry_lines(name: str, entry: Mapping[str, Any]) -> list[str]:
               "| claim | verdict | a (favoured) | b (baseline) | a - b, paper's direction [95 %] | test |",
               "| --- | --- | --- | --- | --- | --- |"]
     for c in claims:
-        margin = f", margin {c['margin']:g}" if c.get("margin") is not None else ""
+        named = c.get("margin") is None or "margin" in c["test"]  # decide_claim's test names its margin
+        margin = "" if named else f", margin {c['margin']:g}"
         lines.append(f"| {c['name']} | **{c['verdict']}** | {_side(c['a'])} | {_side(c['b'])} | "
                      f"{_difference(c)} | {c['test']}{margin} |")
     untested = [c for c in claims if c["verdict"] == "untested"]

@@ -106,6 +106,18 @@ def test_the_page_states_each_methods_tuning_and_flags_a_capped_edge(tmp_path):
     assert "Tuning: not recorded in this evidence" in guide.render({"benchmarks": {"detection": legacy}})
 
 
+def test_a_margin_is_stated_once_in_the_test_column(tmp_path):
+    _results(tmp_path, "full")
+    claim = claim_row(decide_claim([1.0, 1.01, 0.99], [1.0, 1.0, 1.0], kind="noninferiority", margin=0.05,
+                                   paired=True, higher_is_better=False, name="does not rise"))
+    assert "margin 0.05" in claim["test"]
+    entry = guide.collect([tmp_path])["benchmarks"]["detection"]
+    entry["claims"] = [guide._claim(claim, "test")]
+    page = guide.render({"benchmarks": {"detection": entry}})
+    row = next(line for line in page.splitlines() if line.startswith("| does not rise |"))
+    assert row.count("margin 0.05") == 1
+
+
 def test_run_seconds_count_every_run_once_at_its_whole_cost_and_no_aggregate():
     trial = {"kind": "tuning_trial", "base": "rope", "lr": 3e-3, "seconds": 60.0, "run_seconds": 90.0}
     rows = [trial, {**trial, "kind": "training"},  # the chosen trial is the seed-0 run: once, with its evaluation
