@@ -383,7 +383,8 @@ def claim_list() -> list[dict[str, Any]]:
 def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each claim of :func:`claim_list` decided by :func:`~pe_toolkit.bench.verdict.decide_claim` (Welch t on the
     difference of per-seed values, accuracies bounded to [0, 1]); untested when a side has no runs or fewer than
-    2 seeds, or (claims on OOD accuracy) a side did not learn the task in distribution (:data:`LEARNED_IID`)."""
+    2 seeds, or (claims on OOD accuracy) a side did not learn the task in distribution (:data:`LEARNED_IID`).
+    Only the claims of papers with at least one task in ``rows``: a paper none of whose tasks ran is left out."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((task_key(row), row["encoding"]), []).append(row)
@@ -397,8 +398,12 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         iid = [m["iid_accuracy"] for m in members]
         return math.nan if None in iid else sum(iid) / len(iid)
 
+    # a paper's claims are decided by a run that has at least one of its tasks (the full preset the copy family's,
+    # the families preset the counting and copy-density ones): the others are another preset's evidence
+    ran = {task for task, _ in groups}
+    papers = {c["paper"] for c in claim_list() if {c["task"], c.get("task_b", c["task"])} & ran}
     out = []
-    for claim in claim_list():
+    for claim in [c for c in claim_list() if c["paper"] in papers]:
         a = groups.get((claim["task"], claim["a"]), [])
         b = groups.get((claim.get("task_b", claim["task"]), claim["b"]), [])
         missing = [enc for enc, side in ((claim["a"], a), (claim["b"], b)) if not side]

@@ -440,6 +440,16 @@ def test_out_of_distribution_claims_of_every_paper_need_the_task_learned_in_dist
     assert flip["verdict"] == "reproduced"
 
 
+def test_only_the_papers_whose_tasks_ran_are_decided():
+    copy = rows_of("copy_repeat", "nope", [0.8, 0.82, 0.81]) + rows_of("copy_repeat", "rope", [0, 0, 0.01])
+    papers = {c["paper"] for c in lg.claims(copy)}
+    assert papers == {"Kazemnejad et al. 2023"}  # reverse_x2's claims stay (untested), counting's are not listed
+    assert any(c["task"] == "reverse_x2" and "no runs of" in c["reason"] for c in lg.claims(copy))
+    flip = rows_of("flip_flop", "cope", [0.6, 0.62, 0.61], iid=0.95) + rows_of("flip_flop", "rope", [0.2] * 3)
+    assert {c["paper"] for c in lg.claims(flip)} == {"Golovneva et al. 2024 (Tables 1-2; numbers not transcribed)"}
+    assert lg.claims([]) == []
+
+
 def test_reverse_is_compared_only_with_the_papers_reverse_x2_and_counting_by_its_error():
     tasks = {c["task"] for c in lg.claim_list()}
     assert "reverse_x2" in tasks and "reverse" not in tasks
