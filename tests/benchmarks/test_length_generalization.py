@@ -469,6 +469,8 @@ def test_a_tiny_run_writes_intervals_and_a_resumed_rerun_reuses_every_run(tmp_pa
     out = tmp_path / "length_generalization"
     report = (out / "report.md").read_text()
     assert "| copy_repeat | nope | 2 |" in report and "(n=2)" in report and "## Claims" in report
+    assert "## Kazemnejad et al. 2023's main comparison" in report  # a copy-family task ran
+    assert "Golkar" not in report and "Golovneva" not in report  # none of their tasks ran: not listed
     assert "trunk parameters without the PE: copy_repeat " in report  # the trunk's size per task, not one row's
     document = json.loads((out / "results.json").read_text())
     runs = [r for r in document["rows"] if r["kind"] == "run"]
