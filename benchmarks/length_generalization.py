@@ -406,9 +406,12 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for claim in [c for c in claim_list() if c["paper"] in papers]:
         a = groups.get((claim["task"], claim["a"]), [])
         b = groups.get((claim.get("task_b", claim["task"]), claim["b"]), [])
-        missing = [enc for enc, side in ((claim["a"], a), (claim["b"], b)) if not side]
+        # the sides' names; a claim across two tasks (Golkar's causal vs bidirectional encoder) names their tasks
+        names = ((claim["a"], claim["b"]) if "task_b" not in claim else
+                 (f"{claim['a']} on {claim['task']}", f"{claim['b']} on {claim['task_b']}"))
+        missing = [name for name, side in zip(names, (a, b)) if not side]
         iid = (math.nan, math.nan) if missing else (iid_mean(a), iid_mean(b))
-        unlearned = [enc for enc, mean in zip((claim["a"], claim["b"]), iid) if not mean >= LEARNED_IID]
+        unlearned = [name for name, mean in zip(names, iid) if not mean >= LEARNED_IID]
         decided = decide_claim(
             values(a, claim["metric"]), values(b, claim["metric"]), higher_is_better=claim["higher_is_better"],
             bounds=ACCURACY, name=f"{claim['paper']}, {claim['task']}: {claim['text']}", preconditions=[

@@ -435,6 +435,7 @@ def test_out_of_distribution_claims_of_every_paper_need_the_task_learned_in_dist
     (golkar,) = [r for r in results
                  if r["task"] == causal and "bidirectional" in r["name"] and r["encoder_a"] == "nope"]
     assert golkar["verdict"] == "untested" and "not learned in distribution" in golkar["reason"]
+    assert f"['nope on {causal}', 'nope on {bidirectional}']" in golkar["reason"]  # the two sides, told apart
     assert bidirectional == lg.task_key(rows[3])
     (flip,) = [r for r in results if r["task"] == "flip_flop" and r["encoder_b"] == "rope"]
     assert flip["verdict"] == "reproduced"
