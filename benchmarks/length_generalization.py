@@ -353,6 +353,7 @@ PAPER_OOD_ACCURACY: dict[str, dict[str, float]] = {
                                    "sinusoidal": 0.075},
 }
 PAPER_GAP = 0.1
+KAZEMNEJAD = "Kazemnejad et al. 2023"
 # Golovneva et al. 2024, Table 3: in-distribution test error (%) on counting with 3 variables.
 PAPER_COUNTING_ERROR: dict[str, float] = {"cope": 1.2, "music_relative": 17.8, "sinusoidal": 67.6}
 PAPER_COUNTING_BUDGET = {"programs": 100 * 10_000, "batch_size": 64, "max_statements": 512}
@@ -361,7 +362,7 @@ PAPER_COUNTING_BUDGET = {"programs": 100 * 10_000, "batch_size": 64, "max_statem
 def claim_list() -> list[dict[str, Any]]:
     """Every paper claim the benchmark checks: ``{paper, task, a, b, metric, higher_is_better, learned, text}``."""
     ood = {"metric": "ood", "higher_is_better": True, "learned": True}
-    claims = [{"paper": "Kazemnejad et al. 2023", "task": task, "a": a, "b": b, **ood,
+    claims = [{"paper": KAZEMNEJAD, "task": task, "a": a, "b": b, **ood,
                "text": f"{a} above {b} out of distribution (paper {va:.3f} vs {vb:.3f})"}
               for task, paper in PAPER_OOD_ACCURACY.items() for a, va in paper.items() for b, vb in paper.items()
               if va - vb >= PAPER_GAP]
@@ -400,10 +401,10 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     # a paper's claims are decided by a run that has at least one of its tasks (the full preset the copy family's,
     # the families preset the counting and copy-density ones): the others are another preset's evidence
-    ran = {task for task, _ in groups}
-    papers = {c["paper"] for c in claim_list() if {c["task"], c.get("task_b", c["task"])} & ran}
+    ran, listed = {task for task, _ in groups}, claim_list()
+    papers = {c["paper"] for c in listed if {c["task"], c.get("task_b", c["task"])} & ran}
     out = []
-    for claim in [c for c in claim_list() if c["paper"] in papers]:
+    for claim in [c for c in listed if c["paper"] in papers]:
         a = groups.get((claim["task"], claim["a"]), [])
         b = groups.get((claim.get("task_b", claim["task"]), claim["b"]), [])
         # the sides' names; a claim across two tasks (Golkar's causal vs bidirectional encoder) names their tasks
@@ -424,6 +425,16 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------- report
+def main_comparison_section(summary: list[dict[str, Any]], claim_rows: list[dict[str, Any]]) -> str:
+    """The report's section of :func:`main_comparison`; empty when the run has no claim of Kazemnejad et al. (no
+    copy-family task ran, e.g. the ``families`` preset)."""
+    if not any(c.get("paper") == KAZEMNEJAD for c in claim_rows):
+        return ""
+    return (f"\n## {KAZEMNEJAD}'s main comparison\n\nOut-of-distribution exact match, ours (seed mean [95 % "
+            "interval]) / the paper's (its 3-seed mean), and our in-distribution mean; a claim on a pair needs both "
+            f"sides learned in distribution (IID >= {LEARNED_IID}).\n\n" + main_comparison(summary, claim_rows))
+
+
 def main_comparison(summary: list[dict[str, Any]], claim_rows: list[dict[str, Any]]) -> str:
     """Kazemnejad et al.'s main comparison as a markdown table: per task of :data:`PAPER_OOD_ACCURACY` and encoder
     our OOD exact match (seed mean [95 % interval]) beside the paper's, our IID mean, and the task's claims counted
@@ -432,7 +443,7 @@ def main_comparison(summary: list[dict[str, Any]], claim_rows: list[dict[str, An
     encoders = list(PAPER_OOD_ACCURACY["copy_repeat"])
     rows = []
     for task, paper in PAPER_OOD_ACCURACY.items():
-        mine = [c for c in claim_rows if c.get("paper") == "Kazemnejad et al. 2023" and c["task"] == task]
+        mine = [c for c in claim_rows if c.get("paper") == KAZEMNEJAD and c["task"] == task]
         if not mine:  # no pair of its encoders differs by PAPER_GAP in the paper
             continue
         row = {"task": task}
@@ -613,16 +624,9 @@ class LengthGeneralization(Benchmark):
         mrr = sorted(({"encoding": k, "mrr": v, "tasks": sum(s["encoding"] == k for s in summary)}
                       for k, v in mean_reciprocal_rank(summary).items()), key=lambda r: -r["mrr"])
         failing = failure_summary(result.rows)
-        claim_rows = result.derived_of("claim")
-        comparison = ""
-        if any(c.get("paper") == "Kazemnejad et al. 2023" for c in claim_rows):  # none when no copy-family task ran
-            comparison = ("\n## Kazemnejad et al. 2023's main comparison\n\nOut-of-distribution exact match, ours "
-                          "(seed mean [95 % interval]) / the paper's (its 3-seed mean), and our in-distribution mean; "
-                          f"a claim on a pair needs both sides learned in distribution (IID >= {LEARNED_IID}).\n\n"
-                          + main_comparison(summary, claim_rows))
         return (
             super().report(result)
-            + comparison
+            + main_comparison_section(summary, result.derived_of("claim"))
             + "\n## Mean reciprocal rank across tasks (by seed-mean OOD accuracy; compare over the same tasks)\n\n"
             + markdown_table(mrr, ["encoding", ("mrr", "MRR"), ("tasks", "tasks ranked on")], {"mrr": ".3f"})
             + "\n## How out-of-distribution answers fail (shares of the OOD answers, summed over seeds)\n\n"

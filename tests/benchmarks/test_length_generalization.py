@@ -449,6 +449,9 @@ def test_only_the_papers_whose_tasks_ran_are_decided():
     flip = rows_of("flip_flop", "cope", [0.6, 0.62, 0.61], iid=0.95) + rows_of("flip_flop", "rope", [0.2] * 3)
     assert {c["paper"] for c in lg.claims(flip)} == {"Golovneva et al. 2024 (Tables 1-2; numbers not transcribed)"}
     assert lg.claims([]) == []
+    assert lg.main_comparison_section(lg.summarize_runs(flip), lg.claims(flip)) == ""  # no copy-family task ran
+    section = lg.main_comparison_section(lg.summarize_runs(copy), lg.claims(copy))
+    assert section.startswith("\n## Kazemnejad et al. 2023's main comparison") and "| copy_repeat |" in section
 
 
 def test_reverse_is_compared_only_with_the_papers_reverse_x2_and_counting_by_its_error():
