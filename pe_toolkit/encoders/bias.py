@@ -12,17 +12,21 @@ forward. Biases are computed in float32 (float64 for float64 queries) and shaped
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch import Tensor, nn
 
 from pe_toolkit.encoders.base import (
+    BiasFunction,
     PositionBiasEncoding,
     check_choice,
     check_float,
     check_int,
     heads_first,
+    position_lookup,
+    tracing,
 )
 from pe_toolkit.registry import register_encoder
 
@@ -274,6 +278,108 @@ class FIRE(PositionBiasEncoding):
         for unit in range(w1.shape[0]):
             total = total + w2[head, unit] * torch.relu(w1[unit] * x + b1[unit])
         return total
+
+    def bias_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> BiasFunction:
+        """:meth:`score` pointwise, with the MLP reduced to the hidden units that have a kink inside this call's inputs.
+
+        The input ``x`` of a query at ``i`` lies in ``[0, psi(D_i) / psi(max(i, |L|))]``, ``D_i`` its farthest key.
+        Over that range a hidden unit whose pre-activation ``W1[w] x + b1[w]`` is positive at both ends is linear,
+        and one that is non-positive at both ends is zero: both fold, exactly (values and gradients), into a line
+        per head ``c0[h] + c1[h] x``, and only the units with a kink inside the range are evaluated pair by pair
+        (at initialisation about a quarter of the 32 for causal pairs). Their count is rounded up to a multiple of
+        :attr:`_unit_multiple` with zero units, so that one compiled kernel serves nearby counts. The cost of
+        FIRE's bias grows with that count: with every unit kinked it is the full MLP's (see ``docs/concepts.md``).
+
+        The function has ``within(blocks)``: the same bias, exact on the pairs of the given ``(query start,
+        query stop, key start, key stop)`` index blocks only (the range, hence the units kept, is theirs). The
+        tiled backend passes the tiles it visits: a causal layer never evaluates a key far after its query, whose
+        inputs reach past 1 and would keep more units. While ``torch.compile`` traces (values unknown) or for
+        empty positions, the full MLP (:meth:`score`).
+        """
+        if tracing() or q_pos.numel() == 0 or k_pos.numel() == 0:
+            return super().bias_function(q, k, q_pos, k_pos)
+        return self._folded_function(q, k, q_pos, k_pos, None)
+
+    def _folded_function(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                         blocks: list[tuple[int, int, int, int]] | None) -> BiasFunction:
+        line, kept = self.kinked_units(q_pos, k_pos, blocks)
+        if kept.numel() >= line.numel():  # nothing folds: the plain MLP, without the folding's own work
+            function = super().bias_function(q, k, q_pos, k_pos)
+            function.within = functools.partial(self._folded_function, q, k, q_pos, k_pos)
+            return function
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        query, key = position_lookup(q_pos), position_lookup(k_pos)
+
+        def function(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            # the folded MLP from the parameters at evaluation time (no tensor built outside: a kernel that
+            # re-evaluates the bias per tile for its gradient reaches the parameters directly)
+            c0, c1, w1, b1, w2 = self.reduced_mlp(line, kept, dtype)
+            x = self.normalized(query(b, i), key(b, j), dtype)
+            total = c0[h] + c1[h] * x
+            for unit in range(kept.shape[0]):
+                total = total + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
+            return total
+
+        function.within = functools.partial(self._folded_function, q, k, q_pos, k_pos)
+        return function
+
+    _unit_multiple = 4
+
+    @torch.no_grad()
+    def input_bound(self, q_pos: Tensor, k_pos: Tensor, blocks: list[tuple[int, int, int, int]] | None = None
+                    ) -> Tensor:
+        """The largest input ``psi(|i - j|) / psi(max(i, |L|))`` over the pairs of ``q_pos`` x ``k_pos`` (0-d, float64),
+        or over the pairs of ``blocks`` (``(query start, query stop, key start, key stop)`` index ranges) only.
+        Exact per query row: the farthest key in its blocks, its own normaliser."""
+        q = q_pos.to(torch.float64).reshape(-1, q_pos.shape[-1])  # (B or 1, Lq)
+        k = k_pos.to(torch.float64).reshape(-1, k_pos.shape[-1])  # (B or 1, Lk)
+        if blocks is None:
+            blocks = [(0, q.shape[-1], 0, k.shape[-1])]
+        rows = (max(q.shape[0], k.shape[0]), q.shape[-1])
+        lo, hi = q.new_full(rows, math.inf), q.new_full(rows, -math.inf)  # per batch row and query: its keys' range
+        for q_start, q_stop, k_start, k_stop in blocks:
+            if q_stop > q_start and k_stop > k_start:
+                keys = k[:, k_start:k_stop]
+                lo[:, q_start:q_stop] = torch.minimum(lo[:, q_start:q_stop], keys.amin(-1, keepdim=True))
+                hi[:, q_start:q_stop] = torch.maximum(hi[:, q_start:q_stop], keys.amax(-1, keepdim=True))
+        farthest = torch.maximum(q - lo, hi - q).clamp_min(0)  # rows in no block: -inf -> 0
+        c = self.c.double().abs()
+        normaliser = torch.maximum(q, self.threshold.double().abs())
+        return (torch.log1p(c * farthest) / (torch.log1p(c * normaliser) + self.eps)).max()
+
+    @torch.no_grad()
+    def kinked_units(self, q_pos: Tensor, k_pos: Tensor, blocks: list[tuple[int, int, int, int]] | None = None
+                     ) -> tuple[Tensor, Tensor]:
+        """Which hidden units are linear over the inputs of ``q_pos`` x ``k_pos`` (or of ``blocks``, see
+        :meth:`input_bound`) and which have a kink there.
+
+        Returns ``line`` ``(mlp_width,)`` bool (positive pre-activation over the whole range) and ``kept``
+        ``(m,)`` long, the kinked units' indices padded with ``mlp_width`` (a zero unit, see :meth:`reduced_mlp`)
+        to a multiple of :attr:`_unit_multiple`. One host read (the kept units).
+        """
+        w1, b1 = self.mlp[0].weight[:, 0].double(), self.mlp[0].bias.double()
+        x_max = self.input_bound(q_pos, k_pos, blocks)
+        x_max = x_max * (1 + 1e-3) + 1e-6  # rounding of x in the kernel; a unit kept needlessly costs nothing
+        at_start, at_end = b1, w1 * x_max + b1
+        line = (at_start > 0) & (at_end > 0)
+        zero = (at_start <= 0) & (at_end <= 0)  # a NaN bound keeps every unit
+        kept = torch.nonzero(~(line | zero)).flatten()
+        pad = -kept.numel() % self._unit_multiple
+        return line, torch.cat([kept, kept.new_full((pad,), w1.numel())])
+
+    def reduced_mlp(self, line: Tensor, kept: Tensor, dtype: torch.dtype
+                    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The MLP folded by :meth:`kinked_units`: ``c0, c1`` ``(H,)``, the line of the linear units plus ``b2``,
+        and the kept units ``w1, b1`` ``(m,)``, ``w2`` ``(H, m)`` (zeros where ``kept`` pads). Differentiable."""
+        first, second = self.mlp[0], self.mlp[2]
+        w1, b1 = first.weight.to(dtype)[:, 0], first.bias.to(dtype)
+        w2, b2 = second.weight.to(dtype), second.bias.to(dtype)
+        on = line.to(dtype)
+        c0, c1 = b2 + w2 @ (on * b1), w2 @ (on * w1)
+        zero = w1.new_zeros(1)
+        w1_kept, b1_kept = torch.cat([w1, zero])[kept], torch.cat([b1, zero])[kept]
+        w2_kept = torch.cat([w2, w2.new_zeros(w2.shape[0], 1)], dim=1)[:, kept]
+        return c0, c1, w1_kept, b1_kept, w2_kept
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, *,
                       span: tuple[int, int] | None = None) -> Tensor:

@@ -27,6 +27,12 @@ diagonals (:func:`_toeplitz`, contiguous vector loads instead of per-pair gather
 table gets its gradient from the tiles visited diagonal by diagonal, their ``dS`` added up and summed
 along the diagonals once per tile diagonal (:func:`diagonal_sums`).
 
+A bias function may offer ``within(blocks)``: the same bias, exact on the pairs of the given ``(query start,
+query stop, key start, key stop)`` index blocks only. The kernel passes the span of the key tiles each query
+tile visits (:func:`_visited_blocks`); FIRE then folds the MLP units that are linear over those pairs' inputs
+(:meth:`~pe_toolkit.encoders.bias.FIRE.bias_function`): a causal layer never evaluates a key far after its
+query, whose input would keep more units.
+
 Grouped-query attention: queries are viewed ``(B, H_kv, G, L, d)`` against keys ``(B, H_kv, 1, L, d)``;
 keys and values are never repeated.
 
@@ -297,14 +303,7 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
         q_index=torch.arange(q_tiles * tile, device=device).clamp(max=q_len - 1),
         k_index=torch.arange(k_tiles * tile, device=device).clamp(max=k_len - 1),
         key_valid=torch.arange(k_tiles * tile, device=device) < k_len,
-        leaves=[] if tracing() else bias_inputs(bias_fn),  # traced: ordinary autograd reaches them
     )
-    plan.retain_graph = bool(plan.leaves) and any(isinstance(t, nn.Parameter) for t in plan.leaves) and any(
-        not t.is_leaf for t in _closure_tensors(bias_fn))
-    relative = None if tracing() else _relative(bias_fn, plan.leaves, q.shape[1])
-    if relative is not None:
-        plan.relative_offset = relative[1]
-        plan.relative_table = torch.nn.functional.pad(relative[0].detach(), (tile, tile))
     visible = None if tracing() else _visible_tiles(mask, tile, q_tiles, k_tiles)
     by_rows_only = mask.key_padding_mask is None and mask.q_documents is None  # causal / window / nothing
     for qt in range(q_tiles):
@@ -320,7 +319,27 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
                      and hi <= mask.key_range(start, start + 1)[1])
             keys.append((kt, plan.mask_fn is not None and not whole))
         plan.pairs.append((qt, keys))
+    if tracing():  # ordinary autograd reaches the bias's tensors
+        return plan
+    within = getattr(bias_fn, "within", None)
+    if within is not None:  # a bias exact on the visited tiles only, possibly cheaper (FIRE keeps fewer units)
+        plan.bias_fn = bias_fn = within(_visited_blocks(plan))
+    plan.leaves = bias_inputs(bias_fn)
+    plan.retain_graph = bool(plan.leaves) and any(isinstance(t, nn.Parameter) for t in plan.leaves) and any(
+        not t.is_leaf for t in _closure_tensors(bias_fn))
+    relative = _relative(bias_fn, plan.leaves, q.shape[1])
+    if relative is not None:
+        plan.relative_offset = relative[1]
+        plan.relative_table = torch.nn.functional.pad(relative[0].detach(), (tile, tile))
     return plan
+
+
+def _visited_blocks(plan: _Plan) -> list[tuple[int, int, int, int]]:
+    """``(query start, query stop, key start, key stop)`` per query tile: its queries and the span of the key
+    tiles it visits (every pair the kernel evaluates lies in one)."""
+    t = plan.tile
+    return [(qt * t, min((qt + 1) * t, plan.q_len), keys[0][0] * t, min((keys[-1][0] + 1) * t, plan.k_len))
+            for qt, keys in plan.pairs if keys]
 
 
 def _relative(bias_fn: BiasFunction | None, leaves: list[Tensor], heads: int) -> tuple[Tensor, int] | None:

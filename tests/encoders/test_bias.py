@@ -351,6 +351,99 @@ def test_fire_gradients_reach_all_parameters():
     assert enc.c.grad.item() != 0.0 and enc.threshold.grad.item() != 0.0
 
 
+def fire_with_units(units: list[tuple[float, float]], heads: int = 2) -> FIRE:
+    """A FIRE whose hidden units have the given ``(W1, b1)``.
+
+    c = 1 and L = 4: ``x = log(1 + |i - j|) / log(1 + max(i, 4))``."""
+    enc = FIRE(8, heads, mlp_width=len(units), init_c=1.0, init_threshold=4.0)
+    with torch.no_grad():
+        enc.mlp[0].weight.copy_(torch.tensor([[w] for w, _ in units]))
+        enc.mlp[0].bias.copy_(torch.tensor([b for _, b in units]))
+        enc.mlp[2].weight.copy_(torch.linspace(-1.0, 1.5, heads * len(units)).view(heads, len(units)))
+        enc.mlp[2].bias.copy_(torch.linspace(0.3, -0.2, heads))
+    return enc
+
+
+def test_fire_input_bound_is_the_largest_input_over_the_pairs():
+    enc = FIRE(8, 2, init_c=0.3, init_threshold=3.0)
+    q_pos, k_pos = torch.tensor([0, 2, 5, 9]), torch.tensor([0, 1, 4, 6, 9, 12])
+    x = enc.normalized_distance(q_pos, k_pos, torch.float64)
+    assert enc.input_bound(q_pos, k_pos).item() == pytest.approx(x.max().item(), rel=1e-12)
+    blocks = [(0, 2, 0, 2), (2, 4, 1, 5)]  # queries 0-1 see keys 0-1; queries 2-3 see keys 1-4
+    assert enc.input_bound(q_pos, k_pos, blocks).item() == pytest.approx(
+        max(x[:2, :2].max().item(), x[2:, 1:5].max().item()), rel=1e-12)
+    batched = torch.stack((q_pos, q_pos + 3))
+    assert enc.input_bound(batched, batched).item() == pytest.approx(
+        max(enc.normalized_distance(p, p, torch.float64).max().item() for p in batched), rel=1e-12)
+
+
+def test_fire_kinked_units_fold_the_linear_and_the_zero_ones():
+    # causal pairs of positions 0-7: x in [0, log 8 / log 8 = 1]; all pairs (j > i too): up to log 8 / log 5
+    units = [(1.0, 0.5),    # positive on [0, x_max]: linear
+             (-1.0, -0.1),  # non-positive: zero
+             (2.0, -1.0),   # kink at x = 0.5: kept
+             (0.0, 0.7),    # constant: linear
+             (-1.0, 1.2),   # kink at 1.2: kept over all pairs (x_max 1.29), linear over causal pairs
+             (0.0, 0.0)]    # relu(0) = 0: zero
+    enc = fire_with_units(units)
+    positions = torch.arange(8)
+    line, kept = enc.kinked_units(positions, positions)
+    assert line.tolist() == [True, False, False, True, False, False]
+    assert kept.tolist() == [2, 4, 6, 6]  # padded with mlp_width (a zero unit) to a multiple of 4
+    causal = [(i, i + 1, 0, i + 1) for i in range(8)]
+    line, kept = enc.kinked_units(positions, positions, causal)
+    assert line.tolist() == [True, False, False, True, True, False]
+    assert kept.tolist() == [2, 6, 6, 6]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fire_bias_function_folded_equals_the_mlp_with_gradients(dtype):
+    enc = fire_with_units([(1.0, 0.5), (-1.0, -0.1), (2.0, -1.0), (0.0, 0.7), (-1.0, 1.2), (0.5, -0.3)]).to(dtype)
+    positions = torch.arange(8)
+    q = torch.zeros(1, 2, 8, 4, dtype=dtype)
+    b, h = torch.zeros(1, 1, 1, 1, dtype=torch.long), torch.arange(2).view(1, 2, 1, 1)
+    i, j = positions.view(1, 1, 8, 1), positions.view(1, 1, 1, 8)
+    folded = enc.bias_function(q, q, positions, positions)(b, h, i, j)
+    full = enc.score(h, positions.view(1, 1, 8, 1), positions.view(1, 1, 1, 8), dtype, 8)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(folded, full, **tol)
+    grad_out = torch.randn_like(full)
+    params = list(enc.parameters())
+    for got, want in zip(torch.autograd.grad(folded, params, grad_out), torch.autograd.grad(full, params, grad_out)):
+        torch.testing.assert_close(got, want, **tol)
+    # within causal blocks: equal on the causal pairs only (unit 4 folded as linear there)
+    causal = enc.bias_function(q, q, positions, positions).within([(r, r + 1, 0, r + 1) for r in range(8)])
+    below = torch.ones(8, 8, dtype=torch.bool).tril()
+    torch.testing.assert_close(causal(b, h, i, j)[..., below], full[..., below], **tol)
+    assert not torch.allclose(causal(b, h, i, j)[..., ~below], full[..., ~below])
+
+
+def test_fire_with_every_unit_kinked_uses_the_plain_mlp():
+    enc = fire_with_units([(2.0, -1.0), (-1.0, 0.5), (1.0, -0.2), (-3.0, 1.0)])  # kinks at 0.5, 0.5, 0.2, 0.33
+    positions = torch.arange(8)
+    assert enc.kinked_units(positions, positions)[1].tolist() == [0, 1, 2, 3]
+    q = torch.zeros(1, 2, 8, 4)
+    fn = enc.bias_function(q, q, positions, positions)
+    assert fn.__qualname__.startswith("PositionBiasEncoding.bias_function")  # no folding work per evaluation
+    b, h = torch.zeros(1, 1, 1, 1, dtype=torch.long), torch.arange(2).view(1, 2, 1, 1)
+    i, j = positions.view(1, 1, 8, 1), positions.view(1, 1, 1, 8)
+    torch.testing.assert_close(fn(b, h, i, j), enc.score(h, i, j, torch.float32, 8), rtol=0, atol=0)
+    assert callable(fn.within)
+
+
+def test_fire_folded_bias_gradcheck():
+    """float64 gradcheck of the folded function in every parameter (gradcheck perturbs the parameters in place,
+    which the function reads at evaluation time); one unit of each kind."""
+    enc = fire_with_units([(1.0, 0.5), (2.0, -1.0), (-1.5, 0.8), (0.3, -0.9)]).double()
+    positions = torch.tensor([0, 1, 3, 6, 10])
+    q = torch.zeros(1, 2, 5, 4, dtype=torch.float64)
+    fn = enc.bias_function(q, q, positions, positions)
+    assert enc.kinked_units(positions, positions)[1].tolist() == [1, 2, 4, 4]
+    b, h = torch.zeros(1, 1, 1, 1, dtype=torch.long), torch.arange(2).view(1, 2, 1, 1)
+    i, j = torch.arange(5).view(1, 1, 5, 1), torch.arange(5).view(1, 1, 1, 5)
+    assert torch.autograd.gradcheck(lambda *params: fn(b, h, i, j), tuple(enc.parameters()))
+
+
 def test_fire_constructor_errors():
     with pytest.raises(ValueError, match="mlp_width"):
         FIRE(8, 2, mlp_width=0)

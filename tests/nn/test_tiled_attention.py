@@ -87,6 +87,37 @@ def test_domain_biases_on_tiles(name):
     assert_same(reference, tiled, torch.randn(2, 9, 32), q_pos=pos)
 
 
+@pytest.mark.parametrize("case", ["causal", "window"])
+def test_fire_on_tiles_folds_the_units_linear_over_the_visited_pairs(case, monkeypatch):
+    """FIRE's bias on the tiles is exact on the pairs of the tiles visited only (``within``): a unit whose kink
+    lies past the causal inputs (x <= 1) but inside the full grid's (x up to psi(12) / psi(4) = 1.59) is folded
+    into the line; outputs and every gradient still equal dense SDPA, which evaluates the full MLP."""
+    reference, tiled = pair("fire", window=5 if case == "window" else None)
+    fire = reference.encoding
+    fire.threshold.data.fill_(4.0)
+    with torch.no_grad():  # kinks at 0.5 (kept) and 1.3, 1.45 (past every causal input, inside the grid's)
+        fire.mlp[0].weight[:3, 0] = torch.tensor([2.0, -1.0, 1.0])
+        fire.mlp[0].bias[:3] = torch.tensor([-1.0, 1.3, -1.45])
+    tiled.load_state_dict(reference.state_dict())
+    positions = torch.arange(13)
+    grid_units = fire.kinked_units(positions, positions)[1]
+    seen = []
+    real_within = type(fire)._folded_function
+
+    def spy(self, q, k, q_pos, k_pos, blocks):  # the units the tiled kernel's function keeps
+        function = real_within(self, q, k, q_pos, k_pos, blocks)
+        if blocks is not None:
+            seen.append(self.kinked_units(q_pos, k_pos, blocks)[1])
+        return function
+
+    monkeypatch.setattr(type(fire), "_folded_function", spy)
+    grads = assert_same(reference, tiled, torch.randn(2, 13, 32))
+    assert {1, 2} <= set(grid_units.tolist()) and seen and all(
+        1 not in kept.tolist() and 2 not in kept.tolist() and 0 in kept.tolist() for kept in seen)
+    for n in ("mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "c", "threshold"):
+        assert grads[f"encoding.{n}"].abs().sum() > 0, n
+
+
 @pytest.mark.parametrize("name", ["alibi", "t5", "fire"])
 def test_packed_row_equals_each_document_alone(name):
     _, tiled = pair(name)
