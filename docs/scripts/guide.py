@@ -96,14 +96,19 @@ def _claim(row: Mapping[str, Any], where: str) -> dict[str, Any]:
             "min_detectable_effect": _number(row.get("min_detectable_effect")), "caveat": row.get("caveat")}
 
 
+METHOD_FIELDS = ("encoding", "encoder")  # a key field of these names is what a benchmark compares
+
+
 def _methods(name: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The distinct values of the benchmark's first key field over its run rows (what was compared)."""
+    """What was compared: the distinct values over the run rows of the benchmark's key field named in
+    :data:`METHOD_FIELDS` (music's and recsys's runs are keyed by task or dataset first), else its first."""
     from pe_toolkit.bench.registry import get_benchmark
 
     try:
-        field = get_benchmark(name).key_fields[0]
+        fields = get_benchmark(name).key_fields
     except (ImportError, ValueError):  # a benchmark whose domain is not installed here
         return []
+    field = next((f for f in fields if f in METHOD_FIELDS), fields[0])
     runs = [r for r in rows if r.get("kind") in (None, "run") and field in r]
     return sorted({str(r[field]) for r in runs})
 

@@ -47,6 +47,14 @@ def test_collect_keeps_full_runs_with_their_claims_and_skips_quick_ones(tmp_path
     assert guide.collect([tmp_path / "quick"]) == {"benchmarks": {}}
 
 
+def test_the_methods_are_the_encodings_where_runs_are_keyed_by_one(tmp_path):
+    """music keys its runs by (task, encoding, seed): the page lists the encodings, not the tasks."""
+    rows = [{"task": t, "encoding": e, "seed": 0, "kind": "run"} for t in ("next_step", "accompaniment")
+            for e in ("s_ape", "nope")]
+    write_results("music", {"preset": "full", "seeds": [0]}, rows, 1.0, root=tmp_path)
+    assert guide.collect([tmp_path])["benchmarks"]["music"]["methods"] == ["nope", "s_ape"]
+
+
 def test_collect_names_a_damaged_file_and_a_bad_verdict(tmp_path):
     path = _results(tmp_path, "full")
     document = json.loads(path.read_text())
