@@ -77,9 +77,12 @@ class Training:
 
 
 @dataclasses.dataclass
-class LrTuning:  # the learning rate per encoder, on the first seed of the first run task (the same task for all)
+class LrTuning:  # the learning rate on the first seed, by IID exact match
     lrs: list[PositiveFloat]  # the starting grid; the first value wins ties (IID accuracy saturates at 1)
     max_extensions: NonNegativeInt = 2
+    # encoder: one rate per encoder, tried on the first run task (the same task for every encoder); case: one per
+    # task, architecture and encoder (task families whose encoder lists differ share no first task)
+    per: Literal["encoder", "case"] = "encoder"
 
 
 @dataclasses.dataclass
@@ -556,12 +559,15 @@ class LengthGeneralization(Benchmark):
                                  "training.lr")
         if config.lr_tuning is not None:
             distinct("lr_tuning.lrs", config.lr_tuning.lrs)
+        if config.lr_tuning is not None and config.lr_tuning.per == "encoder":
             first_task = {}
             for spec in specs:
                 first_task.setdefault(spec["encoding"], spec["task"])
             if len(set(first_task.values())) > 1:
                 raise ValueError(f"lr_tuning tunes every encoder on one task, but their first tasks differ: "
-                                 f"{first_task}; put a task that every encoder runs first in run_tasks")
+                                 f"{first_task}; put a task that every encoder runs first in run_tasks, or set "
+                                 "lr_tuning.per: case")
+        if config.lr_tuning is not None:
             if own_lr:
                 raise ValueError(f"lr_tuning chooses the learning rate, but tasks {own_lr} set their own "
                                  "training.lr; remove it or set lr_tuning: null")
@@ -574,12 +580,15 @@ class LengthGeneralization(Benchmark):
         return {"param": "training.lr", "group": "encoding", "values": {e: config.lr_by_encoder[e] for e in run}}
 
     def tuning(self, config: Config) -> Tuning | None:
-        """The learning rate per encoder by in-distribution exact match (never the OOD target) on the first seed of
-        the first run task, the same task and grid for every encoder; ``None`` without ``lr_tuning``."""
+        """The learning rate by in-distribution exact match (never the OOD target) on the first seed, the same grid
+        for every group: per encoder on the first run task (``lr_tuning.per: encoder``), or per case (task,
+        architecture and encoder, ``per: case``); ``None`` without ``lr_tuning``."""
         if config.lr_tuning is None:
             return None
+        per_case = config.lr_tuning.per == "case"
         return Tuning(param="training.lr", values=list(config.lr_tuning.lrs), metric="iid_accuracy", maximize=True,
-                      group="encoding", max_extensions=config.lr_tuning.max_extensions, trials_on="task")
+                      group="case" if per_case else "encoding", max_extensions=config.lr_tuning.max_extensions,
+                      trials_on=None if per_case else "task")
 
     def progress_label(self, row: dict[str, Any]) -> str:
         ood = "n/a" if row["ood_accuracy"] is None else f"{row['ood_accuracy']:.3f}"
@@ -598,7 +607,7 @@ class LengthGeneralization(Benchmark):
         head, rotary = config.model.dim // config.model.num_heads, ENCODING_OPTIONS["rope"]["rotary_fraction"]
         steps = "; ".join(f"{t} {task_entry(config, parse_task(t)[0])['training']['steps']}" for t in config.run_tasks)
         lrs = (", ".join(f"{enc} {lr:g}" for enc, lr in config.lr_by_encoder.items()) + " (fixed by `lr_by_encoder`)"
-               if config.lr_by_encoder else "tuned per encoder (the Tuning section)" if config.lr_tuning
+               if config.lr_by_encoder else f"tuned per {config.lr_tuning.per} (the Tuning section)" if config.lr_tuning
                else f"{config.training.lr}")
         return (
             f"Model {dataclasses.asdict(config.model)}, the same trunk for every encoder (head size {head}: RoPE "

@@ -122,7 +122,9 @@ def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
     assert (tuning.param, tuning.group, tuning.trials_on, tuning.metric, tuning.maximize) == (
         "training.lr", "encoding", "task", "iid_accuracy", True)
     assert tuning.values[0] == search.training.lr and tuning.max_extensions >= 1  # the old lr wins ties
-    assert BENCHMARK.tuning(config_of("families")) is None and BENCHMARK.tuning(config_of("gpu")) is None
+    assert BENCHMARK.tuning(config_of("gpu")) is None
+    per_case = BENCHMARK.tuning(config_of("families"))  # its families run their own encoder lists: per case
+    assert (per_case.group, per_case.trials_on, per_case.metric) == ("case", None, "iid_accuracy")
     assert config.encoders == ["nope", "t5", "alibi", "rope", "sinusoidal"] and len(config.seeds) == 3
     assert config.model.num_layers >= 4
     head = config.model.dim // config.model.num_heads
@@ -135,13 +137,27 @@ def test_the_full_preset_runs_kazemnejads_comparison_on_a_deep_trunk():
 
 @pytest.mark.parametrize("settings, message", [
     (["run_tasks=[copy_random, cope_counting]", "tasks.cope_counting={encoders: [cope]}"],
-     "lr_tuning tunes every encoder on one task, but their first tasks"),
+     "lr_tuning tunes every encoder on one task, but their first tasks.*or set lr_tuning.per: case"),
+    (["lr_tuning.per=task"], "per"),
     (["tasks.copy_random.training={lr: 0.01}"], r"tasks \['copy_random'\] set their own training.lr"),
     (["lr_tuning.lrs=[0.002, 0.002]"], "lr_tuning.lrs"),
 ])
 def test_lr_tuning_errors(settings, message):
     with pytest.raises(ValueError, match=message):
         BENCHMARK.check(config_of("lr_search", *settings))
+
+
+def test_lr_tuning_per_case_tunes_each_task_and_encoder_on_its_own():
+    """Tuning per (task, architecture, encoder): the runner's group is the spec's case, no first task is shared."""
+    config = config_of("families", "run_tasks=[cope_counting, selective_copy]")
+    BENCHMARK.check(config)  # their encoder lists differ: per encoder refuses it (first tasks differ)
+    with pytest.raises(ValueError, match="first tasks differ"):
+        BENCHMARK.check(config_of("families", "run_tasks=[cope_counting, selective_copy]", "lr_tuning.per=encoder"))
+    specs, tuning = BENCHMARK.runs(config), BENCHMARK.tuning(config)
+    assert tuning.group == "case" and tuning.trials_on is None
+    cases = {s["case"] for s in specs}
+    assert len(cases) == len({(s["task"], s.get("architecture"), s["encoding"]) for s in specs}) == len(specs) // 3
+    assert "tuned per case" in BENCHMARK.describe(SimpleNamespace(config=config, rows=[], device="cpu"))
 
 
 def test_the_lr_search_trials_are_the_full_presets_copy_random_seed_0_runs():
