@@ -233,6 +233,7 @@ class FIRE(PositionBiasEncoding):
     """
 
     _rows_per_chunk_elems = 1 << 22  # bound the (rows, Lk, mlp_width) hidden activations
+    _unit_multiple = 4  # kinked units kept per bias function: padded to a multiple (one compiled kernel per count)
 
     def __init__(
         self,
@@ -322,8 +323,6 @@ class FIRE(PositionBiasEncoding):
 
         function.within = functools.partial(self._folded_function, q, k, q_pos, k_pos)
         return function
-
-    _unit_multiple = 4
 
     @torch.no_grad()
     def input_bound(self, q_pos: Tensor, k_pos: Tensor, blocks: list[tuple[int, int, int, int]] | None = None
