@@ -559,15 +559,13 @@ class LengthGeneralization(Benchmark):
                                  "training.lr")
         if config.lr_tuning is not None:
             distinct("lr_tuning.lrs", config.lr_tuning.lrs)
-        if config.lr_tuning is not None and config.lr_tuning.per == "encoder":
             first_task = {}
             for spec in specs:
                 first_task.setdefault(spec["encoding"], spec["task"])
-            if len(set(first_task.values())) > 1:
+            if config.lr_tuning.per == "encoder" and len(set(first_task.values())) > 1:
                 raise ValueError(f"lr_tuning tunes every encoder on one task, but their first tasks differ: "
                                  f"{first_task}; put a task that every encoder runs first in run_tasks, or set "
                                  "lr_tuning.per: case")
-        if config.lr_tuning is not None:
             if own_lr:
                 raise ValueError(f"lr_tuning chooses the learning rate, but tasks {own_lr} set their own "
                                  "training.lr; remove it or set lr_tuning: null")
