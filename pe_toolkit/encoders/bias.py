@@ -28,6 +28,8 @@ from pe_toolkit.encoders.base import (
     position_lookup,
     tracing,
 )
+from pe_toolkit.encoders.fire_tiles import FireTileBias, contiguous_start
+from pe_toolkit.encoders.fire_tiles import extension as fire_tiles_extension
 from pe_toolkit.registry import register_encoder
 
 
@@ -291,11 +293,13 @@ class FIRE(PositionBiasEncoding):
         :attr:`_unit_multiple` with zero units, so that one compiled kernel serves nearby counts. The cost of
         FIRE's bias grows with that count: with every unit kinked it is the full MLP's (see ``docs/concepts.md``).
 
-        The function has ``within(blocks)``: the same bias, exact on the pairs of the given ``(query start,
-        query stop, key start, key stop)`` index blocks only (the range, hence the units kept, is theirs). The
-        tiled backend passes the tiles it visits: a causal layer never evaluates a key far after its query, whose
-        inputs reach past 1 and would keep more units. While ``torch.compile`` traces (values unknown) or for
-        empty positions, the full MLP (:meth:`score`).
+        The function has ``tile_bias(q_size, k_size)`` (:meth:`tile_bias`): on the CPU with contiguous positions
+        the tiled backend takes the bias and its gradients from FIRE's tile kernel instead (the MLP as lines
+        between its kinks, a cost per pair independent of the units). Otherwise it evaluates this function on its
+        tiles through ``within(blocks)``: the same bias, exact on the pairs of the given ``(query start, query stop,
+        key start, key stop)`` index blocks only (the range, hence the units kept, is theirs); a causal layer never
+        evaluates a key far after its query, whose inputs reach past 1 and would keep more units. While
+        ``torch.compile`` traces (values unknown) or for empty positions, the full MLP (:meth:`score`).
         """
         if tracing() or q_pos.numel() == 0 or k_pos.numel() == 0:
             return super().bias_function(q, k, q_pos, k_pos)
@@ -307,6 +311,7 @@ class FIRE(PositionBiasEncoding):
         if kept.numel() >= line.numel():  # nothing folds: the plain MLP, without the folding's own work
             function = super().bias_function(q, k, q_pos, k_pos)
             function.within = functools.partial(self._folded_function, q, k, q_pos, k_pos)
+            function.tile_bias = functools.partial(self.tile_bias, q, q_pos, k_pos)
             return function
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         query, key = position_lookup(q_pos), position_lookup(k_pos)
@@ -322,7 +327,21 @@ class FIRE(PositionBiasEncoding):
             return total
 
         function.within = functools.partial(self._folded_function, q, k, q_pos, k_pos)
+        function.tile_bias = functools.partial(self.tile_bias, q, q_pos, k_pos)
         return function
+
+    def tile_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, q_size: int, k_size: int) -> FireTileBias | None:
+        """The bias and its gradient on the tiles of the tiled backend from FIRE's own kernel (:mod:`.fire_tiles`:
+        the MLP as lines between its kinks, a cost per pair independent of the units), for ``q_size`` x ``k_size``
+        indices (tile padding included); ``None`` where it does not apply: positions not ``(L,)`` and contiguous,
+        not on the CPU, or the kernel could not be built (a warning says so)."""
+        if q.device.type != "cpu" or q_pos.device.type != "cpu":
+            return None
+        q_start, k_start = contiguous_start(q_pos), contiguous_start(k_pos)
+        if q_start is None or k_start is None or (module := fire_tiles_extension()) is None:
+            return None
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        return FireTileBias(self, q_start, k_start, q_size, k_size, dtype, module)
 
     @torch.no_grad()
     def input_bound(self, q_pos: Tensor, k_pos: Tensor, blocks: list[tuple[int, int, int, int]] | None = None

@@ -27,6 +27,11 @@ diagonals (:func:`_toeplitz`, contiguous vector loads instead of per-pair gather
 table gets its gradient from the tiles visited diagonal by diagonal, their ``dS`` added up and summed
 along the diagonals once per tile diagonal (:func:`diagonal_sums`).
 
+A bias function may offer ``tile_bias(q_size, k_size)``: an object with its own kernel for the call's tiles
+(``bias(i0, j0, rows, cols)``, ``statistics(i0, j0, dS)`` per tile and ``gradients(sum, leaves)`` once), or
+``None`` where it does not apply. FIRE's (:mod:`pe_toolkit.encoders.fire_tiles`) evaluates its MLP as lines between
+its kinks: a cost per pair that does not grow with the hidden units kept.
+
 A bias function may offer ``within(blocks)``: the same bias, exact on the pairs of the given ``(query start,
 query stop, key start, key stop)`` index blocks only. The kernel passes the span of the key tiles each query
 tile visits (:func:`_visited_blocks`); FIRE then folds the MLP units that are linear over those pairs' inputs
@@ -278,6 +283,14 @@ class _Plan:
     # each tile's diagonals (diagonal_sums), not pushed through the lookup per tile
     relative_offset: int | None = None
     relative_table: Tensor | None = None
+    # an encoder's own kernel for its bias per tile and its gradient (``bias_fn.tile_bias``, FIRE's): see _plan
+    tile_bias: object | None = None
+
+    def bias_of(self, qt: int, kt: int) -> Tensor | None:
+        """``(1, H_kv, tile * G, tile)``: the bias of tile pair ``(qt, kt)`` from :attr:`tile_bias`, or ``None``."""
+        if self.tile_bias is None:
+            return None
+        return heads_to_rows(self.tile_bias.bias(qt * self.tile, kt * self.tile, self.tile, self.tile), self.groups)
 
     def diagonals_of(self, qt: int, kt: int) -> Tensor | None:
         """``(H, 2 tile - 1)``: the bias of tile pair ``(qt, kt)`` by local ``j - i + tile - 1``, or ``None``."""
@@ -321,8 +334,11 @@ def _plan(q: Tensor, k: Tensor, mask: AttentionMask, bias_fn: BiasFunction | Non
         plan.pairs.append((qt, keys))
     if tracing():  # ordinary autograd reaches the bias's tensors
         return plan
+    # the encoder's own kernel for its bias per tile and its gradient (FIRE's), or None where it does not apply
+    make_tile_bias = getattr(bias_fn, "tile_bias", None)
+    plan.tile_bias = None if make_tile_bias is None else make_tile_bias(q_tiles * tile, k_tiles * tile)
     within = getattr(bias_fn, "within", None)
-    if within is not None:  # a bias exact on the visited tiles only, possibly cheaper (FIRE keeps fewer units)
+    if within is not None and plan.tile_bias is None:  # exact on the visited tiles only, possibly cheaper (FIRE)
         plan.bias_fn = bias_fn = within(_visited_blocks(plan))
     plan.leaves = bias_inputs(bias_fn)
     plan.retain_graph = bool(plan.leaves) and any(isinstance(t, nn.Parameter) for t in plan.leaves) and any(
@@ -395,10 +411,11 @@ def _forward(plan: _Plan, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tens
         acc = q_tile.new_zeros(q_tile.shape[:-1] + (v.shape[-1],))
         for kt, masked in keys:
             ks = slice(kt * t, (kt + 1) * t)
-            diagonals = plan.diagonals_of(qt, kt)
+            diagonals, bias = plan.diagonals_of(qt, kt), plan.bias_of(qt, kt)
             m, l, acc = step(q_tile, k[:, :, ks], v[:, :, ks], m, l, acc, plan.q_index[qt * t:(qt + 1) * t],
-                             plan.k_index[ks], plan.padding_of(kt), None if diagonals is not None else plan.bias_fn,
-                             plan.mask_fn if masked else None, plan.scale, plan.groups, None, diagonals)
+                             plan.k_index[ks], plan.padding_of(kt),
+                             None if diagonals is not None or bias is not None else plan.bias_fn,
+                             plan.mask_fn if masked else None, plan.scale, plan.groups, bias, diagonals)
         seen = l > 0
         outputs.append(acc / torch.where(seen, l, 1.0).unsqueeze(-1))
         lses.append(torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), float("inf")))
@@ -428,6 +445,7 @@ class _TiledAttention(torch.autograd.Function):
             return (None, dq, dk, dv, *([dtable] if leaves else [None] * (len(ctx.needs_input_grad) - 4)))
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dleaves = [None] * len(leaves)
+        statistics = None  # of the encoder's own tile kernel (plan.tile_bias)
         step = _step(_backward_tile, plan.compiled)
         bias_step = _step(_bias_tile, plan.compiled)
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
@@ -437,8 +455,8 @@ class _TiledAttention(torch.autograd.Function):
                 dq_tile = dq[:, :, qs]
                 for kt, masked in keys:
                     ks = slice(kt * t, (kt + 1) * t)
-                    bias = None
-                    if leaves:
+                    bias = plan.bias_of(qt, kt)
+                    if leaves and bias is None:
                         with torch.enable_grad():
                             bias = bias_step(q_tile, i, plan.k_index[ks], plan.bias_fn, plan.groups)
                     dq_t, dk_t, dv_t, ds = step(q_tile, k[:, :, ks], v[:, :, ks], do_tile, lse[:, :, qs],
@@ -448,12 +466,17 @@ class _TiledAttention(torch.autograd.Function):
                     dq_tile += dq_t
                     dk[:, :, ks] += dk_t
                     dv[:, :, ks] += dv_t
-                    if leaves:
+                    if leaves and plan.tile_bias is not None:
+                        sums = plan.tile_bias.statistics(qt * t, kt * t, rows_to_heads(ds.sum(0), plan.groups))
+                        statistics = sums if statistics is None else statistics + sums
+                    elif leaves:
                         grads = torch.autograd.grad(bias, leaves, ds.sum_to_size(bias.shape), allow_unused=True,
                                                     retain_graph=plan.retain_graph)
                         dleaves = [g if d is None else (d if g is None else d + g) for d, g in zip(dleaves, grads)]
         grads = [None] * (len(ctx.needs_input_grad) - 4)
-        if leaves:
+        if leaves and plan.tile_bias is not None:
+            grads = [None] * len(leaves) if statistics is None else list(plan.tile_bias.gradients(statistics, leaves))
+        elif leaves:
             grads = dleaves
         return (None, dq, dk, dv, *grads)
 
@@ -555,6 +578,24 @@ def to_rows(x: Tensor, length: int, groups: int) -> Tensor:
         return x.contiguous()
     x = x.view(batch, heads // groups, groups, length, head_dim).transpose(2, 3)
     return x.reshape(batch, heads // groups, length * groups, head_dim)
+
+
+def heads_to_rows(bias: Tensor, groups: int) -> Tensor:
+    """A tile's bias ``(H, T, Tk)`` in the row layout of :func:`to_rows`: ``(1, H / groups, T * groups, Tk)``."""
+    heads, rows, keys = bias.shape
+    if groups == 1:
+        return bias.unsqueeze(0)
+    bias = bias.view(heads // groups, groups, rows, keys).transpose(1, 2)
+    return bias.reshape(1, heads // groups, rows * groups, keys)
+
+
+def rows_to_heads(ds: Tensor, groups: int) -> Tensor:
+    """The inverse of :func:`heads_to_rows` for a tile's ``(H_kv, T * groups, Tk)``: ``(H, T, Tk)``."""
+    kv_heads, rows, keys = ds.shape
+    if groups == 1:
+        return ds
+    ds = ds.view(kv_heads, rows // groups, groups, keys).transpose(1, 2)
+    return ds.reshape(kv_heads * groups, rows // groups, keys)
 
 
 def from_rows(out: Tensor, groups: int, length: int) -> Tensor:

@@ -89,11 +89,13 @@ def test_domain_biases_on_tiles(name):
 
 @pytest.mark.parametrize("case", ["causal", "window"])
 def test_fire_on_tiles_folds_the_units_linear_over_the_visited_pairs(case, monkeypatch):
-    """FIRE's bias on the tiles is exact on the pairs of the tiles visited only (``within``): a unit whose kink
-    lies past the causal inputs (x <= 1) but inside the full grid's (x up to psi(12) / psi(4) = 1.59) is folded
-    into the line; outputs and every gradient still equal dense SDPA, which evaluates the full MLP."""
+    """Without FIRE's own tile kernel (positions not contiguous, or no compiler; forced off here), its bias on
+    the tiles is exact on the pairs of the tiles visited only (``within``): a unit whose kink lies past the causal
+    inputs (x <= 1) but inside the full grid's (x up to psi(12) / psi(4) = 1.59) is folded into the line; outputs
+    and every gradient still equal dense SDPA, which evaluates the full MLP."""
     reference, tiled = pair("fire", window=5 if case == "window" else None)
     fire = reference.encoding
+    monkeypatch.setattr(type(fire), "tile_bias", lambda *args: None)
     fire.threshold.data.fill_(4.0)
     with torch.no_grad():  # kinks at 0.5 (kept) and 1.3, 1.45 (past every causal input, inside the grid's)
         fire.mlp[0].weight[:3, 0] = torch.tensor([2.0, -1.0, 1.0])
