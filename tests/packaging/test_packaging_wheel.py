@@ -58,6 +58,13 @@ def test_no_file_outside_pe_toolkit(wheel):
     assert _metadata(wheel, "top_level.txt").split() == ["pe_toolkit"]
 
 
+def test_fire_tile_kernel_source_is_in_the_wheel(wheel):
+    """FIRE's tile kernel is compiled from its C++ source on first use: the wheel must carry it."""
+    from pe_toolkit.encoders.fire_tiles import SOURCE
+
+    assert wheel.read("pe_toolkit/encoders/fire_tiles.cpp") == SOURCE.read_bytes()
+
+
 def test_domains_are_real_files_under_the_package(wheel):
     names = set(wheel.namelist())
     for domain in DOMAINS:
