@@ -59,12 +59,13 @@ TILED_MIN_PAIRS_CPU = 2048 * 2048
 """``"auto"`` trains a pointwise bias on the CPU with ``"tiled"`` from this many query-key pairs per head.
 
 Measured on 2 idle CPU cores (one causal layer, dim 256, 4 heads, B = 1, fp32, forward + backward over NoPE's
-SDPA, one thread, interleaved rounds in one process, the speed benchmark's backend overheads, 2026-12-05): at
-2,048 tokens tiled / dense ALiBi 1.09 / 2.02x, T5 1.09 / 2.55x, KERPLE 1.15 / 2.56x, sandwich 1.11 / 2.04x,
-BAM 1.14 / 2.55x, FIRE 1.49 / 6.53x; at 8,192 ALiBi 1.14 / 3.47x, T5 1.16 / 5.23x, FIRE 1.59x / out of memory
-(FIRE's cost depends on its weights, see docs/concepts.md). Shorter (9 interleaved rounds, same conditions):
+SDPA, one thread, 7 interleaved rounds in one process, the speed benchmark's backend overheads, 2026-12-05
+11:00 UTC): at 2,048 tokens tiled / dense ALiBi 1.10 / 2.01x, T5 1.15 / 2.53x, KERPLE 1.15 / 2.54x, sandwich
+1.10 / 2.04x, BAM 1.13 / 2.50x, FIRE 1.25 / 6.43x; at 8,192 ALiBi 1.14 / 3.51x, T5 1.14 / 7.36x, FIRE 1.22x /
+out of memory (docs/concepts.md). Shorter (9 interleaved rounds, earlier the same day, same conditions):
 at 1,024 ALiBi 1.05 / 1.63x, T5 1.09 / 2.04x; at 512 ALiBi 1.04 / 1.27x, T5 1.08 / 1.81x. The first tiled call
-compiles its tile steps (15-30 s with an empty inductor cache, a few seconds with a warm one), which a step
+compiles its tile steps (15-16 s with an empty inductor cache, a few seconds with a warm one; FIRE's first use on
+a machine also builds its C++ tile kernel, about 24 s more, then cached), which a step
 saving 31-50 ms at 1,024 tokens repays after 300-500 steps (7-16 ms at 512: 1,000-2,200 steps), at 2,048 (a
 step saving 150-650 ms) after about 25-100: the threshold stays where any training run repays it.
 """
