@@ -37,10 +37,13 @@ def extension():
     from torch.utils import cpp_extension
 
     capability = torch.backends.cpu.get_cpu_capability()
-    flags = ["-O3", "-fopenmp-simd", *VECTOR_FLAGS.get(capability, [])]
+    # -fopenmp: at::parallel_for is an OpenMP loop in the headers (serial without it); it links the libgomp.so.1
+    # that torch has already loaded, as inductor's compiled kernels do
+    flags = ["-O3", "-fopenmp", *VECTOR_FLAGS.get(capability, [])]
     try:
         return cpp_extension.load(name=f"pe_toolkit_fire_tiles_{capability.lower().replace(' ', '_')}",
-                                  sources=[str(SOURCE)], extra_cflags=flags, verbose=False)
+                                  sources=[str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+                                  verbose=False)
     except Exception as error:  # noqa: BLE001  (no compiler, no ninja: FIRE keeps its pair-by-pair bias)
         warnings.warn(f"FIRE's tiled kernel could not be built ({type(error).__name__}: {error}); the tiled backend "
                       "evaluates FIRE's MLP pair by pair instead (slower)", RuntimeWarning, stacklevel=2)
