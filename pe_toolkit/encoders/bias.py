@@ -338,10 +338,10 @@ class FIRE(PositionBiasEncoding):
         if q.device.type != "cpu" or q_pos.device.type != "cpu":
             return None
         q_start, k_start = contiguous_start(q_pos), contiguous_start(k_pos)
-        if q_start is None or k_start is None or (module := fire_tiles_extension()) is None:
+        if q_start is None or k_start is None or (kernel := fire_tiles_extension()) is None:
             return None
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-        return FireTileBias(self, q_start, k_start, q_size, k_size, dtype, module)
+        return FireTileBias(self, q_start, k_start, q_size, k_size, dtype, kernel)
 
     @torch.no_grad()
     def input_bound(self, q_pos: Tensor, k_pos: Tensor, blocks: list[tuple[int, int, int, int]] | None = None
@@ -385,15 +385,22 @@ class FIRE(PositionBiasEncoding):
         pad = -kept.numel() % self._unit_multiple
         return line, torch.cat([kept, kept.new_full((pad,), w1.numel())])
 
+    def active_lines(self, on: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``f_h(x) = c0[..., h] + c1[..., h] x`` where the hidden units ``on`` (``(..., mlp_width)`` bool) are active
+        and the others zero: ``c0, c1`` ``(..., H)`` in ``dtype``. Differentiable."""
+        first, second = self.mlp[0], self.mlp[2]
+        w1, b1 = first.weight.to(dtype)[:, 0], first.bias.to(dtype)
+        w2, b2 = second.weight.to(dtype), second.bias.to(dtype)
+        on = on.to(dtype)
+        return b2 + (on * b1) @ w2.T, (on * w1) @ w2.T
+
     def reduced_mlp(self, line: Tensor, kept: Tensor, dtype: torch.dtype
                     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The MLP folded by :meth:`kinked_units`: ``c0, c1`` ``(H,)``, the line of the linear units plus ``b2``,
         and the kept units ``w1, b1`` ``(m,)``, ``w2`` ``(H, m)`` (zeros where ``kept`` pads). Differentiable."""
+        c0, c1 = self.active_lines(line, dtype)
         first, second = self.mlp[0], self.mlp[2]
-        w1, b1 = first.weight.to(dtype)[:, 0], first.bias.to(dtype)
-        w2, b2 = second.weight.to(dtype), second.bias.to(dtype)
-        on = line.to(dtype)
-        c0, c1 = b2 + w2 @ (on * b1), w2 @ (on * w1)
+        w1, b1, w2 = first.weight.to(dtype)[:, 0], first.bias.to(dtype), second.weight.to(dtype)
         zero = w1.new_zeros(1)
         w1_kept, b1_kept = torch.cat([w1, zero])[kept], torch.cat([b1, zero])[kept]
         w2_kept = torch.cat([w2, w2.new_zeros(w2.shape[0], 1)], dim=1)[:, kept]

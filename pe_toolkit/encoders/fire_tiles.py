@@ -84,8 +84,8 @@ class FireTileBias:
     """
 
     def __init__(self, fire, q_start: int, k_start: int, q_size: int, k_size: int, dtype: torch.dtype,
-                 module) -> None:
-        self.fire, self.dtype, self.module = fire, dtype, module
+                 kernel) -> None:
+        self.fire, self.dtype, self.kernel = fire, dtype, kernel  # kernel: the built extension (:func:`extension`)
         self.q_shift = q_start - k_start
         with torch.no_grad():
             c, limit = fire.c.detach().to(dtype).abs(), fire.threshold.detach().to(dtype).abs()
@@ -108,12 +108,8 @@ class FireTileBias:
     def lines(self, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
         """``A, B`` ``(H, m + 1)``: ``f_h(x) = A[h, s] + B[h, s] x`` on segment ``s`` (differentiable), in ``dtype``
         (default the kernel's)."""
-        dtype = self.dtype if dtype is None else dtype
-        first, second = self.fire.mlp[0], self.fire.mlp[2]
-        on = self.active.to(dtype)
-        w1, b1 = first.weight.to(dtype)[:, 0], first.bias.to(dtype)
-        w2, b2 = second.weight.to(dtype), second.bias.to(dtype)
-        return b2.unsqueeze(-1) + w2 @ (on * b1).T, w2 @ (on * w1).T
+        a, b = self.fire.active_lines(self.active, self.dtype if dtype is None else dtype)  # (m + 1, H)
+        return a.T, b.T
 
     def _geometry(self, i0: int, j0: int) -> tuple[int, int]:
         zero_shift = i0 + self.q_shift - j0  # the column of the query's own position in row 0
@@ -122,14 +118,14 @@ class FireTileBias:
     def bias(self, i0: int, j0: int, rows: int, cols: int) -> Tensor:
         """The bias ``(H, rows, cols)`` of the tile of query indices ``i0 + r``, key indices ``j0 + c``."""
         offset, zero_shift = self._geometry(i0, j0)
-        return self.module.tile_bias(self.nrev, self.inv_d, self.kinks, self.a, self.b, i0, offset, zero_shift,
+        return self.kernel.tile_bias(self.nrev, self.inv_d, self.kinks, self.a, self.b, i0, offset, zero_shift,
                                      rows, cols)
 
     def statistics(self, i0: int, j0: int, ds: Tensor) -> Tensor:
         """``(5, H, m + 1)`` float64 sums of the tile's score gradient ``ds`` ``(H, rows, cols)`` (summed over the
         batch) per head and segment: ``dS``, ``dS x``, ``dS u``, ``dS x row_c``, ``dS x row_l``. Additive over tiles."""
         offset, zero_shift = self._geometry(i0, j0)
-        return self.module.tile_statistics(ds.to(self.dtype).contiguous(), self.nrev, self.urev, self.inv_d,
+        return self.kernel.tile_statistics(ds.to(self.dtype).contiguous(), self.nrev, self.urev, self.inv_d,
                                            self.row_c, self.row_l, self.kinks, i0, offset, zero_shift)
 
     def gradients(self, statistics: Tensor, leaves: list[Tensor]) -> tuple[Tensor | None, ...]:

@@ -58,7 +58,7 @@ def test_tile_bias_equals_score(starts, dtype):
 def test_statistics_give_the_gradient_of_every_parameter(threshold):
     """``gradients(sum of statistics)`` equals autograd through ``score`` of ``sum dS * bias`` over several tiles,
     for every parameter (float64, 1e-10). Threshold 50 equals a query position: ``torch.maximum`` then sends
-    half of the gradient to the threshold, and so must the kernel; 500 lies past every row."""
+    half of the gradient to the threshold, and so must the kernel; 500 lies past every row (every row's normaliser)."""
     enc = fire(torch.float64, threshold=threshold, seed=1)
     tiles = tile(enc, 0, 0, 96, 96)
     leaves = list(enc.parameters())
@@ -69,9 +69,10 @@ def test_statistics_give_the_gradient_of_every_parameter(threshold):
         statistics = statistics + tiles.statistics(i0, j0, ds)
     want = torch.autograd.grad(loss, leaves)
     got = tiles.gradients(statistics, leaves)
-    for (name, _), g, w in zip(enc.named_parameters(), got, want):
+    names = [name for name, _ in enc.named_parameters()]
+    for name, g, w in zip(names, got, want):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=name)
-    assert float(want[1].abs()) > 0  # the threshold learns here (it does not when past every row: then 0 == 0)
+    assert float(want[names.index("threshold")].abs()) > 0  # the threshold is some rows' normaliser (500: every row's)
 
 
 def test_segments_hand_computed():
@@ -176,6 +177,13 @@ def test_not_contiguous_positions_use_the_pairwise_bias(monkeypatch):
     function = tiled.encoding.bias_function(torch.zeros(1, 4, 21, 16), None, positions, positions)
     assert function.tile_bias(24, 24) is None
     assert_same(reference, tiled, torch.randn(2, 21, 64), q_pos=positions)
+
+
+def test_no_kernel_off_the_cpu():
+    """The kernel is CPU code: tensors on another device (here ``meta``) get ``None``, the pair-by-pair bias."""
+    enc = fire(torch.float32)
+    positions = torch.arange(8, device="meta")
+    assert enc.tile_bias(torch.zeros(1, 4, 8, 16, device="meta"), positions, positions, 8, 8) is None
 
 
 def test_the_extension_failing_to_build_warns(monkeypatch):
