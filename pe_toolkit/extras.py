@@ -33,6 +33,7 @@ EXTRAS: Mapping[str, Mapping[str, str]] = {
     "translation": {"sacrebleu": "sacrebleu"},
     "vision": {"PIL": "pillow"},
     "hf": {"transformers": "transformers", "peft": "peft"},
+    "stats": {"scipy": "scipy"},
     "ray": {"ray": "ray"},
 }
 

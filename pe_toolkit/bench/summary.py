@@ -2,7 +2,7 @@
 
 Every benchmark summarises its rows the same way: group them (e.g. by encoder and task), then each metric's
 replicates through :func:`pe_toolkit.bench.verdict.summarize` (Student-t interval, non-finite runs counted,
-bounded metrics kept in range).
+bounded metrics kept in range; scipy, the ``stats`` extra).
 """
 
 from __future__ import annotations

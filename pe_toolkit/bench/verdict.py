@@ -40,6 +40,9 @@ Bounded metrics (accuracy in ``[0, 1]``) get per-side t intervals intersected wi
 intersection keeps the interval's coverage (the true mean lies in the range) and the row names the
 method, so nothing is clipped silently.
 
+The t quantiles and tails come from scipy (the ``stats`` extra, ``pip install 'torch-pe-toolkit[stats]'``);
+without it an interval or a decision raises the toolkit's ``ImportError`` naming that extra.
+
 Example:
     >>> claim = decide_claim([0.91, 0.93, 0.92], [0.85, 0.86, 0.88], kind="difference",
     ...                      higher_is_better=True, bounds=(0.0, 1.0), name="rope beats ape")
@@ -71,10 +74,19 @@ __all__ = [
 ]
 
 
-def _t_quantile(probability: float, df: float) -> float:
+def _scipy_stats():
+    """``scipy.stats``, or the toolkit's ``ImportError`` naming the ``stats`` extra (the t distribution's quantiles
+    and tails come from it; nothing else of the harness needs scipy)."""
+    from pe_toolkit.extras import require_extra
+
+    require_extra("stats", __name__)
     from scipy import stats
 
-    return float(stats.t.ppf(probability, df))
+    return stats
+
+
+def _t_quantile(probability: float, df: float) -> float:
+    return float(_scipy_stats().t.ppf(probability, df))
 
 
 @dataclass(frozen=True)
@@ -300,8 +312,7 @@ def decide_claim(a: Iterable[Any], b: Iterable[Any], *, kind: str = "difference"
     t_one = _t_quantile(1 - alpha, df)
     diff = {"mean": mean, "low": mean - t_two * se, "high": mean + t_two * se,
             "tost_low": mean - t_one * se, "tost_high": mean + t_one * se, "se": se, "df": df}
-    from scipy import stats
-
+    stats = _scipy_stats()
     mde = None
     if kind == "difference":
         p = float(2 * stats.t.sf(abs(mean) / se, df)) if se > 0 else (0.0 if mean != 0 else 1.0)

@@ -133,6 +133,10 @@ MISSING_EXTRA_CASES = [
      "pe_toolkit.domains.crossmodal.lightning_module", "train"),
     ("lightning", "import pe_toolkit.domains.multirobot.data", "pe_toolkit.domains.multirobot.data", "train"),
     ("transformers", "import pe_toolkit.integrations.hf", "pe_toolkit.integrations.hf", "hf"),
+    ("scipy", "from pe_toolkit.bench.verdict import decide_claim; decide_claim([2, 3], [0, 1], higher_is_better=True)",
+     "pe_toolkit.bench.verdict", "stats"),
+    ("scipy", "from pe_toolkit.bench.summary import summarize_groups; summarize_groups([{'m': 'a', 'x': 1.0}, "
+     "{'m': 'a', 'x': 2.0}], ('m',), ['x'])", "pe_toolkit.bench.verdict", "stats"),
 ]
 
 
