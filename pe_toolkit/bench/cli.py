@@ -81,8 +81,11 @@ def run_all(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: Seq
             arguments += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.resume:
         arguments.append("--resume")
-    return run_suite(args.only or sorted(BENCHMARKS), arguments, args.out, available=sorted(BENCHMARKS),
-                     command=shlex.join([*prog.split(), *argv]), timeout=args.timeout)
+    try:
+        return run_suite(args.only or sorted(BENCHMARKS), arguments, args.out, available=sorted(BENCHMARKS),
+                         command=shlex.join([*prog.split(), *argv]), timeout=args.timeout)
+    except ValueError as error:
+        parser.error(f"--{error}")
 
 
 def main(argv: Sequence[str] | None = None, *, name: str | None = None, benchmark: type | None = None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import datetime as _dt
 import json
+import math
 import os
 import subprocess
 import sys
@@ -119,8 +120,11 @@ def run_suite(names: Sequence[str], arguments: Sequence[str], out: Path, *, avai
               timeout: float | None = None) -> int:
     """Run ``names`` (registered, or ``module:Class``) one after the other with ``arguments``; write the summary.
 
-    The exit status: 0 if every one succeeded, else 1.
+    The exit status: 0 if every one succeeded, else 1. ``ValueError`` for a ``timeout`` that is not a positive
+    number of seconds (before anything runs or is written).
     """
+    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
+        raise ValueError(f"timeout must be a positive, finite number of seconds (or None), got {timeout!r}")
     out.mkdir(parents=True, exist_ok=True)
     try:
         entries = json.loads((out / "summary.json").read_text())

@@ -93,4 +93,8 @@ def test_all_rejects_an_unknown_name_and_one_benchmarks_settings(tmp_path):
     assert result.returncode == 2 and "all takes no --config / --set" in result.stderr
     result = _bench("vision", "--quick", "--only", "speed", "--out", str(tmp_path))
     assert result.returncode == 2 and "--only and --timeout go with all" in result.stderr
+    for bad in ("-5", "0", "nan", "inf"):
+        result = _bench("all", "--quick", "--only", "speed", "--timeout", bad, "--out", str(tmp_path))
+        assert result.returncode == 2, result.stdout
+        assert f"--timeout must be a positive, finite number of seconds (or None), got {float(bad)!r}" in result.stderr
     assert not list(tmp_path.iterdir())
