@@ -205,7 +205,10 @@ def _check_keys(cls: type, data: Mapping[str, Any], where: str) -> None:
         if key not in fields:
             raise ValueError(f"config key {path!r} does not exist; allowed keys here: {sorted(fields)}")
         hint = hints[key]
-        if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, Mapping):
+                raise ValueError(f"config key {path!r} is a section: a mapping of the keys "
+                                 f"{sorted(f.name for f in dataclasses.fields(hint))}, got {value!r}")
             _check_keys(hint, value, path)
         elif typing.get_origin(hint) is dict and isinstance(value, Mapping):  # dict[str, a dataclass]
             inner = typing.get_args(hint)[1] if len(typing.get_args(hint)) == 2 else None

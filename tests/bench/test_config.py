@@ -33,6 +33,13 @@ def test_an_unknown_key_is_named_with_the_allowed_ones(override, message):
     assert str(error.value) == message
 
 
+@pytest.mark.parametrize(("value", "shown"), [("[20, 8]", "[20, 8]"), ("20", "20"), ("null", "None")])
+def test_a_section_given_as_a_value_is_named_with_its_keys(value, shown):
+    with pytest.raises(ValueError) as error:
+        load_config(Tiny(), "quick", overrides=[f"steps={value}"])
+    assert str(error.value) == f"config key 'steps' is a section: a mapping of the keys ['batch', 'count'], got {shown}"
+
+
 @pytest.mark.parametrize(("override", "key"), [("steps.count=2.5", "config.steps.count"),
                                                ("seeds=zero", "config.seeds"), ("lrs=[a]", "config.lrs")])
 def test_a_mistyped_value_is_named(override, key):
