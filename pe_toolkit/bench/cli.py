@@ -84,7 +84,7 @@ def run_all(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: Seq
     try:
         return run_suite(args.only or sorted(BENCHMARKS), arguments, args.out, available=sorted(BENCHMARKS),
                          command=shlex.join([*prog.split(), *argv]), timeout=args.timeout)
-    except ValueError as error:
+    except ValueError as error:  # the timeout or the results folder
         parser.error(f"--{error}")
 
 
@@ -128,6 +128,12 @@ def main(argv: Sequence[str] | None = None, *, name: str | None = None, benchmar
     except (ValueError, TypeError, ImportError) as error:
         parser.error(str(error))
     from pe_toolkit.bench.runner import run
+    from pe_toolkit.bench.store import results_folder
+
+    try:
+        results_folder(args.out, "--out")
+    except ValueError as error:
+        parser.error(str(error))
 
     run(benchmark, config, options, preset=preset, out=args.out, command=shlex.join([*prog.split(), *argv]))
     print(f"wrote {args.out / benchmark.name}/report.md", flush=True)

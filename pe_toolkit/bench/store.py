@@ -28,7 +28,20 @@ from typing import Any
 
 from pe_toolkit.atomic import atomic_write
 
-__all__ = ["RunStore", "json_default", "jsonable"]
+__all__ = ["RunStore", "json_default", "jsonable", "results_folder"]
+
+
+def results_folder(path: Path, what: str = "out") -> Path:
+    """Create the folder ``path`` (and its parents) for results; ``ValueError`` naming ``what`` and ``path`` when it
+    cannot be one (a file stands there, no permission, a read-only disk)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"{what} {str(path)!r} cannot be created as a folder: {error.strerror or error}") from error
+    return path
 
 
 def json_default(value: Any) -> Any:

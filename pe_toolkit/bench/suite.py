@@ -26,6 +26,7 @@ from typing import Any
 
 from pe_toolkit.atomic import atomic_write_text
 from pe_toolkit.bench.report import markdown_table
+from pe_toolkit.bench.store import results_folder
 from pe_toolkit.bench.verdict import VERDICTS
 
 __all__ = ["claim_counts", "run_benchmark", "run_suite", "write_summary"]
@@ -120,12 +121,12 @@ def run_suite(names: Sequence[str], arguments: Sequence[str], out: Path, *, avai
               timeout: float | None = None) -> int:
     """Run ``names`` (registered, or ``module:Class``) one after the other with ``arguments``; write the summary.
 
-    The exit status: 0 if every one succeeded, else 1. ``ValueError`` for a ``timeout`` that is not a positive
-    number of seconds (before anything runs or is written).
+    The exit status: 0 if every one succeeded, else 1. ``ValueError`` before anything runs for a ``timeout`` that
+    is not a positive number of seconds, or an ``out`` that cannot be a folder (a file, no permission).
     """
     if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
         raise ValueError(f"timeout must be a positive, finite number of seconds (or None), got {timeout!r}")
-    out.mkdir(parents=True, exist_ok=True)
+    results_folder(out)
     try:
         entries = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):

@@ -98,3 +98,14 @@ def test_all_rejects_an_unknown_name_and_one_benchmarks_settings(tmp_path):
         assert result.returncode == 2, result.stdout
         assert f"--timeout must be a positive, finite number of seconds (or None), got {float(bad)!r}" in result.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_an_output_folder_that_cannot_be_one_is_named_before_anything_runs(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    for out, message in ((afile, f"--out {str(afile)!r} is a file, not a folder"),
+                         (afile / "x", f"--out {str(afile / 'x')!r} cannot be created as a folder: Not a directory")):
+        for args in (("extreme_inputs", "--quick"), ("all", "--only", "extreme_inputs", "--quick")):
+            result = _bench(*args, "--out", str(out))
+            assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and afile.read_text() == "mine\n"
