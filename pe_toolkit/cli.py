@@ -203,11 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_third_party()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # its own parser (pe_toolkit.bench.cli): --list, --help, presets, executors
-        try:
-            return bench(argv[1:])
-        except (ValueError, TypeError, ImportError, RuntimeError) as error:
-            print(f"pe-toolkit bench: {error}", file=sys.stderr)
-            return 1
+        # its argument and config errors are parser errors (exit 2); a run that fails keeps its traceback, as with
+        # python -m pe_toolkit.bench and python benchmarks/NAME.py (the same code)
+        return bench(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "list":

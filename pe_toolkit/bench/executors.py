@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,8 @@ def execute(benchmark: Any, spec: dict[str, Any]) -> dict[str, Any]:
 
     ``run_one`` gets the spec as plain JSON types (the form the store keeps): typed config values (jsonargparse's
     ``PositiveInt`` and friends are ``int`` subclasses) would otherwise reach hyperparameters and checkpoints,
-    which ``torch.load(weights_only=True)`` then refuses.
+    which ``torch.load(weights_only=True)`` then refuses. A run that fails is named on stderr (its key fields)
+    and its exception goes on unchanged, traceback included; a row that is not a dict is a ``TypeError``.
     """
     import torch
 
@@ -40,7 +42,17 @@ def execute(benchmark: Any, spec: dict[str, Any]) -> dict[str, Any]:
 
     quiet_third_party()
     torch.set_num_threads(int(spec.get("threads", 1)))
-    return benchmark.run_one(jsonable(spec))
+    run = " ".join(f"{field}={spec.get(field)!r}" for field in benchmark.key_fields)
+    try:
+        row = benchmark.run_one(jsonable(spec))
+    except BaseException as error:
+        print(f"{benchmark.name}: the run {run} failed ({type(error).__name__}: {error}); the runs finished before "
+              "it are stored (rerun with --resume)", file=sys.stderr, flush=True)
+        raise
+    if not isinstance(row, dict):
+        raise TypeError(f"{benchmark.name}: run_one must return one row, a dict; the run {run} returned "
+                        f"{type(row).__name__} {row!r:.200}")
+    return row
 
 
 def _exit_with_parent(parent_pid: int) -> None:  # runs in each local worker

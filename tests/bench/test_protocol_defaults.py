@@ -108,6 +108,33 @@ def test_run_one_gets_plain_json_types(tmp_path):
     assert row["types"] == ["int", "list", "str"]
 
 
+def test_a_failing_run_is_named_and_its_exception_goes_on_unchanged(capsys):
+    from pe_toolkit.bench.executors import execute
+
+    class Failing(Tiny):
+        def run_one(self, spec):
+            raise KeyError("the user's bug")
+
+    with pytest.raises(KeyError, match="the user's bug"):
+        execute(Failing(), {"method": "small", "seed": 2, "threads": 1})
+    assert capsys.readouterr().err == ("tiny: the run method='small' seed=2 failed (KeyError: \"the user's bug\"); the "
+                                       "runs finished before it are stored (rerun with --resume)\n")
+
+
+@pytest.mark.parametrize("row", [[1, 2], None, 0.5])
+def test_a_row_that_is_not_a_dict_is_a_type_error_naming_the_run(row):
+    from pe_toolkit.bench.executors import execute
+
+    class Wrong(Tiny):
+        def run_one(self, spec):
+            return row
+
+    with pytest.raises(TypeError) as error:
+        execute(Wrong(), {"method": "large", "seed": 0, "threads": 1})
+    assert str(error.value) == (f"tiny: run_one must return one row, a dict; the run method='large' seed=0 returned "
+                                f"{type(row).__name__} {row!r}")
+
+
 def test_model_size_is_checked_by_type():
     from pe_toolkit.bench.config import ModelSize, to_dataclass
 
