@@ -80,7 +80,18 @@ def get_benchmark(name: str) -> Benchmark:
         raise ValueError(f"unknown benchmark {name!r}; available: {', '.join(sorted(BENCHMARKS))} "
                          "(or a 'module:Class' of your own)")
     module_name, _, attribute = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), attribute, None)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name.split(".")[0] and error.name != module_name:
+            raise  # the module is there; something it imports is not
+        raise ValueError(f"{target!r}: no module {module_name!r} here (run from its folder, or put that folder on "
+                         "PYTHONPATH)") from error
+    cls = getattr(module, attribute, None)
     if not (isinstance(cls, type) and issubclass(cls, Benchmark)):
-        raise ValueError(f"{target!r} is not a pe_toolkit.bench.Benchmark subclass")
+        found = sorted(k for k, v in vars(module).items()
+                       if isinstance(v, type) and issubclass(v, Benchmark) and v is not Benchmark)
+        what = "has no attribute" if cls is None else "has an attribute that is not a Benchmark subclass:"
+        raise ValueError(f"{target!r}: module {module_name!r} {what} {attribute!r}; pe_toolkit.bench.Benchmark "
+                         f"subclasses there: {found or 'none'}")
     return cls()

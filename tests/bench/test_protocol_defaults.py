@@ -187,3 +187,30 @@ def test_every_tuned_evidence_preset_extends_an_edge_choice(preset):
             tuned += 1
             assert tuning.max_extensions >= 1, f"{name} {preset}: max_extensions {tuning.max_extensions}"
     assert tuned >= 10
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("tiny_benchmark:Nope", "'tiny_benchmark:Nope': module 'tiny_benchmark' has no attribute 'Nope'; "
+                            "pe_toolkit.bench.Benchmark subclasses there: ['Tiny']"),
+    ("tiny_benchmark:Config", "'tiny_benchmark:Config': module 'tiny_benchmark' has an attribute that is not a "
+                              "Benchmark subclass: 'Config'; pe_toolkit.bench.Benchmark subclasses there: ['Tiny']"),
+    ("no_such_module_here:Tiny", "'no_such_module_here:Tiny': no module 'no_such_module_here' here (run from its "
+                                 "folder, or put that folder on PYTHONPATH)"),
+    ("nope", "unknown benchmark 'nope'; available: attention_stability, "),
+])
+def test_an_unknown_benchmark_target_names_what_is_there(target, message):
+    from pe_toolkit.bench.registry import get_benchmark
+
+    with pytest.raises(ValueError) as error:
+        get_benchmark(target)
+    assert str(error.value).startswith(message)
+    assert type(get_benchmark("tiny_benchmark:Tiny")).__name__ == "Tiny"
+
+
+def test_a_missing_dependency_of_a_benchmark_module_is_not_called_a_missing_module(tmp_path, monkeypatch):
+    (tmp_path / "needs_absent.py").write_text("import absent_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from pe_toolkit.bench.registry import get_benchmark
+
+    with pytest.raises(ModuleNotFoundError, match="absent_dependency_xyz"):
+        get_benchmark("needs_absent:Whatever")
