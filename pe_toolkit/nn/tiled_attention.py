@@ -134,12 +134,25 @@ def _forward_tile(q: Tensor, k: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Te
     return online_softmax_step(s, v, m, l, acc)
 
 
+def flush_subnormal(x: Tensor) -> Tensor:
+    """``x`` with every value of magnitude below its dtype's smallest normal number (``finfo.tiny``: 1.2e-38 in
+    float32) set to 0: flush-to-zero for this tensor only, not for the process.
+
+    The tile steps flush their probabilities and score gradients: a bias that decays fast (ALiBi, BAM) makes
+    most ``exp(s - lse)`` far from the query subnormal, and a matmul over subnormal operands runs several times
+    slower on x86 CPUs (microcode assists): one causal ALiBi layer at 2,048 tokens took 2.9x NoPE's forward +
+    backward time on an AVX-512 Xeon before, its backward 314 ms against 116 ms with the process flushing
+    subnormals (2026-12-05). Every value changed lies below ``finfo.tiny``, against row sums of at least 1.
+    """
+    return torch.where(x.abs() < torch.finfo(x.dtype).tiny, 0.0, x)
+
+
 def online_softmax_step(s: Tensor, v: Tensor, m: Tensor, l: Tensor, acc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Fold one tile's masked scores ``s (..., rows, Tk)`` and values ``v (..., Tk, d)`` into the running max
     ``m``, sum ``l`` and output ``acc`` (Milakov & Gimelshein 2018)."""
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)  # rows without a visible key yet
-    p = torch.exp(s - m_safe.unsqueeze(-1))
+    p = flush_subnormal(torch.exp(s - m_safe.unsqueeze(-1)))
     alpha = torch.exp(m - m_safe)
     return m_new, l * alpha + p.sum(-1), acc * alpha.unsqueeze(-1) + torch.matmul(p, v)
 
@@ -150,10 +163,10 @@ def _backward_tile(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, d
                    diagonals: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of one tile: ``dq (B, H_kv, T * G, d)``, ``dk, dv (B, H_kv, Tk, d)`` and the score gradient ``dS``."""
     s = _scores(q, k, i, j, key_valid, bias_fn, mask_fn, bias, scale, groups, diagonals)
-    p = torch.exp(s - lse.unsqueeze(-1))  # lse = +inf on rows without a visible key: p = 0
+    p = flush_subnormal(torch.exp(s - lse.unsqueeze(-1)))  # lse = +inf on rows without a visible key: p = 0
     dv = torch.matmul(p.transpose(-1, -2), dout)
     dp = torch.matmul(dout, v.transpose(-1, -2))
-    ds = p * (dp - delta.unsqueeze(-1))
+    ds = flush_subnormal(p * (dp - delta.unsqueeze(-1)))
     dq = torch.matmul(ds, k) * scale
     dk = torch.matmul(ds.transpose(-1, -2), q) * scale
     return dq, dk, dv, ds

@@ -124,17 +124,17 @@ def _backward_tile(q: Tensor, k: Tensor, v: Tensor, z: Tensor, dout: Tensor, lse
     s, keep, sig, counted, index, frac, step = _tile_gates(q, k, z, carry, i, j, key_valid, q_pos, k_pos, mask_fn,
                                                            scale, groups)
     s = (s + z.gather(-1, index) + frac * step).masked_fill(~keep, float("-inf"))
-    p = torch.exp(s - lse.unsqueeze(-1))  # lse = +inf on rows without a visible key: p = 0
+    p = tiled_attention.flush_subnormal(torch.exp(s - lse.unsqueeze(-1)))  # lse = +inf on rows without a visible key
     dv = torch.matmul(p.transpose(-1, -2), dout)
     dp = torch.matmul(dout, v.transpose(-1, -2))
-    ds = p * (dp - delta.unsqueeze(-1))
+    ds = tiled_attention.flush_subnormal(p * (dp - delta.unsqueeze(-1)))
     # bias = z[index] (1 - frac) + z[index + 1] frac (index + 1 capped: there frac is 0)
     dz = torch.zeros_like(z).scatter_add(-1, index, ds - ds * frac)
     dz = dz.scatter_add(-1, (index + 1).clamp(max=z.shape[-1] - 1), ds * frac)
     dpos = ds * step
     dgate = dpos.cumsum(-1) + dcarry.unsqueeze(-1)
     dcarry = dcarry + dpos.sum(-1)
-    dscore = ds + dgate * (sig * (1.0 - sig)) * counted
+    dscore = tiled_attention.flush_subnormal(ds + dgate * (sig * (1.0 - sig)) * counted)
     dq = torch.matmul(dscore, k) * scale
     dk = torch.matmul(dscore.transpose(-1, -2), q) * scale
     return dq, dk, dv, dz, dcarry

@@ -234,6 +234,45 @@ def test_diagonal_sums_are_the_sums_along_each_diagonal(groups):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_flush_subnormal_zeroes_exactly_the_values_below_the_smallest_normal(dtype):
+    tiny = torch.finfo(dtype).tiny
+    x = torch.tensor([0.0, tiny, -tiny, tiny / 2, -tiny / 4, tiny * 1.5, 1.0, -3.0, float("inf"), float("-inf")],
+                     dtype=dtype)
+    want = torch.tensor([0.0, tiny, -tiny, 0.0, 0.0, tiny * 1.5, 1.0, -3.0, float("inf"), float("-inf")], dtype=dtype)
+    assert torch.equal(tiled_attention.flush_subnormal(x), want)
+    assert tiled_attention.flush_subnormal(torch.tensor([float("nan")], dtype=dtype)).isnan().all()
+
+
+def test_a_steep_bias_leaves_no_subnormal_in_the_tile_steps():
+    """A bias that decays fast (ALiBi's steepest slope at long distances) underflows most probabilities far from the
+    query into subnormals, which x86 matmuls process many times slower: the steps flush them, and the tile's
+    gradients differ from the unflushed computation only below float32's smallest normal."""
+    torch.manual_seed(0)
+    t, d, tiny = 64, 16, torch.finfo(torch.float32).tiny
+    q, k, v, dout = (torch.randn(1, 1, t, d) for _ in range(4))
+    i = j = torch.arange(t)
+    bias = -2.0 * (i[:, None] - j[None, :]).abs().float().view(1, 1, t, t)  # exp(-2 |i - j|): subnormal past ~44
+    s = q @ k.transpose(-1, -2) * d**-0.5 + bias
+    lse = s.logsumexp(-1)
+    delta = (dout * (torch.softmax(s, -1) @ v)).sum(-1)
+    unflushed = torch.exp(s - lse.unsqueeze(-1))
+    assert ((unflushed > 0) & (unflushed < tiny)).sum() > 100  # the case has subnormals to flush
+    m, l, acc = tiled_attention.online_softmax_step(s, v, torch.full((1, 1, t), float("-inf")), torch.zeros(1, 1, t),
+                                                    torch.zeros(1, 1, t, d))
+    dq, dk, dv, ds = tiled_attention._backward_tile(q, k, v, dout, lse, delta, i, j, None, None, None, bias,
+                                                    d**-0.5, 1)
+    assert not ((ds != 0) & (ds.abs() < tiny)).any()
+    dp_centred = (dout @ v.transpose(-1, -2)) - delta.unsqueeze(-1)
+    ds_want = unflushed * dp_centred
+    # a flushed p (< tiny) drops p * (dp - delta); a flushed ds drops less than tiny
+    torch.testing.assert_close(ds, ds_want, rtol=0, atol=tiny * max(1.0, dp_centred.abs().max().item()))
+    torch.testing.assert_close(dq, ds_want @ k * d**-0.5, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(dk, ds_want.transpose(-1, -2) @ q * d**-0.5, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(dv, unflushed.transpose(-1, -2) @ dout, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(acc / l.unsqueeze(-1), torch.softmax(s, -1) @ v, rtol=1e-6, atol=1e-7)
+
+
 def test_relative_tables_are_read_by_diagonals_only_for_contiguous_positions():
     """A shift-invariant bias table with contiguous positions (the same in every row, also shifted as under a KV
     cache) is read by tile diagonals, and a learnable one (t5, kerple, bam) gets its gradient by diagonal sums;
