@@ -250,6 +250,22 @@ def relative_table(table: Tensor, q_pos: Tensor, k_pos: Tensor, lo: int) -> tupl
     return table, int(k_lo - q_lo - lo)
 
 
+def diagonal_sums(ds: Tensor, groups: int) -> Tensor:
+    """Score gradients of tiles ``(H_kv, T * G, Tk)`` (summed over the batch) summed along each diagonal:
+    ``(H, T + Tk - 1)``, entry ``c`` the sum over the pairs with ``j - i = c - (T - 1)`` (tile-local indices).
+
+    The gradient of a bias ``table[h, j - i + offset]`` (a relative bias with contiguous positions) in ``T + Tk - 1``
+    values per head: each row ``i``, padded by ``T - 1`` zeros on both sides, is read ``i`` places further along
+    (one strided view), so that column ``c`` holds key ``i + c - (T - 1)`` of every row.
+    """
+    kv_heads, rows, keys = ds.shape
+    t = rows // groups
+    x = ds.view(kv_heads, t, groups, keys).transpose(1, 2).reshape(kv_heads * groups, t, keys)
+    width = keys + 2 * (t - 1)
+    padded = torch.nn.functional.pad(x, (t - 1, t - 1)).contiguous()
+    return padded.as_strided((kv_heads * groups, t, t + keys - 1), (t * width, width + 1, 1)).sum(1)
+
+
 def position_lookup(positions: Tensor, vector_dims: int = 0) -> Callable[[Tensor, Tensor], Tensor]:
     """``lookup(b, i) = positions[b, i]`` for ``(B, L, ...)`` positions and ``positions[i]`` for ``(L, ...)``.
 

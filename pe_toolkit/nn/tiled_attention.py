@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from pe_toolkit.encoders.base import BiasFunction, tracing
+from pe_toolkit.encoders.base import BiasFunction, diagonal_sums, tracing
 from pe_toolkit.nn.masks import AttentionMask, MaskFunction
 
 TILE = 256
@@ -170,22 +170,6 @@ def _backward_tile(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, d
     dq = torch.matmul(ds, k) * scale
     dk = torch.matmul(ds.transpose(-1, -2), q) * scale
     return dq, dk, dv, ds
-
-
-def diagonal_sums(ds: Tensor, groups: int) -> Tensor:
-    """Score gradients of tiles ``(H_kv, T * G, Tk)`` (summed over the batch) summed along each diagonal:
-    ``(H, T + Tk - 1)``, entry ``c`` the sum over the pairs with ``j - i = c - (T - 1)`` (tile-local indices).
-
-    The gradient of a bias ``table[h, j - i + offset]`` (a relative bias with contiguous positions) in ``T + Tk - 1``
-    values per head: each row ``i``, padded by ``T - 1`` zeros on both sides, is read ``i`` places further along
-    (one strided view), so that column ``c`` holds key ``i + c - (T - 1)`` of every row.
-    """
-    kv_heads, rows, keys = ds.shape
-    t = rows // groups
-    x = ds.view(kv_heads, t, groups, keys).transpose(1, 2).reshape(kv_heads * groups, t, keys)
-    width = keys + 2 * (t - 1)
-    padded = torch.nn.functional.pad(x, (t - 1, t - 1)).contiguous()
-    return padded.as_strided((kv_heads * groups, t, t + keys - 1), (t * width, width + 1, 1)).sum(1)
 
 
 def _backward_tile_summed(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, lse: Tensor, delta: Tensor, i: Tensor,
