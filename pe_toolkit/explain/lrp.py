@@ -113,11 +113,13 @@ class Attribution:
         logit = self.logit
         token, position = self.token.sum(-1), self.position.sum(-1)
         absorbed = self.total_absorbed()
+        token_fraction, position_fraction = token / logit, position / logit
         return {
             "identity_residual": (token + position + absorbed - logit).abs() / logit.abs(),
-            "token_fraction": token / logit,
-            "position_fraction": position / logit,
-            "input_fraction": (token + position) / logit,
+            "token_fraction": token_fraction,
+            "position_fraction": position_fraction,
+            # the sum of the two fractions as stated ((token + position) / logit rounds differently by an ulp or two)
+            "input_fraction": token_fraction + position_fraction,
             "absorbed_fraction": absorbed / logit,
         }
 

@@ -115,7 +115,7 @@ def test_conservation_as_identity_and_as_fractions_of_the_logit(kind):
     for c in (aware, plain):
         assert c["identity_residual"].max() < 1e-12
         assert_close(c["input_fraction"] + c["absorbed_fraction"], torch.ones(3, dtype=D), rtol=0, atol=1e-12)
-        assert_close(c["input_fraction"], c["token_fraction"] + c["position_fraction"], rtol=0, atol=1e-15)
+        assert torch.equal(c["input_fraction"], c["token_fraction"] + c["position_fraction"])  # their sum, as stated
     assert (plain["position_fraction"] == 0).all()
     # plain LRP loses exactly the positional fraction (Lemma 3.1); the token fraction is the same
     assert_close(plain["token_fraction"], aware["token_fraction"], rtol=0, atol=1e-12)
