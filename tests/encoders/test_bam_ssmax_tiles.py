@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tile_kernels import count_calls, outputs_and_gradients_of
 
 import pe_toolkit as pet
 from pe_toolkit.encoders.bayesian import BAMSSMax, SSMaxTileBias
@@ -61,16 +62,6 @@ def test_statistics_give_the_gradient_of_every_parameter(causal):
         assert float(w.abs().sum()) > 0, name
 
 
-def outputs_and_gradients_of(layer, x, **kwargs):
-    layer.zero_grad(set_to_none=True)
-    x = x.clone().requires_grad_(True)
-    out = layer(x, **kwargs)
-    (out * torch.linspace(-1, 1, out.numel(), dtype=x.dtype).view_as(out)).sum().backward()
-    found = {"out": out.detach(), "x": x.grad}
-    found.update({n: p.grad.clone() for n, p in layer.named_parameters()})
-    return found
-
-
 @pytest.mark.parametrize(("causal", "kv_heads"), [(True, 4), (True, 2), (False, 4)])
 def test_tiled_backend_reads_the_tiles_and_equals_dense(causal, kv_heads, monkeypatch):
     """The tiled backend takes the bias from the tiles (``score`` pair by pair is never evaluated on them) and its
@@ -83,15 +74,7 @@ def test_tiled_backend_reads_the_tiles_and_equals_dense(causal, kv_heads, monkey
     tiled.load_state_dict(reference.state_dict())
     x = torch.randn(2, 29, 32, dtype=torch.float64)
     want = outputs_and_gradients_of(reference, x)
-    calls = {"bias": 0, "statistics": 0}
-    for method in calls:
-        real = getattr(SSMaxTileBias, method)
-
-        def spy(self, *args, _real=real, _method=method):
-            calls[_method] += 1
-            return _real(self, *args)
-
-        monkeypatch.setattr(SSMaxTileBias, method, spy)
+    calls = count_calls(monkeypatch, SSMaxTileBias)
 
     def refuse(*args):
         raise AssertionError("BAM-SSMax's score evaluated pair by pair on the tiles")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tile_kernels import count_calls, outputs_and_gradients_of
 
 import pe_toolkit as pet
 from pe_toolkit.encoders import bias as bias_module
@@ -109,15 +110,7 @@ def test_tiled_backend_uses_the_kernel_and_equals_dense(causal, monkeypatch):
     gradients from the statistics; outputs and every gradient equal dense SDPA (float64, 1e-10; GQA 4 on 2)."""
     monkeypatch.setattr(tiled_attention, "TILED_COMPILE", False)
     reference, tiled = layers(causal=causal, dtype=torch.float64)
-    calls = {"bias": 0, "statistics": 0}
-    for method in calls:
-        real = getattr(FireTileBias, method)
-
-        def spy(self, *args, _real=real, _method=method):
-            calls[_method] += 1
-            return _real(self, *args)
-
-        monkeypatch.setattr(FireTileBias, method, spy)
+    calls = count_calls(monkeypatch, FireTileBias)
     real_folded = type(reference.encoding)._folded_function
 
     def no_pairwise(*args):
@@ -138,17 +131,6 @@ def test_tiled_backend_uses_the_kernel_and_equals_dense(causal, monkeypatch):
         torch.testing.assert_close(tiled_grads[name], want, rtol=1e-10, atol=1e-10,
                                    msg=lambda m, name=name: f"{name}: {m}")
     assert calls["bias"] > 0 and calls["statistics"] > 0
-
-
-def outputs_and_gradients_of(layer, x, **kwargs):
-    """The output, the input's gradient and every parameter's, of a fixed weighted sum of the output."""
-    layer.zero_grad(set_to_none=True)
-    x = x.clone().requires_grad_(True)
-    out = layer(x, **kwargs)
-    (out * torch.linspace(-1, 1, out.numel(), dtype=x.dtype).view_as(out)).sum().backward()
-    found = {"out": out.detach(), "x": x.grad}
-    found.update({n: None if p.grad is None else p.grad.clone() for n, p in layer.named_parameters()})
-    return found
 
 
 def assert_same(reference, tiled, x, tol=1e-5, **kwargs):
