@@ -180,6 +180,8 @@ class SSMaxTileBias:
         self.q_pos = q_start + torch.arange(q_size, device=device)
         with torch.no_grad():
             self.prior, self.factor = (t.contiguous() for t in self.tables(dtype))
+        # the last tile's prior: the backward pass asks for a tile's bias, then for its statistics
+        self._last: tuple[tuple[int, int, int, int], Tensor] | None = None
 
     def tables(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """``(prior (H, q_size + k_size - 1), factor (H, q_size))`` from the parameters (differentiable)."""
@@ -193,8 +195,11 @@ class SSMaxTileBias:
         """``prior[h, j - i]`` on the tile, ``(H, rows, cols)``: row ``r`` is the window of ``cols`` entries starting
         ``r`` before row 0's, so the tile is ``rows`` consecutive windows (a view) in reverse order (one copy;
         a gather through an index tensor took 1.25 ms a 256 x 256 tile, ten times longer)."""
-        first = j0 - i0 + self.q_size - 1  # row 0's first entry
-        return self.prior.unfold(-1, cols, 1)[:, first - rows + 1:first + 1].flip(1)
+        key = (i0, j0, rows, cols)
+        if self._last is None or self._last[0] != key:
+            first = j0 - i0 + self.q_size - 1  # row 0's first entry
+            self._last = key, self.prior.unfold(-1, cols, 1)[:, first - rows + 1:first + 1].flip(1)
+        return self._last[1]
 
     def bias(self, i0: int, j0: int, rows: int, cols: int) -> Tensor:
         """The bias ``(H, rows, cols)`` of the tile of query indices ``i0 + r``, key indices ``j0 + c``."""
