@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,24 @@ def test_an_output_folder_that_cannot_be_one_is_named_before_anything_runs(tmp_p
             result = _bench(*args, "--out", str(out))
             assert result.returncode == 2 and message in result.stderr, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and afile.read_text() == "mine\n"
+
+
+def test_a_failing_run_keeps_its_traceback_under_pe_toolkit_bench(tmp_path):
+    """The top-level command no longer reduces a run's exception to its message: the run is named, the traceback
+    shown (as under python -m pe_toolkit.bench)."""
+    (tmp_path / "presets" / "failing").mkdir(parents=True)
+    (tmp_path / "presets" / "failing" / "quick.yaml").write_text("seeds: [3]\n")
+    (tmp_path / "failing_bench.py").write_text(
+        "import dataclasses\nfrom pe_toolkit.bench import Benchmark\n\n"
+        "@dataclasses.dataclass\nclass Config:\n    seeds: list[int]\n\n"
+        "class Failing(Benchmark):\n    name, title, Config, key_fields = 'failing', 'F', Config, ('seed',)\n"
+        "    presets_dir = 'presets/failing'\n\n"
+        "    def runs(self, config):\n        return [{'seed': s} for s in config.seeds]\n\n"
+        "    def run_one(self, spec):\n        raise RuntimeError('boom in run_one')\n")
+    result = subprocess.run([sys.executable, "-m", "pe_toolkit", "bench", "failing_bench:Failing", "--quick",
+                             "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 1
+    assert "failing: the run seed=3 failed (RuntimeError: boom in run_one)" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "failing_bench.py" in result.stderr
